@@ -1,0 +1,9 @@
+// Shared entry point for the CLIs: user errors print one clear line and exit non-zero.
+#pragma once
+
+#include <functional>
+
+namespace drope::app {
+// Runs `body`; drope::Error / c10::Error / std::exception → "error: ..." on stderr, exit code 1.
+int run(const std::function<int()>& body);
+}  // namespace drope::app

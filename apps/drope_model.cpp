@@ -1,0 +1,114 @@
+// drope-model: create, inspect, convert and DroPE-transform model directories.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "app_common.h"
+#include "drope/core/error.h"
+#include "drope/io/model_io.h"
+#include "drope/model/drope.h"
+
+namespace {
+
+const char* kind_name(drope::PositionalKind k) {
+  switch (k) {
+    case drope::PositionalKind::kRope: return "rope";
+    case drope::PositionalKind::kNope: return "nope";
+    case drope::PositionalKind::kAlibi: return "alibi";
+  }
+  return "?";
+}
+
+drope::ModelConfig config_from(const std::string& config, const std::string& preset) {
+  if (!config.empty() && !preset.empty()) drope::fail("give either --config or --preset, not both");
+  if (!config.empty()) return drope::load_model_config_file(config);
+  if (!preset.empty()) return drope::model_preset(preset);
+  drope::fail("give --config FILE or --preset NAME");
+}
+
+at::ScalarType parse_dtype(const std::string& s) {
+  if (s == "float32" || s == "f32") return at::kFloat;
+  if (s == "bfloat16" || s == "bf16") return at::kBFloat16;
+  if (s == "float16" || s == "f16") return at::kHalf;
+  drope::fail("--dtype must be float32, bfloat16 or float16, got '{}'", s);
+}
+
+void print_info(drope::DecoderLM& m) {
+  const auto& c = m->config();
+  fmt::print("arch {}  vocab {}  hidden {}  mlp {}  layers {}  heads {}/{} (kv)  head_dim {}  tied {}\n", c.arch,
+             c.vocab_size, c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads,
+             c.resolved_head_dim(), c.tie_embeddings);
+  fmt::print("positional {}  theta {}  scaling {} (x{})  qk_norm {}  temperature c={}  context {}\n",
+             c.positional.type, c.positional.rope_theta, c.positional.scaling.type, c.positional.scaling.factor,
+             c.qk_norm, c.softmax_temperature, c.max_position);
+  std::string plan;
+  for (const auto& l : c.layer_plan()) plan += fmt::format("{}{} ", kind_name(l.kind), l.window ? fmt::format("/w{}", l.window) : "");
+  fmt::print("layers: {}\n", plan);
+  fmt::print("parameters: {} ({:.2f}M)\n", m->num_parameters(), m->num_parameters() / 1e6);
+}
+
+void save(drope::DecoderLM& m, const std::string& out, const std::string& dtype) {
+  const bool hf = drope::io::save_model(m, out, {parse_dtype(dtype)});
+  fmt::print("saved {} ({})\n", out, hf ? "drope.yaml + HF config.json + model.safetensors"
+                                         : "drope.yaml + model.safetensors; HF cannot express this model");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App cli{"drope-model: create, inspect, convert and DroPE-transform models"};
+  cli.require_subcommand(1);
+  std::string model_dir, config, preset, out, dtype = "float32", qk_norm = "none";
+  uint64_t seed = 0;
+  bool per_head = false;
+
+  auto* info = cli.add_subcommand("info", "Print a model's shape, layer plan and parameter count");
+  info->add_option("--model", model_dir, "Model directory");
+  info->add_option("--config", config, "Model YAML config");
+  info->add_option("--preset", preset, "Preset name");
+
+  auto* init = cli.add_subcommand("init", "Randomly initialise a model (N(0, init_std)) and save it");
+  init->add_option("--config", config, "Model YAML config");
+  init->add_option("--preset", preset, "Preset name");
+  init->add_option("--seed", seed, "Initialisation seed");
+  init->add_option("--out", out, "Output directory")->required();
+  init->add_option("--dtype", dtype, "Stored dtype: float32 | bfloat16 | float16");
+
+  auto* convert = cli.add_subcommand("convert", "Import a model directory (HF or drope) and write it back");
+  convert->add_option("--model", model_dir, "Input model directory")->required();
+  convert->add_option("--out", out, "Output directory")->required();
+  convert->add_option("--dtype", dtype, "Stored dtype: float32 | bfloat16 | float16");
+
+  auto* drop = cli.add_subcommand("drop", "DroPE: remove positional embeddings from every layer, keep weights");
+  drop->add_option("--model", model_dir, "Input model directory")->required();
+  drop->add_option("--out", out, "Output directory")->required();
+  drop->add_option("--qk-norm", qk_norm, "none | qk | q | k")->check(CLI::IsMember({"none", "qk", "q", "k"}));
+  drop->add_flag("--per-head", per_head, "QK-norm per head instead of over the whole projection");
+  drop->add_option("--dtype", dtype, "Stored dtype: float32 | bfloat16 | float16");
+
+  CLI11_PARSE(cli, argc, argv);
+  return drope::app::run([&] {
+    if (*info) {
+      if (!model_dir.empty()) {
+        auto m = drope::io::load_model(model_dir);
+        print_info(m);
+      } else {
+        drope::DecoderLM m(config_from(config, preset));
+        print_info(m);
+      }
+    } else if (*init) {
+      drope::DecoderLM m(config_from(config, preset));
+      m->reset_parameters(seed);
+      print_info(m);
+      save(m, out, dtype);
+    } else if (*convert) {
+      auto m = drope::io::load_model(model_dir);
+      save(m, out, dtype);
+    } else if (*drop) {
+      auto m = drope::io::load_model(model_dir);
+      auto d = drope::drop_positional(m, {qk_norm, per_head});
+      print_info(d);
+      save(d, out, dtype);
+    }
+    return 0;
+  });
+}

@@ -1,0 +1,36 @@
+// Model directories: HF Llama/Qwen2 (`config.json` + `model.safetensors` or a sharded index) and our
+// own (`drope.yaml` + the same HF-named safetensors). Import, export and strict weight loading.
+#pragma once
+
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "drope/config/model_config.h"
+#include "drope/model/transformer.h"
+
+namespace drope::io {
+
+// Parses an HF config.json (LlamaForCausalLM / Qwen2ForCausalLM, rope_parameters or legacy rope_scaling).
+ModelConfig parse_hf_config(const std::string& json_text, const std::string& path);
+// HF config.json text for a model that HF can express (throws otherwise).
+std::string hf_config_json(const ModelConfig& cfg);
+
+// The config of a model directory: drope.yaml when present, else config.json.
+ModelConfig load_model_config_dir(const std::string& dir);
+
+// Loads weights by HF name into `model` (converted to the model's dtype). Every parameter must be
+// present with the right shape; unknown tensors are errors (rotary inv_freq buffers are ignored).
+void load_weights(DecoderLM& model, const std::string& dir);
+
+// Config + weights, float32 on CPU.
+DecoderLM load_model(const std::string& dir);
+
+struct SaveOptions {
+  at::ScalarType dtype = at::kFloat;  // stored dtype of the weights
+};
+// Writes drope.yaml, model.safetensors and (when HF can express the model) config.json, atomically
+// as a directory. Returns whether config.json was written.
+bool save_model(DecoderLM& model, const std::string& dir, const SaveOptions& opt = {});
+
+}  // namespace drope::io

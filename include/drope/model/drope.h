@@ -1,0 +1,27 @@
+// DroPE: a transform from a model (or its config) with positional embeddings to the same model without
+// them (NoPE in every layer), keeping every weight; optional QK-norm added with weight 1.
+#pragma once
+
+#include <string>
+
+#include "drope/config/model_config.h"
+#include "drope/model/transformer.h"
+
+namespace drope {
+
+struct DropOptions {
+  std::string qk_norm = "none";  // none | qk | q | k
+  bool per_head = false;         // per-head norm (Qwen3 style) instead of the whole projection
+};
+
+// The config of the dropped model: every layer NoPE (sliding windows, which are masks, are kept), RoPE
+// scaling removed.
+ModelConfig drop_positional(const ModelConfig& cfg, const DropOptions& opt = {});
+
+// A new model with the dropped config and the same weights; new norm weights start at 1.
+DecoderLM drop_positional(DecoderLM& model, const DropOptions& opt = {});
+
+// Copies every parameter of `src` into `dst` by name; each must exist in dst with the same shape.
+void copy_parameters(DecoderLM& dst, DecoderLM& src);
+
+}  // namespace drope

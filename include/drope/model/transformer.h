@@ -1,0 +1,106 @@
+// Llama/Qwen2-shape decoder: RMSNorm, SwiGLU, GQA, optional q/k/v bias, tied or untied head, a
+// positional module per layer and optional QK-norm. Submodule names follow HF so that
+// named_parameters() are HF checkpoint names.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "drope/config/model_config.h"
+#include "drope/model/positional.h"
+
+namespace drope {
+
+// RMSNorm as HF Llama: normalise in float32, cast back, multiply by the weight.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;  // (dim), initialised to 1
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Per-forward options.
+struct ForwardOptions {
+  int64_t position_offset = 0;                  // absolute position of the first token
+  std::vector<torch::Tensor>* attention_probs = nullptr;  // if set, receives (B, H, T, T) per layer
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const ModelConfig& cfg, const LayerPositional& layer);
+  // x (B, T, C) → (B, T, C)
+  torch::Tensor forward(const torch::Tensor& x, const PositionContext& ctx, torch::Tensor* probs_out = nullptr);
+  const Positional& positional() const { return *positional_; }
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+
+ private:
+  int64_t num_heads_, num_kv_heads_, head_dim_;
+  bool per_head_norm_;
+  std::unique_ptr<Positional> positional_;
+};
+TORCH_MODULE(Attention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) · up(x))
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const ModelConfig& cfg, const LayerPositional& layer);
+  torch::Tensor forward(const torch::Tensor& x, const PositionContext& ctx, torch::Tensor* probs_out = nullptr);
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// The trunk ("model." in HF names).
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const ModelConfig& cfg);
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(Decoder);
+
+class DecoderLMImpl : public torch::nn::Module {
+ public:
+  explicit DecoderLMImpl(const ModelConfig& cfg);
+  // input_ids (B, T) int64 → logits (B, T, V)
+  torch::Tensor forward(const torch::Tensor& input_ids, const ForwardOptions& opt = {});
+  // Final hidden states (B, T, C) before the LM head.
+  torch::Tensor hidden(const torch::Tensor& input_ids, const ForwardOptions& opt = {});
+  const ModelConfig& config() const { return cfg_; }
+  // Re-initialises every weight: N(0, init_std) for matrices and embeddings, 0 for biases, 1 for norms.
+  void reset_parameters(uint64_t seed);
+  // The RoPE/temperature context for tokens [offset, offset + T).
+  PositionContext position_context(int64_t offset, int64_t T, torch::TensorOptions opt) const;
+  int64_t num_parameters() const;
+  torch::Tensor lm_head_weight();
+
+  Decoder model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when tied
+
+ private:
+  ModelConfig cfg_;
+  bool any_rope_ = false;
+};
+TORCH_MODULE(DecoderLM);
+
+// β = 1 + c·ln(len / train_len) when len > train_len, else 1.
+double softmax_temperature(double c, int64_t len, int64_t train_len);
+
+}  // namespace drope

@@ -1,0 +1,38 @@
+// The attention op shared by every positional variant: causal, GQA, ALiBi, sliding window, logit scale,
+// query offset for KV-cache decoding.
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/ATen.h>
+
+namespace drope::ops {
+
+struct AttentionParams {
+  bool causal = true;          // key j visible to query i only if j <= i (absolute positions)
+  int64_t window = 0;          // > 0: key j visible only if j > i − window
+  at::Tensor alibi_slopes;     // optional (H) float32: logit bias −slope_h · (i − j)
+  double scale = 0.0;          // logit scale; 0 means 1/√D
+  int64_t q_offset = -1;       // absolute position of the first query; −1 means S − T (queries end the keys)
+};
+
+struct AttentionOutput {
+  at::Tensor out;  // (B, H, T, D), dtype of q
+  at::Tensor lse;  // (B, H, T) float32 log-sum-exp of the scaled, biased, masked logits
+};
+
+// Plain-ATen attention for q (B, H, T, D), k/v (B, H_kv, S, D). Materialises the (T, S) logits;
+// computes in float32 (or float64 for float64 inputs). Differentiable through autograd.
+AttentionOutput reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const AttentionParams& p);
+
+// Probabilities (B, H, T, S) of the same computation, for analysis tools.
+at::Tensor reference_attention_probs(const at::Tensor& q, const at::Tensor& k, const AttentionParams& p);
+
+// The op the model calls. Validates shapes with clear messages.
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p);
+
+// ALiBi slopes for any head count (Press et al.; SPEC §2).
+std::vector<double> alibi_slopes(int64_t num_heads);
+
+}  // namespace drope::ops

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One-command, idempotent set-up on Debian bookworm: system -dev packages, the project venv (.venv) with
+# the pinned torch wheel (the LibTorch we link) and the test oracles, then a CMake build in build/.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+BUILD_DIR="${DROPE_BUILD_DIR:-$ROOT/build}"
+
+APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv python3-pip
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev
+  libgtest-dev libgmock-dev libcairo2-dev libpcre2-dev)
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+PY="${DROPE_PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+STAMP=.venv/.drope-requirements
+if ! cmp -s requirements.txt "$STAMP"; then
+  log "installing Python packages (torch 2.11.0 wheel = our LibTorch, HF oracles)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements.txt
+  cp requirements.txt "$STAMP"
+fi
+
+TORCH_CMAKE="$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  log "configuring $BUILD_DIR"
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_CMAKE" \
+    -DDROPE_PYTHON="$ROOT/.venv/bin/python"
+fi
+export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
+log "building (ccache $(command -v ccache >/dev/null && echo on || echo off))"
+cmake --build "$BUILD_DIR" -j "${DROPE_JOBS:-$(nproc)}"
+log "done: binaries in $BUILD_DIR"

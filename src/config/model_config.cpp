@@ -1,0 +1,258 @@
+#include "drope/config/model_config.h"
+
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "drope/core/error.h"
+
+namespace drope {
+
+namespace {
+
+const std::vector<std::string> kPositionalTypes = {"rope", "nope", "alibi", "rnope-swa"};
+const std::vector<std::string> kScalingTypes = {"none", "pi", "ntk", "dynamic-ntk", "yarn", "dynamic-yarn", "llama3"};
+const std::vector<std::string> kQkNorm = {"none", "qk", "q", "k"};
+
+ModelConfig make(int64_t vocab, int64_t hidden, int64_t mlp, int64_t layers, int64_t heads, int64_t kv,
+                 int64_t head_dim, double theta, bool tied, int64_t ctx) {
+  ModelConfig c;
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.intermediate_size = mlp;
+  c.num_layers = layers;
+  c.num_heads = heads;
+  c.num_kv_heads = kv;
+  c.head_dim = head_dim;
+  c.positional.rope_theta = theta;
+  c.tie_embeddings = tied;
+  c.max_position = ctx;
+  return c;
+}
+
+const std::map<std::string, ModelConfig>& presets() {
+  static const std::map<std::string, ModelConfig> table = [] {
+    std::map<std::string, ModelConfig> t;
+    // Paper Table 5 (appendix D). Qwen2-0.5B shape trained from scratch; vocab of Qwen2's tokenizer.
+    t["qwen2-0.5b"] = make(151936, 896, 4864, 24, 14, 2, 64, 1e6, true, 1024);
+    t["qwen2-0.5b"].arch = "qwen2";
+    t["qwen2-0.5b"].attention_bias = true;
+    t["smollm-360m"] = make(49152, 960, 2560, 32, 15, 5, 64, 1e4, true, 2048);
+    t["smollm-360m"].rms_eps = 1e-5;
+    // Tiny CPU presets: train in minutes on 2 cores.
+    t["tiny"] = make(1024, 128, 384, 4, 4, 2, 32, 1e4, true, 256);
+    t["tiny-256"] = make(2048, 256, 768, 4, 8, 2, 32, 1e4, true, 512);
+    t["micro"] = make(256, 64, 128, 2, 4, 2, 16, 1e4, true, 64);
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+ModelConfig model_preset(const std::string& name) {
+  auto it = presets().find(name);
+  if (it == presets().end()) fail("unknown model preset '{}' (known: {})", name, fmt::join(model_preset_names(), ", "));
+  return it->second;
+}
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> v;
+  for (const auto& kv : presets()) v.push_back(kv.first);
+  return v;
+}
+
+LayerPositional parse_layer_positional(const std::string& name, int64_t window, const std::string& where) {
+  if (name == "rope") return {PositionalKind::kRope, 0};
+  if (name == "nope") return {PositionalKind::kNope, 0};
+  if (name == "alibi") return {PositionalKind::kAlibi, 0};
+  if (name == "rope-swa" || name == "nope-swa") {
+    if (window <= 0) fail("{}: layer type '{}' needs positional.window > 0", where, name);
+    return {name == "rope-swa" ? PositionalKind::kRope : PositionalKind::kNope, window};
+  }
+  fail("{}: unknown layer positional type '{}' (expected rope, nope, alibi, rope-swa or nope-swa)", where, name);
+}
+
+std::vector<LayerPositional> ModelConfig::layer_plan() const {
+  std::vector<LayerPositional> plan;
+  plan.reserve(num_layers);
+  for (int64_t i = 0; i < num_layers; ++i) {
+    if (!positional.layers.empty()) {
+      plan.push_back(parse_layer_positional(positional.layers[i], positional.window, "positional.layers"));
+    } else if (positional.type == "rope") {
+      plan.push_back({PositionalKind::kRope, positional.window});
+    } else if (positional.type == "nope") {
+      plan.push_back({PositionalKind::kNope, positional.window});
+    } else if (positional.type == "alibi") {
+      plan.push_back({PositionalKind::kAlibi, positional.window});
+    } else {  // rnope-swa: 3 RoPE + sliding window layers, then one NoPE full-attention layer
+      bool global = (i + 1) % 4 == 0;
+      plan.push_back(global ? LayerPositional{PositionalKind::kNope, 0}
+                            : LayerPositional{PositionalKind::kRope, positional.window});
+    }
+  }
+  return plan;
+}
+
+bool ModelConfig::hf_expressible() const {
+  if (qk_norm != "none" || softmax_temperature != 0.0 || mlp_bias != false) return false;
+  if (arch == "qwen2" && (attention_out_bias || !attention_bias)) return false;
+  if (arch == "llama" && attention_bias != attention_out_bias) return false;
+  if (positional.scaling.type == "dynamic-yarn") return false;
+  for (const auto& l : layer_plan())
+    if (l.kind != PositionalKind::kRope || l.window != 0) return false;
+  return true;
+}
+
+void ModelConfig::validate(const std::string& src) const {
+  auto positive = [&](const char* key, int64_t v) {
+    if (v <= 0) fail("{}: model.{} must be a positive integer, got {}", src, key, v);
+  };
+  if (arch != "llama" && arch != "qwen2") fail("{}: model.arch must be llama or qwen2, got '{}'", src, arch);
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("intermediate_size", intermediate_size);
+  positive("num_layers", num_layers);
+  positive("num_heads", num_heads);
+  positive("num_kv_heads", num_kv_heads);
+  positive("max_position", max_position);
+  if (num_heads % num_kv_heads != 0)
+    fail("{}: model.num_heads ({}) must be a multiple of model.num_kv_heads ({})", src, num_heads, num_kv_heads);
+  if (head_dim < 0) fail("{}: model.head_dim must be >= 0 (0 = hidden_size / num_heads), got {}", src, head_dim);
+  if (head_dim == 0 && hidden_size % num_heads != 0)
+    fail("{}: model.hidden_size ({}) is not divisible by model.num_heads ({}); set model.head_dim", src, hidden_size,
+         num_heads);
+  if (resolved_head_dim() % 2 != 0) fail("{}: head dim {} must be even for RoPE", src, resolved_head_dim());
+  if (!(rms_eps > 0)) fail("{}: model.rms_eps must be > 0", src);
+  if (!(init_std > 0)) fail("{}: model.init_std must be > 0", src);
+  if (!(positional.rope_theta > 1)) fail("{}: model.positional.rope_theta must be > 1", src);
+  if (positional.window < 0) fail("{}: model.positional.window must be >= 0", src);
+  if (positional.type == "rnope-swa" && positional.window <= 0)
+    fail("{}: model.positional.type rnope-swa needs model.positional.window > 0", src);
+  if (!positional.layers.empty()) {
+    if ((int64_t)positional.layers.size() != num_layers)
+      fail("{}: model.positional.layers has {} entries, expected one per layer ({})", src, positional.layers.size(),
+           num_layers);
+    for (const auto& l : positional.layers) parse_layer_positional(l, positional.window, src + ": model.positional.layers");
+  }
+  const auto& s = positional.scaling;
+  if (s.type != "none" && !(s.factor >= 1.0))
+    fail("{}: model.positional.scaling.factor must be >= 1, got {}", src, s.factor);
+  if (s.original_max_position < 0) fail("{}: model.positional.scaling.original_max_position must be >= 0", src);
+  if (s.type == "llama3" && !(s.high_freq_factor > s.low_freq_factor))
+    fail("{}: model.positional.scaling: high_freq_factor must exceed low_freq_factor", src);
+  if (softmax_temperature < 0) fail("{}: model.softmax_temperature must be >= 0", src);
+  if (bos_token_id >= vocab_size || eos_token_id >= vocab_size)
+    fail("{}: model.bos_token_id/eos_token_id must be < vocab_size ({})", src, vocab_size);
+}
+
+ModelConfig parse_model_config(YamlMap m) {
+  ModelConfig c;
+  std::string preset;
+  if (m.get("preset", preset)) {
+    try {
+      c = model_preset(preset);
+    } catch (const Error& e) {
+      fail("{}: {}", m.where("preset"), e.what());
+    }
+  }
+  m.get_choice("arch", c.arch, {"llama", "qwen2"});
+  m.get("vocab_size", c.vocab_size);
+  m.get("hidden_size", c.hidden_size);
+  m.get("intermediate_size", c.intermediate_size);
+  m.get("num_layers", c.num_layers);
+  m.get("num_heads", c.num_heads);
+  m.get("num_kv_heads", c.num_kv_heads);
+  m.get("head_dim", c.head_dim);
+  m.get("rms_eps", c.rms_eps);
+  m.get("tie_embeddings", c.tie_embeddings);
+  m.get("attention_bias", c.attention_bias);
+  m.get("attention_out_bias", c.attention_out_bias);
+  m.get("mlp_bias", c.mlp_bias);
+  m.get("max_position", c.max_position);
+  m.get("init_std", c.init_std);
+  m.get_choice("qk_norm", c.qk_norm, kQkNorm);
+  m.get("qk_norm_per_head", c.qk_norm_per_head);
+  m.get("softmax_temperature", c.softmax_temperature);
+  m.get("bos_token_id", c.bos_token_id);
+  m.get("eos_token_id", c.eos_token_id);
+  YamlMap p = m.map("positional");
+  p.get_choice("type", c.positional.type, kPositionalTypes);
+  p.get("rope_theta", c.positional.rope_theta);
+  p.get("window", c.positional.window);
+  p.get("layers", c.positional.layers);
+  YamlMap s = p.map("scaling");
+  auto& sc = c.positional.scaling;
+  s.get_choice("type", sc.type, kScalingTypes);
+  s.get("factor", sc.factor);
+  s.get("original_max_position", sc.original_max_position);
+  s.get("beta_fast", sc.beta_fast);
+  s.get("beta_slow", sc.beta_slow);
+  s.get("attention_factor", sc.attention_factor);
+  s.get("truncate", sc.truncate);
+  s.get("low_freq_factor", sc.low_freq_factor);
+  s.get("high_freq_factor", sc.high_freq_factor);
+  s.finish();
+  p.finish();
+  m.finish();
+  c.validate(m.source());
+  return c;
+}
+
+ModelConfig load_model_config_file(const std::string& path) {
+  YAML::Node root = load_yaml_file(path);
+  if (root.IsMap() && root["model"]) {
+    YamlMap top(root, path, "");
+    YamlMap model = top.map("model");
+    top.finish();
+    return parse_model_config(model);
+  }
+  return parse_model_config(YamlMap(root, path, ""));
+}
+
+std::string model_config_to_yaml(const ModelConfig& c) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "arch" << YAML::Value << c.arch;
+  e << YAML::Key << "vocab_size" << YAML::Value << c.vocab_size;
+  e << YAML::Key << "hidden_size" << YAML::Value << c.hidden_size;
+  e << YAML::Key << "intermediate_size" << YAML::Value << c.intermediate_size;
+  e << YAML::Key << "num_layers" << YAML::Value << c.num_layers;
+  e << YAML::Key << "num_heads" << YAML::Value << c.num_heads;
+  e << YAML::Key << "num_kv_heads" << YAML::Value << c.num_kv_heads;
+  e << YAML::Key << "head_dim" << YAML::Value << c.head_dim;
+  e << YAML::Key << "rms_eps" << YAML::Value << c.rms_eps;
+  e << YAML::Key << "tie_embeddings" << YAML::Value << c.tie_embeddings;
+  e << YAML::Key << "attention_bias" << YAML::Value << c.attention_bias;
+  e << YAML::Key << "attention_out_bias" << YAML::Value << c.attention_out_bias;
+  e << YAML::Key << "mlp_bias" << YAML::Value << c.mlp_bias;
+  e << YAML::Key << "max_position" << YAML::Value << c.max_position;
+  e << YAML::Key << "init_std" << YAML::Value << c.init_std;
+  e << YAML::Key << "qk_norm" << YAML::Value << c.qk_norm;
+  e << YAML::Key << "qk_norm_per_head" << YAML::Value << c.qk_norm_per_head;
+  e << YAML::Key << "softmax_temperature" << YAML::Value << c.softmax_temperature;
+  e << YAML::Key << "bos_token_id" << YAML::Value << c.bos_token_id;
+  e << YAML::Key << "eos_token_id" << YAML::Value << c.eos_token_id;
+  e << YAML::Key << "positional" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "type" << YAML::Value << c.positional.type;
+  e << YAML::Key << "rope_theta" << YAML::Value << c.positional.rope_theta;
+  e << YAML::Key << "window" << YAML::Value << c.positional.window;
+  if (!c.positional.layers.empty())
+    e << YAML::Key << "layers" << YAML::Value << YAML::Flow << c.positional.layers;
+  const auto& s = c.positional.scaling;
+  e << YAML::Key << "scaling" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "type" << YAML::Value << s.type;
+  e << YAML::Key << "factor" << YAML::Value << s.factor;
+  e << YAML::Key << "original_max_position" << YAML::Value << s.original_max_position;
+  e << YAML::Key << "beta_fast" << YAML::Value << s.beta_fast;
+  e << YAML::Key << "beta_slow" << YAML::Value << s.beta_slow;
+  e << YAML::Key << "attention_factor" << YAML::Value << s.attention_factor;
+  e << YAML::Key << "truncate" << YAML::Value << s.truncate;
+  e << YAML::Key << "low_freq_factor" << YAML::Value << s.low_freq_factor;
+  e << YAML::Key << "high_freq_factor" << YAML::Value << s.high_freq_factor;
+  e << YAML::EndMap << YAML::EndMap << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace drope

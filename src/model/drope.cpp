@@ -1,0 +1,55 @@
+#include "drope/model/drope.h"
+
+#include "drope/core/error.h"
+
+namespace drope {
+
+ModelConfig drop_positional(const ModelConfig& cfg, const DropOptions& opt) {
+  if (opt.qk_norm != "none" && opt.qk_norm != "qk" && opt.qk_norm != "q" && opt.qk_norm != "k")
+    fail("DroPE: qk_norm must be none, qk, q or k, got '{}'", opt.qk_norm);
+  ModelConfig out = cfg;
+  const auto plan = cfg.layer_plan();
+  bool windowed = false;
+  for (const auto& l : plan) windowed |= l.window > 0;
+  out.positional.layers.clear();
+  if (windowed) {
+    for (const auto& l : plan) out.positional.layers.push_back(l.window > 0 ? "nope-swa" : "nope");
+    // All windowed layers share one window in the config.
+    for (const auto& l : plan)
+      if (l.window > 0) out.positional.window = l.window;
+  } else {
+    out.positional.window = 0;
+  }
+  out.positional.type = "nope";
+  out.positional.scaling = RopeScalingConfig{};
+  if (opt.qk_norm != "none") {
+    out.qk_norm = opt.qk_norm;
+    out.qk_norm_per_head = opt.per_head;
+  }
+  out.validate("DroPE config");
+  return out;
+}
+
+void copy_parameters(DecoderLM& dst, DecoderLM& src) {
+  torch::NoGradGuard ng;
+  auto dparams = dst->named_parameters();
+  for (const auto& kv : src->named_parameters()) {
+    auto* d = dparams.find(kv.key());
+    if (!d) fail("copy_parameters: parameter '{}' has no counterpart in the target model", kv.key());
+    if (d->sizes() != kv.value().sizes())
+      fail("copy_parameters: parameter '{}' has shape {} in the source and {} in the target", kv.key(),
+           c10::str(kv.value().sizes()), c10::str(d->sizes()));
+    d->copy_(kv.value());
+  }
+}
+
+DecoderLM drop_positional(DecoderLM& model, const DropOptions& opt) {
+  DecoderLM out(drop_positional(model->config(), opt));
+  // Norm weights that only the new model has stay at 1 (set by construction/reset_parameters).
+  copy_parameters(out, model);
+  auto p = model->parameters();
+  if (!p.empty()) out->to(p.front().device(), p.front().scalar_type());
+  return out;
+}
+
+}  // namespace drope

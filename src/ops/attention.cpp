@@ -1,0 +1,97 @@
+#include "drope/ops/attention.h"
+
+#include <cmath>
+
+namespace drope::ops {
+
+namespace {
+
+void check_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention: q, k, v must be 4-D (B, H, T, D), got ",
+              q.sizes(), ", ", k.sizes(), ", ", v.sizes());
+  TORCH_CHECK(k.sizes() == v.sizes(), "attention: k and v shapes differ: ", k.sizes(), " vs ", v.sizes());
+  TORCH_CHECK(q.size(0) == k.size(0) && q.size(3) == k.size(3), "attention: batch/head-dim mismatch: q ", q.sizes(),
+              ", k ", k.sizes());
+  TORCH_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "attention: query heads (", q.size(1),
+              ") must be a multiple of kv heads (", k.size(1), ")");
+  const int64_t T = q.size(2), S = k.size(2);
+  const int64_t off = p.q_offset < 0 ? S - T : p.q_offset;
+  TORCH_CHECK(off >= 0, "attention: more queries (", T, ") than keys (", S, ") without a query offset");
+  TORCH_CHECK(p.window >= 0, "attention: window must be >= 0");
+  if (p.alibi_slopes.defined())
+    TORCH_CHECK(p.alibi_slopes.dim() == 1 && p.alibi_slopes.size(0) == q.size(1),
+                "attention: alibi_slopes must have one slope per query head");
+}
+
+// Additive (T, S) bias for head-independent masking; −inf where masked.
+at::Tensor mask_bias(int64_t T, int64_t S, int64_t off, const AttentionParams& p, const at::TensorOptions& opt) {
+  auto qpos = at::arange(off, off + T, opt.dtype(at::kLong)).unsqueeze(1);  // (T, 1)
+  auto kpos = at::arange(0, S, opt.dtype(at::kLong)).unsqueeze(0);          // (1, S)
+  auto allowed = at::ones({T, S}, opt.dtype(at::kBool));
+  if (p.causal) allowed = allowed & (kpos <= qpos);
+  if (p.window > 0) allowed = allowed & (kpos > qpos - p.window);
+  return at::zeros({T, S}, opt).masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+}
+
+at::Tensor logits(const at::Tensor& q, const at::Tensor& k, const AttentionParams& p) {
+  check_shapes(q, k, k, p);
+  const int64_t H = q.size(1), Hkv = k.size(1), T = q.size(2), S = k.size(2), D = q.size(3);
+  const auto cdt = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  auto qc = q.to(cdt);
+  auto kc = k.to(cdt);
+  if (H != Hkv) kc = kc.repeat_interleave(H / Hkv, 1);  // (B, H, S, D)
+  const double scale = p.scale > 0 ? p.scale : 1.0 / std::sqrt(double(D));
+  auto s = at::matmul(qc, kc.transpose(-2, -1)) * scale;  // (B, H, T, S)
+  const int64_t off = p.q_offset < 0 ? S - T : p.q_offset;
+  auto opt = qc.options();
+  if (p.alibi_slopes.defined()) {
+    auto qpos = at::arange(off, off + T, opt).unsqueeze(1);
+    auto kpos = at::arange(0, S, opt).unsqueeze(0);
+    auto dist = (qpos - kpos);                                               // (T, S) = i − j
+    s = s - p.alibi_slopes.to(opt).view({1, H, 1, 1}) * dist.view({1, 1, T, S});
+  }
+  return s + mask_bias(T, S, off, p, opt);
+}
+
+}  // namespace
+
+AttentionOutput reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const AttentionParams& p) {
+  check_shapes(q, k, v, p);
+  const int64_t H = q.size(1), Hkv = k.size(1);
+  auto s = logits(q, k, p);                          // (B, H, T, S)
+  auto lse = at::logsumexp(s, -1);                   // (B, H, T)
+  auto probs = at::exp(s - lse.unsqueeze(-1));       // fully masked rows give NaN, as softmax would
+  auto vc = v.to(s.scalar_type());
+  if (H != Hkv) vc = vc.repeat_interleave(H / Hkv, 1);
+  auto out = at::matmul(probs, vc).to(q.scalar_type());  // (B, H, T, D)
+  return {out, lse.to(at::kFloat)};
+}
+
+at::Tensor reference_attention_probs(const at::Tensor& q, const at::Tensor& k, const AttentionParams& p) {
+  return at::softmax(logits(q, k, p), -1);
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p) {
+  return reference_attention(q, k, v, p).out;
+}
+
+std::vector<double> alibi_slopes(int64_t n) {
+  TORCH_CHECK(n > 0, "alibi_slopes: need at least one head");
+  auto pow2 = [](int64_t m) {
+    std::vector<double> s(m);
+    const double start = std::pow(2.0, -8.0 / double(m));
+    for (int64_t k = 0; k < m; ++k) s[k] = std::pow(start, double(k + 1));
+    return s;
+  };
+  int64_t c = 1;
+  while (c * 2 <= n) c *= 2;
+  auto slopes = pow2(c);
+  if (c < n) {
+    auto extra = pow2(2 * c);
+    for (int64_t i = 0; i < n - c; ++i) slopes.push_back(extra[2 * i]);
+  }
+  return slopes;
+}
+
+}  // namespace drope::ops
