@@ -19,51 +19,84 @@ ModelConfig small(const std::string& positional) {
 
 struct ConstantSeqResult {
   double max_dev_from_uniform = 0;  // max |α_ij − 1/i|
-  double wq_grad = 0, wk_grad = 0;  // ‖∂L/∂W_Q‖, ‖∂L/∂W_K‖ summed over layers
   double output_spread = 0;         // max over positions of |h_i − h_1|
+  double loss_wq_grad = 0;          // ‖∂L/∂W_Q‖ for a scalar L of the outputs, summed over layers
+  double bias = 0;                  // Σ over layers and heads of A^c (diagonal weights)
+  double bias_wq_grad = 0, bias_wk_grad = 0;  // ‖∂A/∂W_Q‖, ‖∂A/∂W_K‖
 };
+
+// Diagonal-head weights c (SPEC §6): c_ii = 1, c_ij = −1/(i−1) for j < i (1-based i), row 1 zero.
+torch::Tensor diagonal_weights(int64_t T) {
+  auto c = torch::zeros({T, T}, torch::kDouble);
+  for (int64_t i = 1; i < T; ++i) {
+    c[i][i] = 1.0;
+    for (int64_t j = 0; j < i; ++j) c[i][j] = -1.0 / double(i);
+  }
+  return c;
+}
+
+double grad_norm(DecoderLM& m, const char* name) {
+  double n = 0;
+  for (auto& kv : m->named_parameters())
+    if (kv.key().find(name) != std::string::npos && kv.value().grad().defined()) n += kv.value().grad().norm().item<double>();
+  return n;
+}
 
 // Proposition 3.1 setting: a sequence of one repeated token, float64.
 ConstantSeqResult constant_sequence(const std::string& positional) {
   DecoderLM m(small(positional));
   m->reset_parameters(7);
   m->to(torch::kDouble);
-  auto ids = torch::full({1, 16}, 5, torch::kLong);
+  const int64_t T = 16;
+  auto ids = torch::full({1, T}, 5, torch::kLong);
   std::vector<torch::Tensor> probs;
   ForwardOptions opt;
   opt.attention_probs = &probs;
   auto h = m->hidden(ids, opt);  // (1, T, C)
   ConstantSeqResult r;
-  const int64_t T = 16;
   auto rows = torch::arange(1, T + 1, torch::kDouble).view({T, 1});
   auto causal = torch::ones({T, T}, torch::kBool).tril();
   auto uniform = torch::where(causal, 1.0 / rows, torch::zeros({T, T}, torch::kDouble));
-  for (const auto& p : probs) r.max_dev_from_uniform = std::max(r.max_dev_from_uniform, (p[0] - uniform).abs().max().item<double>());
+  for (const auto& p : probs)
+    r.max_dev_from_uniform = std::max(r.max_dev_from_uniform, (p[0] - uniform).abs().max().item<double>());
   r.output_spread = (h[0] - h[0][0]).abs().max().item<double>();
-  // Any scalar of the outputs: its gradient wrt W_Q/W_K must vanish for NoPE.
+  // A loss on the outputs.
   auto w = torch::randn({h.size(2)}, torch::kDouble);
-  (h * w).sum().backward();
-  for (auto& kv : m->named_parameters()) {
-    if (kv.key().find("q_proj.weight") != std::string::npos) r.wq_grad += kv.value().grad().norm().item<double>();
-    if (kv.key().find("k_proj.weight") != std::string::npos) r.wk_grad += kv.value().grad().norm().item<double>();
-  }
+  (h * w).sum().backward({}, /*retain_graph=*/true);
+  r.loss_wq_grad = grad_norm(m, "q_proj.weight");
+  m->zero_grad();
+  // The positional bias A^c = (1/T) Σ_i Σ_j c_ij α_ij summed over layers and heads.
+  auto c = diagonal_weights(T);
+  auto A = torch::zeros({}, torch::kDouble);
+  for (const auto& p : probs) A = A + (p[0] * c).sum() / double(T);
+  r.bias = A.item<double>();
+  A.backward();
+  r.bias_wq_grad = grad_norm(m, "q_proj.weight");
+  r.bias_wk_grad = grad_norm(m, "k_proj.weight");
   return r;
 }
 
 }  // namespace
 
-TEST(Proposition31, NoPEConstantSequenceIsUniformWithZeroQKGradients) {
+TEST(Proposition31, NoPEConstantSequenceIsUniformWithZeroBiasGradients) {
   auto nope = constant_sequence("nope");
   auto rope = constant_sequence("rope");
+  // (1) uniform attention, (3) A^c = 0 and its gradient 0, (4) constant outputs; the W_Q gradient of a
+  // loss on the outputs vanishes.
   EXPECT_LT(nope.max_dev_from_uniform, 1e-12);
+  EXPECT_LT(std::abs(nope.bias), 1e-12);
+  EXPECT_LT(nope.bias_wq_grad, 1e-12);
+  EXPECT_LT(nope.bias_wk_grad, 1e-12);
   EXPECT_LT(nope.output_spread, 1e-10);
-  // RoPE breaks all three (Proposition 3.2).
+  EXPECT_LT(nope.loss_wq_grad, 1e-10);
+  // RoPE (Proposition 3.2): attention is not uniform and A^c has non-zero gradients...
   EXPECT_GT(rope.max_dev_from_uniform, 1e-3);
-  EXPECT_GT(rope.output_spread, 1e-3);
-  EXPECT_GT(rope.wq_grad, 1e-4);
-  EXPECT_GT(rope.wk_grad, 1e-4);
-  EXPECT_LT(nope.wq_grad, 1e-10 * rope.wq_grad);
-  EXPECT_LT(nope.wk_grad, 1e-10 * rope.wk_grad);
+  EXPECT_GT(std::abs(rope.bias), 1e-4);
+  EXPECT_GT(rope.bias_wq_grad, 1e-3);
+  EXPECT_GT(rope.bias_wk_grad, 1e-3);
+  // ...while (4) still holds (values are identical), so a loss on the outputs cannot see W_Q either.
+  EXPECT_LT(rope.output_spread, 1e-10);
+  EXPECT_LT(rope.loss_wq_grad, 1e-10);
 }
 
 TEST(DroPE, TransformKeepsWeightsChangesLogitsAddsUnitNorms) {

@@ -38,17 +38,18 @@ std::string YamlMap::where(const std::string& key) const {
 
 bool YamlMap::has(const std::string& key) const { return node_ && node_.IsMap() && node_[key]; }
 
+// Callers check has(key) first: a default YAML::Node is a defined null, not "absent".
 YAML::Node YamlMap::scalar(const std::string& key, const char* expected) {
   known_.insert(key);
-  if (!has(key)) return YAML::Node();
   YAML::Node n = node_[key];
   if (!n.IsScalar()) fail("{}: expected {}, got a {}", where(key), expected, n.IsMap() ? "mapping" : "list");
   return n;
 }
 
 bool YamlMap::get(const std::string& key, int64_t& out) {
+  known_.insert(key);
+  if (!has(key)) return false;
   YAML::Node n = scalar(key, "an integer");
-  if (!n) return false;
   try {
     out = n.as<int64_t>();
   } catch (const YAML::Exception&) {
@@ -66,8 +67,9 @@ bool YamlMap::get(const std::string& key, int& out) {
 }
 
 bool YamlMap::get(const std::string& key, double& out) {
+  known_.insert(key);
+  if (!has(key)) return false;
   YAML::Node n = scalar(key, "a number");
-  if (!n) return false;
   try {
     out = n.as<double>();
   } catch (const YAML::Exception&) {
@@ -77,8 +79,9 @@ bool YamlMap::get(const std::string& key, double& out) {
 }
 
 bool YamlMap::get(const std::string& key, bool& out) {
+  known_.insert(key);
+  if (!has(key)) return false;
   YAML::Node n = scalar(key, "true or false");
-  if (!n) return false;
   try {
     out = n.as<bool>();
   } catch (const YAML::Exception&) {
@@ -88,8 +91,9 @@ bool YamlMap::get(const std::string& key, bool& out) {
 }
 
 bool YamlMap::get(const std::string& key, std::string& out) {
+  known_.insert(key);
+  if (!has(key)) return false;
   YAML::Node n = scalar(key, "a string");
-  if (!n) return false;
   out = n.Scalar();
   return true;
 }
@@ -97,7 +101,6 @@ bool YamlMap::get(const std::string& key, std::string& out) {
 namespace {
 template <typename T>
 bool get_list(YamlMap& m, YAML::Node node, const std::string& key, std::vector<T>& out, const char* what) {
-  if (!node) return false;
   if (!node.IsSequence()) fail("{}: expected a list of {}", m.where(key), what);
   std::vector<T> v;
   for (size_t i = 0; i < node.size(); ++i) {
@@ -115,15 +118,18 @@ bool get_list(YamlMap& m, YAML::Node node, const std::string& key, std::vector<T
 
 bool YamlMap::get(const std::string& key, std::vector<std::string>& out) {
   known_.insert(key);
-  return get_list(*this, has(key) ? node_[key] : YAML::Node(), key, out, "strings");
+  if (!has(key)) return false;
+  return get_list(*this, node_[key], key, out, "strings");
 }
 bool YamlMap::get(const std::string& key, std::vector<double>& out) {
   known_.insert(key);
-  return get_list(*this, has(key) ? node_[key] : YAML::Node(), key, out, "numbers");
+  if (!has(key)) return false;
+  return get_list(*this, node_[key], key, out, "numbers");
 }
 bool YamlMap::get(const std::string& key, std::vector<int64_t>& out) {
   known_.insert(key);
-  return get_list(*this, has(key) ? node_[key] : YAML::Node(), key, out, "integers");
+  if (!has(key)) return false;
+  return get_list(*this, node_[key], key, out, "integers");
 }
 
 bool YamlMap::get_choice(const std::string& key, std::string& out, const std::vector<std::string>& choices) {
