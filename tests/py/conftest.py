@@ -1,0 +1,33 @@
+"""Shared helpers for the Python oracle tests: run our CLIs from the build tree."""
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+BIN = pathlib.Path(os.environ.get("DROPE_BIN", pathlib.Path(__file__).resolve().parents[2] / "build"))
+
+
+def run_cli(*args, check=True):
+    """Runs one of our binaries; returns the CompletedProcess. Fails the test on a non-zero exit if check."""
+    r = subprocess.run([str(BIN / args[0]), *map(str, args[1:])], capture_output=True, text=True, timeout=240)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{args} exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
+    return r
+
+
+def our_logits(model_dir, tokens, tmp):
+    """Logits from `drope-eval logits` as a numpy array (B, T, V)."""
+    from safetensors.numpy import load_file
+
+    tj = pathlib.Path(tmp) / "tokens.json"
+    tj.write_text(json.dumps(tokens))
+    out = pathlib.Path(tmp) / "logits.safetensors"
+    run_cli("drope-eval", "logits", "--model", model_dir, "--tokens", tj, "--out", out)
+    return load_file(str(out))["logits"]
+
+
+@pytest.fixture
+def tmp(tmp_path):
+    return tmp_path
