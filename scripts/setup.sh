@@ -43,6 +43,7 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     -DDROPE_PYTHON="$ROOT/.venv/bin/python"
 fi
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
+export CCACHE_BASEDIR="$ROOT"  # relative paths in the cache key: fresh clones (CI) hit the same cache
 log "building (ccache $(command -v ccache >/dev/null && echo on || echo off))"
 cmake --build "$BUILD_DIR" -j "${DROPE_JOBS:-$(nproc)}"
 log "done: binaries in $BUILD_DIR"
