@@ -286,16 +286,20 @@ DecoderLM load_model(const std::string& dir) {
   return m;
 }
 
-bool save_model(DecoderLM& model, const std::string& dir, const SaveOptions& opt) {
+bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptions& opt) {
   const auto& cfg = model->config();
   const bool hf = cfg.hf_expressible();
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& kv : model->named_parameters()) tensors.emplace_back(kv.key(), kv.value().detach().to(opt.dtype));
-  write_dir_atomic(dir, [&](const std::string& tmp) {
-    write_file_atomic((fs::path(tmp) / "drope.yaml").string(), model_config_to_yaml(cfg));
-    if (hf) write_file_atomic((fs::path(tmp) / "config.json").string(), hf_config_json(cfg));
-    save_safetensors((fs::path(tmp) / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  });
+  write_file_atomic((fs::path(dir) / "drope.yaml").string(), model_config_to_yaml(cfg));
+  if (hf) write_file_atomic((fs::path(dir) / "config.json").string(), hf_config_json(cfg));
+  save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  return hf;
+}
+
+bool save_model(DecoderLM& model, const std::string& dir, const SaveOptions& opt) {
+  bool hf = false;
+  write_dir_atomic(dir, [&](const std::string& tmp) { hf = write_model_files(model, tmp, opt); });
   return hf;
 }
 

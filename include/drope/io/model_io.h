@@ -32,5 +32,7 @@ struct SaveOptions {
 // Writes drope.yaml, model.safetensors and (when HF can express the model) config.json, atomically
 // as a directory. Returns whether config.json was written.
 bool save_model(DecoderLM& model, const std::string& dir, const SaveOptions& opt = {});
+// The same files written into an existing directory (for callers that build a directory atomically).
+bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptions& opt = {});
 
 }  // namespace drope::io

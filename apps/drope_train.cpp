@@ -1,0 +1,36 @@
+// drope-train: pretraining, DroPE recalibration and RoPE-scaling fine-tuning from a YAML run config,
+// single process or data parallel under torchrun (`torchrun --no-python --nproc_per_node=N drope-train ...`).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "app_common.h"
+#include "drope/train/distributed.h"
+#include "drope/train/run_config.h"
+#include "drope/train/trainer.h"
+
+int main(int argc, char** argv) {
+  CLI::App cli{"drope-train: train decoder LMs with RoPE / NoPE / ALiBi / RNoPE-SWA, DroPE recalibration"};
+  std::string config;
+  std::vector<std::string> sets;
+  bool resume = false, quiet = false, print_config = false;
+  cli.add_option("config", config, "Run config YAML (see configs/)")->required();
+  cli.add_option("--set", sets, "Override a config key: --set train.steps=100 (repeatable)");
+  cli.add_flag("--resume", resume, "Continue from the newest checkpoint in run.out_dir (automatic after a torchrun restart)");
+  cli.add_flag("--quiet", quiet, "Only errors on the console");
+  cli.add_flag("--print-config", print_config, "Print the resolved config and exit");
+  CLI11_PARSE(cli, argc, argv);
+  return drope::app::run([&] {
+    auto cfg = drope::train::load_run_config(config, sets);
+    drope::train::TrainOptions opt;
+    opt.run_yaml = drope::train::run_config_to_yaml(cfg);
+    if (print_config) {
+      fmt::print("{}", opt.run_yaml);
+      return 0;
+    }
+    opt.resume = resume || drope::train::read_dist_env().restart_count > 0;
+    opt.quiet = quiet;
+    drope::train::install_stop_handlers();
+    drope::train::run_training(cfg, opt);
+    return 0;
+  });
+}

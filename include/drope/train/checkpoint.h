@@ -1,0 +1,39 @@
+// Training checkpoints: a model directory (drope.yaml + model.safetensors [+ config.json], loadable by
+// every tool) plus optimizer.safetensors, state.json and the run's resolved config, written atomically
+// as a directory; the last K are kept.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "drope/model/transformer.h"
+#include "drope/train/optim.h"
+
+namespace drope::train {
+
+struct TrainState {
+  int64_t step = 0;          // optimizer steps completed
+  int64_t tokens = 0;        // training tokens consumed (global)
+  int64_t phase_start = 0;   // step at which the schedule of the current phase started
+  nlohmann::json extra;      // anything else worth keeping (val loss, ...)
+};
+
+// Writes `<run>/checkpoints/step-<step>/` atomically, then deletes all but the newest `keep_last`.
+std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const AdamW& opt, const TrainState& st,
+                            const std::string& run_yaml, int64_t keep_last);
+
+// The newest complete checkpoint directory of a run, if any (leftover temp directories are ignored).
+std::optional<std::string> latest_checkpoint(const std::string& run_dir);
+
+struct LoadedCheckpoint {
+  DecoderLM model{nullptr};
+  TrainState state;
+  std::map<std::string, torch::Tensor> optimizer;
+  int64_t optimizer_steps = 0;
+};
+LoadedCheckpoint load_checkpoint(const std::string& dir);
+
+}  // namespace drope::train

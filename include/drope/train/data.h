@@ -1,0 +1,64 @@
+// Training data as fixed-length blocks: block b holds tokens [b·T, b·T + T + 1) of a token stream
+// (inputs + labels shifted by one). Batches are taken at global positions of a per-epoch order, so a
+// run's data position is a function of its step: exact resume and rank sharding need no extra state.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace drope::train {
+
+class BlockSource {
+ public:
+  virtual ~BlockSource() = default;
+  virtual int64_t num_blocks() const = 0;
+  virtual int64_t seq_len() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  // (T + 1) int64 tokens of block `b` in storage order.
+  virtual torch::Tensor block(int64_t b) const = 0;
+  virtual std::string describe() const = 0;
+};
+
+// Blocks over an in-memory token stream.
+class TokenVectorSource final : public BlockSource {
+ public:
+  TokenVectorSource(std::vector<int64_t> tokens, int64_t seq_len, int64_t vocab, std::string name);
+  int64_t num_blocks() const override;
+  int64_t seq_len() const override { return seq_len_; }
+  int64_t vocab_size() const override { return vocab_; }
+  torch::Tensor block(int64_t b) const override;
+  std::string describe() const override { return name_; }
+
+ private:
+  torch::Tensor tokens_;  // (N) int64
+  int64_t seq_len_, vocab_;
+  std::string name_;
+};
+
+// A text file or a directory of files read as bytes (vocab 256); the last 10% forms the validation split.
+struct SplitSources {
+  std::unique_ptr<BlockSource> train, val;
+};
+SplitSources byte_text_sources(const std::string& path, int64_t seq_len);
+
+// Blocks at global positions [pos, pos + count) of the epoch order (a seeded permutation per epoch
+// when `shuffle`): (count, T + 1) int64.
+class BlockSampler {
+ public:
+  BlockSampler(const BlockSource& src, uint64_t seed, bool shuffle) : src_(src), seed_(seed), shuffle_(shuffle) {}
+  torch::Tensor batch(int64_t pos, int64_t count);
+
+ private:
+  int64_t index(int64_t pos);
+  const BlockSource& src_;
+  uint64_t seed_;
+  bool shuffle_;
+  int64_t epoch_ = -1;
+  torch::Tensor perm_;  // (num_blocks) int64
+};
+
+}  // namespace drope::train

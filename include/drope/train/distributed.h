@@ -1,0 +1,54 @@
+// Data-parallel plumbing over c10d: the torchrun / Slurm environment, a process group (Gloo on CPU,
+// NCCL on CUDA when built with it), bucketed gradient all-reduce, scalar reductions and barriers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace drope::train {
+
+struct DistEnv {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  int restart_count = 0;    // TORCHELASTIC_RESTART_COUNT: > 0 means torchrun restarted us
+  bool torchrun = false;    // launched by torchrun (it hosts the TCPStore; we connect as clients)
+  bool slurm = false;       // launched by srun (rank 0 hosts the TCPStore)
+};
+
+// Reads RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT (torchrun) or SLURM_PROCID/SLURM_NTASKS/
+// SLURM_LOCALID (+ MASTER_ADDR/MASTER_PORT); validates them with messages naming the variable.
+DistEnv read_dist_env();
+
+class Distributed {
+ public:
+  // world == 1: no process group, every call is local. `timeout_s` bounds every collective.
+  Distributed(const DistEnv& env, const torch::Device& device, double timeout_s);
+  ~Distributed();
+  int rank() const { return env_.rank; }
+  int world() const { return env_.world; }
+  bool is_main() const { return env_.rank == 0; }
+  const DistEnv& env() const { return env_; }
+  std::string backend() const;
+
+  // Averages gradients over ranks in place, in buckets of about `bucket_bytes`.
+  void allreduce_mean(const std::vector<torch::Tensor>& grads, int64_t bucket_bytes = 25 << 20);
+  // Mean of a scalar over ranks.
+  double mean(double v);
+  // Copies rank 0's tensors to every rank.
+  void broadcast(const std::vector<torch::Tensor>& tensors);
+  void barrier();
+
+ private:
+  struct Impl;
+  DistEnv env_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace drope::train

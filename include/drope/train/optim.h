@@ -1,0 +1,62 @@
+// AdamW with decoupled weight decay (same arithmetic as torch.optim.AdamW, foreach=False) with
+// explicit, serialisable state, and the learning-rate schedules: cosine, WSD and constant, each with
+// linear warmup.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace drope::train {
+
+struct AdamWConfig {
+  double lr = 3e-4;            // peak learning rate
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;   // decoupled; applied to matrices only (see decays())
+  bool decay_embeddings = false;
+  bool decay_norms_and_biases = false;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWConfig cfg);
+  // One update with learning rate `lr` (the schedule's value for this step).
+  void step(double lr);
+  void zero_grad();
+  int64_t steps_taken() const { return step_; }
+  // Moments by parameter name ("exp_avg.<name>", "exp_avg_sq.<name>") for checkpoints.
+  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const;
+  // Restores moments and the step count; every parameter must have its moments, same shapes.
+  void load_state(const std::map<std::string, torch::Tensor>& tensors, int64_t steps, const std::string& source);
+  // Whether weight decay applies to parameter `name` of shape `t`.
+  bool decays(const std::string& name, const torch::Tensor& t) const;
+
+ private:
+  struct Slot {
+    std::string name;
+    torch::Tensor param, exp_avg, exp_avg_sq;
+    bool decay;
+  };
+  std::vector<Slot> slots_;
+  AdamWConfig cfg_;
+  int64_t step_ = 0;
+};
+
+struct ScheduleConfig {
+  std::string type = "cosine";  // cosine | wsd | constant
+  int64_t warmup = 0;           // linear warmup steps from lr/warmup to lr
+  int64_t steps = 1000;         // total steps of the phase
+  double min_lr_ratio = 0.1;    // cosine/wsd floor as a fraction of the peak
+  double decay_fraction = 0.2;  // wsd: final fraction of steps spent decaying linearly
+};
+
+// Learning rate at `step` (0-based) for peak `lr`.
+double schedule_lr(const ScheduleConfig& s, int64_t step, double lr);
+
+}  // namespace drope::train

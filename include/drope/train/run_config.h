@@ -1,0 +1,64 @@
+// The training run configuration (configs/*.yaml): strict YAML, `--set a.b=value` overrides, and the
+// resolved config written next to the run's outputs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "drope/config/model_config.h"
+#include "drope/train/optim.h"
+
+namespace drope::train {
+
+struct DataConfig {
+  std::string dataset;           // directory written by `drope-data prepare` (index.json + shards)
+  std::string text;              // or: a text file / directory read as bytes (vocab 256), split 90/10
+  int64_t seq_len = 256;         // tokens per training sequence
+  int64_t batch_size = 16;       // global sequences per optimizer step (all ranks, all micro-steps)
+  int64_t micro_batch = 0;       // sequences per rank per forward; 0 = batch_size / world (no accumulation)
+  bool shuffle = true;           // deterministic shuffle of blocks per epoch
+};
+
+struct TrainLoopConfig {
+  int64_t steps = 1000;          // optimizer steps of this phase
+  int64_t log_every = 10;
+  int64_t eval_every = 0;        // 0 = only at the end
+  int64_t eval_batches = 8;      // validation sequences = eval_batches · micro_batch
+  int64_t checkpoint_every = 0;  // 0 = only at the end
+  int64_t keep_last = 3;         // checkpoints kept
+  double clip = 1.0;             // gradient-norm clip (0 = off)
+  std::string dtype = "float32"; // float32 | bfloat16 (autocast on CUDA)
+  std::string device = "auto";   // auto | cpu | cuda
+  double peak_tflops = 0;        // for MFU; 0 = unknown (CPU)
+  double dist_timeout_s = 300;   // collective timeout: a dead peer gives an error, not a hang
+};
+
+struct RunConfig {
+  std::string name = "run";
+  std::string out_dir;                 // run directory (checkpoints, logs, resolved config)
+  uint64_t seed = 0;
+  std::string phase = "pretrain";      // pretrain | drope | finetune
+  std::string init;                    // checkpoint or HF directory to start from (drope / finetune)
+  bool has_model = false;              // a `model:` section was given
+  ModelConfig model;                   // pretrain: the architecture (ignored when `init` is set)
+  std::string drope_qk_norm = "none";  // drope phase / drop_at_step: none | qk | q | k
+  bool drope_per_head = false;
+  int64_t drop_at_step = -1;           // pretrain: drop positional embeddings at this step (paper Table 7)
+  RopeScalingConfig scaling;           // finetune: RoPE scaling applied to the initial model
+  DataConfig data;
+  AdamWConfig optim;
+  ScheduleConfig schedule;             // schedule.steps defaults to train.steps
+  TrainLoopConfig train;
+  std::string source;                  // file the config came from
+};
+
+// Applies "a.b.c=value" overrides (YAML scalars or flow collections) to a parsed document.
+void apply_overrides(YAML::Node& root, const std::vector<std::string>& sets, const std::string& source);
+// Parses and validates a run config (strict: unknown keys, wrong types, bad combinations are errors).
+RunConfig parse_run_config(const YAML::Node& root, const std::string& source);
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& sets = {});
+// YAML that parse_run_config reads back to the same config.
+std::string run_config_to_yaml(const RunConfig& c);
+
+}  // namespace drope::train

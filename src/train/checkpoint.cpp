@@ -1,0 +1,93 @@
+#include "drope/train/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+
+#include "drope/core/error.h"
+#include "drope/core/files.h"
+#include "drope/io/model_io.h"
+#include "drope/io/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace drope::train {
+
+namespace {
+const std::regex kCkptName(R"(step-(\d{8}))");
+
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  const auto root = fs::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && std::regex_match(name, m, kCkptName) && fs::exists(e.path() / "state.json"))
+      out.emplace_back(std::stoll(m[1]), e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+}  // namespace
+
+std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const AdamW& opt, const TrainState& st,
+                            const std::string& run_yaml, int64_t keep_last) {
+  const auto dir = (fs::path(run_dir) / "checkpoints" / fmt::format("step-{:08d}", st.step)).string();
+  for (const auto& p : model->parameters())
+    if (!torch::isfinite(p).all().item<bool>())
+      fail("refusing to write checkpoint {}: the model has non-finite weights", dir);
+  write_dir_atomic(dir, [&](const std::string& tmp) {
+    io::write_model_files(model, tmp);
+    io::save_safetensors((fs::path(tmp) / "optimizer.safetensors").string(), opt.state_tensors(),
+                         {{"steps", std::to_string(opt.steps_taken())}});
+    nlohmann::json j{{"step", st.step}, {"tokens", st.tokens}, {"phase_start", st.phase_start}, {"extra", st.extra},
+                     {"format", "drope-checkpoint-1"}};
+    write_file_atomic((fs::path(tmp) / "run.yaml").string(), run_yaml);
+    // state.json last: its presence marks a complete checkpoint.
+    write_file_atomic((fs::path(tmp) / "state.json").string(), j.dump(2) + "\n");
+  });
+  auto all = list_checkpoints(run_dir);
+  for (size_t i = 0; i + keep_last < all.size(); ++i) {
+    std::error_code ec;
+    fs::remove_all(all[i].second, ec);
+  }
+  return dir;
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
+  auto all = list_checkpoints(run_dir);
+  if (all.empty()) return std::nullopt;
+  return all.back().second;
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& dir) {
+  LoadedCheckpoint c;
+  const auto state_path = (fs::path(dir) / "state.json").string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(state_path));
+    c.state.step = j.at("step").get<int64_t>();
+    c.state.tokens = j.at("tokens").get<int64_t>();
+    c.state.phase_start = j.value("phase_start", int64_t(0));
+    c.state.extra = j.value("extra", nlohmann::json::object());
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not a valid checkpoint state ({})", state_path, e.what());
+  }
+  if (c.state.step < 0 || c.state.tokens < 0) fail("{}: negative step or token count", state_path);
+  c.model = io::load_model(dir);
+  const auto opt_path = (fs::path(dir) / "optimizer.safetensors").string();
+  io::SafetensorsFile f(opt_path);
+  for (const auto& kv : f.header().tensors) c.optimizer[kv.first] = f.get(kv.first);
+  auto it = f.header().metadata.find("steps");
+  if (it == f.header().metadata.end()) fail("{}: missing 'steps' metadata", opt_path);
+  try {
+    c.optimizer_steps = std::stoll(it->second);
+  } catch (const std::exception&) {
+    fail("{}: 'steps' metadata is not an integer", opt_path);
+  }
+  return c;
+}
+
+}  // namespace drope::train

@@ -1,0 +1,64 @@
+#include "drope/train/data.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "drope/core/error.h"
+#include "drope/core/files.h"
+
+namespace fs = std::filesystem;
+
+namespace drope::train {
+
+TokenVectorSource::TokenVectorSource(std::vector<int64_t> tokens, int64_t seq_len, int64_t vocab, std::string name)
+    : tokens_(torch::tensor(tokens, torch::kLong)), seq_len_(seq_len), vocab_(vocab), name_(std::move(name)) {
+  if ((int64_t)tokens.size() < seq_len + 1)
+    fail("{}: {} tokens, fewer than one block of seq_len + 1 = {}", name_, tokens.size(), seq_len + 1);
+}
+
+int64_t TokenVectorSource::num_blocks() const { return (tokens_.size(0) - 1) / seq_len_; }
+
+torch::Tensor TokenVectorSource::block(int64_t b) const { return tokens_.narrow(0, b * seq_len_, seq_len_ + 1); }
+
+SplitSources byte_text_sources(const std::string& path, int64_t seq_len) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail("{}: data.text not found", path);
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::recursive_directory_iterator(path))
+      if (e.is_regular_file()) files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  std::vector<int64_t> bytes;
+  for (const auto& f : files)
+    for (unsigned char c : read_file(f)) bytes.push_back(c);
+  const size_t split = bytes.size() * 9 / 10;
+  std::vector<int64_t> train(bytes.begin(), bytes.begin() + split), val(bytes.begin() + split, bytes.end());
+  SplitSources s;
+  s.train = std::make_unique<TokenVectorSource>(std::move(train), seq_len, 256, path + " (train bytes)");
+  s.val = std::make_unique<TokenVectorSource>(std::move(val), seq_len, 256, path + " (validation bytes)");
+  return s;
+}
+
+int64_t BlockSampler::index(int64_t pos) {
+  const int64_t n = src_.num_blocks();
+  const int64_t epoch = pos / n, i = pos % n;
+  if (!shuffle_) return i;
+  if (epoch != epoch_) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ * 1000003ull + static_cast<uint64_t>(epoch));
+    perm_ = torch::randperm(n, gen, torch::kLong);
+    epoch_ = epoch;
+  }
+  return perm_[i].item<int64_t>();
+}
+
+torch::Tensor BlockSampler::batch(int64_t pos, int64_t count) {
+  std::vector<torch::Tensor> rows;
+  rows.reserve(count);
+  for (int64_t k = 0; k < count; ++k) rows.push_back(src_.block(index(pos + k)));
+  return torch::stack(rows);  // (count, T + 1)
+}
+
+}  // namespace drope::train

@@ -1,0 +1,169 @@
+#include "drope/train/distributed.h"
+
+#include <chrono>
+#include <cstdlib>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef DROPE_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "drope/core/error.h"
+
+namespace drope::train {
+
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+int env_int(const char* name, int def, int lo, int hi) {
+  const char* v = env(name);
+  if (!v) return def;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < lo || x > hi) fail("environment variable {}='{}': expected an integer in [{}, {}]", name, v, lo, hi);
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+DistEnv read_dist_env() {
+  DistEnv e;
+  if (env("RANK") || env("WORLD_SIZE")) {
+    if (!env("RANK") || !env("WORLD_SIZE")) fail("environment: RANK and WORLD_SIZE must be set together");
+    e.world = env_int("WORLD_SIZE", 1, 1, 1 << 20);
+    e.rank = env_int("RANK", 0, 0, e.world - 1);
+    e.local_rank = env_int("LOCAL_RANK", e.rank, 0, 1 << 20);
+    e.torchrun = env("TORCHELASTIC_RUN_ID") != nullptr || env("TORCHELASTIC_USE_AGENT_STORE") != nullptr;
+    e.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0, 0, 1 << 20);
+  } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
+    e.world = env_int("SLURM_NTASKS", 1, 1, 1 << 20);
+    e.rank = env_int("SLURM_PROCID", 0, 0, e.world - 1);
+    e.local_rank = env_int("SLURM_LOCALID", 0, 0, 1 << 20);
+    e.slurm = true;
+    e.restart_count = env_int("SLURM_RESTART_COUNT", 0, 0, 1 << 20);
+  }
+  if (const char* a = env("MASTER_ADDR")) e.master_addr = a;
+  e.master_port = env_int("MASTER_PORT", 29500, 1, 65535);
+  if (e.world > 1 && !env("MASTER_PORT") && !e.slurm)
+    fail("environment: WORLD_SIZE={} but MASTER_PORT is not set (launch with torchrun)", e.world);
+  return e;
+}
+
+struct Distributed::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Backend> pg;
+  std::string backend;
+  torch::Device device{torch::kCPU};
+};
+
+Distributed::Distributed(const DistEnv& e, const torch::Device& device, double timeout_s)
+    : env_(e), impl_(std::make_unique<Impl>()) {
+  impl_->device = device;
+  if (e.world == 1) {
+    impl_->backend = "none";
+    return;
+  }
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(e.master_port);
+  // torchrun's agent hosts the store; under Slurm rank 0 does.
+  so.isServer = !e.torchrun && e.rank == 0;
+  so.numWorkers = e.world;
+  so.waitWorkers = false;
+  so.timeout = timeout;
+  try {
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(e.master_addr, so);
+    impl_->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("drope/{}", e.restart_count), tcp);
+  } catch (const std::exception& ex) {
+    fail("rank {}: cannot reach the rendezvous store at {}:{} ({})", e.rank, e.master_addr, e.master_port, ex.what());
+  }
+  if (device.is_cuda()) {
+#ifdef DROPE_WITH_NCCL
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = timeout;
+    impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, e.rank, e.world, opts);
+    impl_->backend = "nccl";
+#else
+    fail("this build has no NCCL support; train on CPU or rebuild with CUDA");
+#endif
+  } else {
+    auto opts = c10d::ProcessGroupGloo::Options::create();
+    opts->timeout = timeout;
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, e.rank, e.world, opts);
+    impl_->backend = "gloo";
+  }
+}
+
+Distributed::~Distributed() = default;
+
+std::string Distributed::backend() const { return impl_->backend; }
+
+void Distributed::allreduce_mean(const std::vector<torch::Tensor>& grads, int64_t bucket_bytes) {
+  if (env_.world == 1) return;
+  torch::NoGradGuard ng;
+  // Buckets of same-dtype gradients flattened into one buffer each.
+  std::vector<std::vector<torch::Tensor>> buckets(1);
+  int64_t bytes = 0;
+  for (const auto& g : grads) {
+    if (!buckets.back().empty() && (bytes + g.nbytes() > (size_t)bucket_bytes ||
+                                    buckets.back().front().scalar_type() != g.scalar_type())) {
+      buckets.emplace_back();
+      bytes = 0;
+    }
+    buckets.back().push_back(g);
+    bytes += g.nbytes();
+  }
+  std::vector<torch::Tensor> flats;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (auto& b : buckets) {
+    if (b.empty()) continue;
+    std::vector<torch::Tensor> parts;
+    for (auto& g : b) parts.push_back(g.reshape({-1}));
+    std::vector<torch::Tensor> flat{torch::cat(parts)};
+    works.push_back(impl_->pg->allreduce(flat));
+    flats.push_back(flat[0]);
+  }
+  for (size_t i = 0; i < works.size(); ++i) {
+    works[i]->wait();
+    flats[i].div_(env_.world);
+  }
+  size_t bi = 0;
+  for (auto& b : buckets) {
+    if (b.empty()) continue;
+    int64_t off = 0;
+    for (auto& g : b) {
+      g.copy_(flats[bi].narrow(0, off, g.numel()).view_as(g));
+      off += g.numel();
+    }
+    ++bi;
+  }
+}
+
+double Distributed::mean(double v) {
+  if (env_.world == 1) return v;
+  std::vector<torch::Tensor> t{torch::full({1}, v, torch::TensorOptions().dtype(torch::kDouble).device(impl_->device))};
+  impl_->pg->allreduce(t)->wait();
+  return t[0].item<double>() / env_.world;
+}
+
+void Distributed::broadcast(const std::vector<torch::Tensor>& tensors) {
+  if (env_.world == 1) return;
+  for (const auto& t : tensors) {
+    std::vector<torch::Tensor> v{t};
+    impl_->pg->broadcast(v)->wait();
+  }
+}
+
+void Distributed::barrier() {
+  if (env_.world == 1) return;
+  impl_->pg->barrier()->wait();
+}
+
+}  // namespace drope::train

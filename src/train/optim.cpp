@@ -1,0 +1,89 @@
+#include "drope/train/optim.h"
+
+#include <cmath>
+
+#include "drope/core/error.h"
+
+namespace drope::train {
+
+AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWConfig cfg) : cfg_(cfg) {
+  for (auto& [name, p] : params) {
+    Slot s{name, p, torch::zeros_like(p, torch::MemoryFormat::Preserve), torch::zeros_like(p, torch::MemoryFormat::Preserve),
+           decays(name, p)};
+    slots_.push_back(std::move(s));
+  }
+}
+
+bool AdamW::decays(const std::string& name, const torch::Tensor& t) const {
+  if (name.find("embed_tokens") != std::string::npos || name == "lm_head.weight") return cfg_.decay_embeddings;
+  if (t.dim() < 2) return cfg_.decay_norms_and_biases;
+  return true;
+}
+
+void AdamW::zero_grad() {
+  for (auto& s : slots_)
+    if (s.param.grad().defined()) s.param.mutable_grad() = torch::Tensor();
+}
+
+void AdamW::step(double lr) {
+  torch::NoGradGuard ng;
+  ++step_;
+  const double bc1 = 1.0 - std::pow(cfg_.beta1, double(step_));
+  const double bc2 = 1.0 - std::pow(cfg_.beta2, double(step_));
+  const double step_size = lr / bc1;
+  const double bc2_sqrt = std::sqrt(bc2);
+  for (auto& s : slots_) {
+    const auto& g = s.param.grad();
+    if (!g.defined()) continue;
+    if (s.decay && cfg_.weight_decay != 0.0) s.param.mul_(1.0 - lr * cfg_.weight_decay);
+    s.exp_avg.lerp_(g, 1.0 - cfg_.beta1);
+    s.exp_avg_sq.mul_(cfg_.beta2).addcmul_(g, g, 1.0 - cfg_.beta2);
+    auto denom = (s.exp_avg_sq.sqrt() / bc2_sqrt).add_(cfg_.eps);
+    s.param.addcdiv_(s.exp_avg, denom, -step_size);
+  }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> AdamW::state_tensors() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& s : slots_) {
+    out.emplace_back("exp_avg." + s.name, s.exp_avg);
+    out.emplace_back("exp_avg_sq." + s.name, s.exp_avg_sq);
+  }
+  return out;
+}
+
+void AdamW::load_state(const std::map<std::string, torch::Tensor>& t, int64_t steps, const std::string& source) {
+  torch::NoGradGuard ng;
+  for (auto& s : slots_) {
+    for (auto* dst : {&s.exp_avg, &s.exp_avg_sq}) {
+      const std::string key = (dst == &s.exp_avg ? "exp_avg." : "exp_avg_sq.") + s.name;
+      auto it = t.find(key);
+      if (it == t.end()) fail("{}: optimizer state has no tensor '{}'", source, key);
+      if (it->second.sizes() != dst->sizes())
+        fail("{}: optimizer tensor '{}' has shape {}, the model needs {}", source, key, c10::str(it->second.sizes()),
+             c10::str(dst->sizes()));
+      dst->copy_(it->second);
+    }
+  }
+  step_ = steps;
+}
+
+double schedule_lr(const ScheduleConfig& s, int64_t step, double lr) {
+  if (s.warmup > 0 && step < s.warmup) return lr * double(step + 1) / double(s.warmup);
+  const double floor = lr * s.min_lr_ratio;
+  if (s.type == "constant") return lr;
+  if (s.type == "cosine") {
+    const double t = std::min(1.0, double(step - s.warmup) / double(std::max<int64_t>(1, s.steps - s.warmup)));
+    return floor + (lr - floor) * 0.5 * (1.0 + std::cos(M_PI * t));
+  }
+  if (s.type == "wsd") {
+    const int64_t decay_steps = std::max<int64_t>(1, int64_t(std::llround(s.decay_fraction * double(s.steps))));
+    const int64_t decay_start = s.steps - decay_steps;
+    if (step < decay_start) return lr;
+    const double t = std::min(1.0, double(step - decay_start) / double(decay_steps));
+    return lr + (floor - lr) * t;
+  }
+  fail("unknown schedule type '{}' (expected cosine, wsd or constant)", s.type);
+}
+
+}  // namespace drope::train

@@ -1,0 +1,189 @@
+#include "drope/train/run_config.h"
+
+#include "drope/core/error.h"
+
+namespace drope::train {
+
+void apply_overrides(YAML::Node& root, const std::vector<std::string>& sets, const std::string& source) {
+  for (const auto& s : sets) {
+    const auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) fail("--set '{}': expected key.path=value", s);
+    const std::string path = s.substr(0, eq), value = s.substr(eq + 1);
+    YAML::Node parsed;
+    try {
+      parsed = YAML::Load(value);
+    } catch (const YAML::Exception& e) {
+      fail("--set '{}': value is not valid YAML: {}", s, e.msg);
+    }
+    std::vector<std::string> keys;
+    size_t start = 0;
+    while (true) {
+      auto dot = path.find('.', start);
+      keys.push_back(path.substr(start, dot - start));
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    if (!root.IsMap() && !root.IsNull()) fail("{}: top level must be a mapping to apply --set {}", source, s);
+    // Walk with fresh handles: yaml-cpp node assignment rebinds, so keep the chain explicit.
+    std::vector<YAML::Node> chain{root};
+    for (size_t i = 0; i + 1 < keys.size(); ++i) {
+      YAML::Node next = chain.back()[keys[i]];
+      if (next.IsDefined() && !next.IsNull() && !next.IsMap())
+        fail("--set '{}': '{}' is not a mapping in {}", s, keys[i], source);
+      if (!next.IsDefined() || next.IsNull()) {
+        chain.back()[keys[i]] = YAML::Node(YAML::NodeType::Map);
+        next = chain.back()[keys[i]];
+      }
+      chain.push_back(next);
+    }
+    chain.back()[keys.back()] = parsed;
+  }
+}
+
+RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
+  RunConfig c;
+  c.source = source;
+  YamlMap top(root, source, "");
+  YamlMap run = top.map("run");
+  run.get("name", c.name);
+  run.get("out_dir", c.out_dir);
+  int64_t seed = 0;
+  if (run.get("seed", seed)) {
+    if (seed < 0) fail("{}: run.seed must be >= 0", run.where("seed"));
+    c.seed = static_cast<uint64_t>(seed);
+  }
+  run.get_choice("phase", c.phase, {"pretrain", "drope", "finetune"});
+  run.get("init", c.init);
+  run.finish();
+  if (top.has("model")) {
+    c.has_model = true;
+    c.model = parse_model_config(top.map("model"));
+  } else {
+    top.map("model");
+  }
+  YamlMap dr = top.map("drope");
+  dr.get_choice("qk_norm", c.drope_qk_norm, {"none", "qk", "q", "k"});
+  dr.get("per_head", c.drope_per_head);
+  dr.get("drop_at_step", c.drop_at_step);
+  dr.finish();
+  YamlMap sc = top.map("scaling");
+  sc.get_choice("type", c.scaling.type, {"none", "pi", "ntk", "dynamic-ntk", "yarn", "dynamic-yarn"});
+  sc.get("factor", c.scaling.factor);
+  sc.get("original_max_position", c.scaling.original_max_position);
+  sc.finish();
+  YamlMap d = top.map("data");
+  d.get("dataset", c.data.dataset);
+  d.get("text", c.data.text);
+  d.get("seq_len", c.data.seq_len);
+  d.get("batch_size", c.data.batch_size);
+  d.get("micro_batch", c.data.micro_batch);
+  d.get("shuffle", c.data.shuffle);
+  d.finish();
+  YamlMap o = top.map("optim");
+  o.get("lr", c.optim.lr);
+  std::vector<double> betas;
+  if (o.get("betas", betas)) {
+    if (betas.size() != 2) fail("{}: expected [beta1, beta2]", o.where("betas"));
+    c.optim.beta1 = betas[0];
+    c.optim.beta2 = betas[1];
+  }
+  o.get("eps", c.optim.eps);
+  o.get("weight_decay", c.optim.weight_decay);
+  o.get("decay_embeddings", c.optim.decay_embeddings);
+  o.get("decay_norms_and_biases", c.optim.decay_norms_and_biases);
+  o.finish();
+  YamlMap t = top.map("train");
+  t.get("steps", c.train.steps);
+  t.get("log_every", c.train.log_every);
+  t.get("eval_every", c.train.eval_every);
+  t.get("eval_batches", c.train.eval_batches);
+  t.get("checkpoint_every", c.train.checkpoint_every);
+  t.get("keep_last", c.train.keep_last);
+  t.get("clip", c.train.clip);
+  t.get_choice("dtype", c.train.dtype, {"float32", "bfloat16"});
+  t.get_choice("device", c.train.device, {"auto", "cpu", "cuda"});
+  t.get("peak_tflops", c.train.peak_tflops);
+  t.get("dist_timeout_s", c.train.dist_timeout_s);
+  t.finish();
+  c.schedule.steps = c.train.steps;
+  YamlMap s = top.map("schedule");
+  s.get_choice("type", c.schedule.type, {"cosine", "wsd", "constant"});
+  s.get("warmup", c.schedule.warmup);
+  s.get("steps", c.schedule.steps);
+  s.get("min_lr_ratio", c.schedule.min_lr_ratio);
+  s.get("decay_fraction", c.schedule.decay_fraction);
+  s.finish();
+  top.finish();
+
+  // Combinations.
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) fail("{}: {}", source, what);
+  };
+  need(!c.out_dir.empty(), "run.out_dir is required");
+  need(c.data.dataset.empty() != c.data.text.empty(), "give exactly one of data.dataset or data.text");
+  need(c.data.seq_len > 0 && c.data.batch_size > 0 && c.data.micro_batch >= 0,
+       "data.seq_len and data.batch_size must be positive, data.micro_batch >= 0");
+  need(c.train.steps > 0, "train.steps must be positive");
+  need(c.train.log_every > 0, "train.log_every must be positive");
+  need(c.train.eval_every >= 0 && c.train.checkpoint_every >= 0 && c.train.eval_batches > 0,
+       "train.eval_every/checkpoint_every must be >= 0 and train.eval_batches > 0");
+  need(c.train.keep_last >= 1, "train.keep_last must be >= 1");
+  need(c.optim.lr > 0 && c.optim.eps > 0 && c.optim.weight_decay >= 0, "optim.lr, optim.eps must be > 0, weight_decay >= 0");
+  need(c.optim.beta1 >= 0 && c.optim.beta1 < 1 && c.optim.beta2 >= 0 && c.optim.beta2 < 1, "optim.betas must be in [0, 1)");
+  need(c.schedule.warmup >= 0 && c.schedule.steps > 0, "schedule.warmup must be >= 0, schedule.steps > 0");
+  need(c.schedule.min_lr_ratio >= 0 && c.schedule.min_lr_ratio <= 1, "schedule.min_lr_ratio must be in [0, 1]");
+  need(c.schedule.decay_fraction > 0 && c.schedule.decay_fraction <= 1, "schedule.decay_fraction must be in (0, 1]");
+  need(c.train.dist_timeout_s > 0, "train.dist_timeout_s must be > 0");
+  if (c.phase == "pretrain") need(c.has_model || !c.init.empty(), "phase pretrain needs a model: section or run.init");
+  else need(!c.init.empty(), "phase " + c.phase + " needs run.init (a checkpoint or HF directory)");
+  if (c.phase == "finetune") need(c.scaling.type != "none", "phase finetune needs scaling.type (pi, ntk, yarn, ...)");
+  if (c.drop_at_step >= 0) need(c.phase == "pretrain", "drope.drop_at_step is for phase pretrain");
+  if (c.scaling.type != "none") need(c.scaling.factor >= 1, "scaling.factor must be >= 1");
+  return c;
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& sets) {
+  YAML::Node root = load_yaml_file(path);
+  apply_overrides(root, sets, path);
+  return parse_run_config(root, path);
+}
+
+std::string run_config_to_yaml(const RunConfig& c) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "run" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << c.name
+    << YAML::Key << "out_dir" << YAML::Value << c.out_dir << YAML::Key << "seed" << YAML::Value << c.seed << YAML::Key
+    << "phase" << YAML::Value << c.phase << YAML::Key << "init" << YAML::Value << c.init << YAML::EndMap;
+  if (c.has_model) e << YAML::Key << "model" << YAML::Value << YAML::Load(model_config_to_yaml(c.model));
+  e << YAML::Key << "drope" << YAML::Value << YAML::BeginMap << YAML::Key << "qk_norm" << YAML::Value << c.drope_qk_norm
+    << YAML::Key << "per_head" << YAML::Value << c.drope_per_head << YAML::Key << "drop_at_step" << YAML::Value
+    << c.drop_at_step << YAML::EndMap;
+  e << YAML::Key << "scaling" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value << c.scaling.type
+    << YAML::Key << "factor" << YAML::Value << c.scaling.factor << YAML::Key << "original_max_position" << YAML::Value
+    << c.scaling.original_max_position << YAML::EndMap;
+  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "dataset" << YAML::Value << c.data.dataset
+    << YAML::Key << "text" << YAML::Value << c.data.text << YAML::Key << "seq_len" << YAML::Value << c.data.seq_len
+    << YAML::Key << "batch_size" << YAML::Value << c.data.batch_size << YAML::Key << "micro_batch" << YAML::Value
+    << c.data.micro_batch << YAML::Key << "shuffle" << YAML::Value << c.data.shuffle << YAML::EndMap;
+  e << YAML::Key << "optim" << YAML::Value << YAML::BeginMap << YAML::Key << "lr" << YAML::Value << c.optim.lr
+    << YAML::Key << "betas" << YAML::Value << YAML::Flow << std::vector<double>{c.optim.beta1, c.optim.beta2}
+    << YAML::Key << "eps" << YAML::Value << c.optim.eps << YAML::Key << "weight_decay" << YAML::Value
+    << c.optim.weight_decay << YAML::Key << "decay_embeddings" << YAML::Value << c.optim.decay_embeddings << YAML::Key
+    << "decay_norms_and_biases" << YAML::Value << c.optim.decay_norms_and_biases << YAML::EndMap;
+  e << YAML::Key << "schedule" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value << c.schedule.type
+    << YAML::Key << "warmup" << YAML::Value << c.schedule.warmup << YAML::Key << "steps" << YAML::Value
+    << c.schedule.steps << YAML::Key << "min_lr_ratio" << YAML::Value << c.schedule.min_lr_ratio << YAML::Key
+    << "decay_fraction" << YAML::Value << c.schedule.decay_fraction << YAML::EndMap;
+  const auto& t = c.train;
+  e << YAML::Key << "train" << YAML::Value << YAML::BeginMap << YAML::Key << "steps" << YAML::Value << t.steps
+    << YAML::Key << "log_every" << YAML::Value << t.log_every << YAML::Key << "eval_every" << YAML::Value << t.eval_every
+    << YAML::Key << "eval_batches" << YAML::Value << t.eval_batches << YAML::Key << "checkpoint_every" << YAML::Value
+    << t.checkpoint_every << YAML::Key << "keep_last" << YAML::Value << t.keep_last << YAML::Key << "clip"
+    << YAML::Value << t.clip << YAML::Key << "dtype" << YAML::Value << t.dtype << YAML::Key << "device" << YAML::Value
+    << t.device << YAML::Key << "peak_tflops" << YAML::Value << t.peak_tflops << YAML::Key << "dist_timeout_s"
+    << YAML::Value << t.dist_timeout_s << YAML::EndMap;
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace drope::train

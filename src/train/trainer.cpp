@@ -1,0 +1,315 @@
+#include "drope/train/trainer.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "drope/core/error.h"
+#include "drope/core/files.h"
+#include "drope/io/model_io.h"
+#include "drope/model/drope.h"
+#include "drope/train/checkpoint.h"
+#include "drope/train/data.h"
+#include "drope/train/distributed.h"
+
+namespace fs = std::filesystem;
+
+namespace drope::train {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+
+std::vector<std::pair<std::string, torch::Tensor>> named(DecoderLM& m) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (auto& kv : m->named_parameters()) out.emplace_back(kv.key(), kv.value());
+  return out;
+}
+
+// The shape fields that must agree between a run config and a checkpoint it resumes.
+void check_same_shape(const ModelConfig& want, const ModelConfig& got, const std::string& ckpt) {
+  auto cmp = [&](const char* what, int64_t a, int64_t b) {
+    if (a != b) fail("{}: checkpoint from another model shape: {} is {} there, {} in the run config", ckpt, what, b, a);
+  };
+  cmp("vocab_size", want.vocab_size, got.vocab_size);
+  cmp("hidden_size", want.hidden_size, got.hidden_size);
+  cmp("intermediate_size", want.intermediate_size, got.intermediate_size);
+  cmp("num_layers", want.num_layers, got.num_layers);
+  cmp("num_heads", want.num_heads, got.num_heads);
+  cmp("num_kv_heads", want.num_kv_heads, got.num_kv_heads);
+  cmp("head_dim", want.resolved_head_dim(), got.resolved_head_dim());
+  cmp("tie_embeddings", want.tie_embeddings, got.tie_embeddings);
+}
+
+DecoderLM with_scaling(DecoderLM& base, const RopeScalingConfig& s) {
+  auto cfg = base->config();
+  cfg.positional.scaling = s;
+  DecoderLM m(cfg);
+  copy_parameters(m, base);
+  return m;
+}
+
+// Non-embedding parameters, for the 6N + 12·L·C·T FLOPs-per-token estimate.
+double flops_per_token(DecoderLM& m, int64_t T) {
+  const auto& c = m->config();
+  const double n = double(m->num_parameters() - c.vocab_size * c.hidden_size);
+  return 6.0 * n + 12.0 * double(c.num_layers) * double(c.hidden_size) * double(T);
+}
+
+std::string fmt_duration(double s) {
+  if (!(s >= 0) || s > 1e7) return "?";
+  const int64_t t = int64_t(s);
+  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+// Keeps the JSON-lines log consistent with a resumed run: lines after `step` are dropped.
+void truncate_log(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    try {
+      auto j = nlohmann::json::parse(line);
+      if (j.value("step", int64_t(0)) <= step) kept += line + "\n";
+    } catch (const nlohmann::json::exception&) {
+      // a torn last line from a killed run
+    }
+  }
+  write_file_atomic(path, kept);
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+}
+
+TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
+  TrainOutcome out;
+  const DistEnv env = read_dist_env();
+  torch::Device device(torch::kCPU);
+  if (cfg.train.device == "cuda" || (cfg.train.device == "auto" && torch::cuda::is_available())) {
+    if (!torch::cuda::is_available()) fail("{}: train.device is cuda but no CUDA device is available", cfg.source);
+    device = torch::Device(torch::kCUDA, env.local_rank % std::max<int64_t>(1, torch::cuda::device_count()));
+  }
+  Distributed dist(env, device, cfg.train.dist_timeout_s);
+  const bool main_rank = dist.is_main();
+  const bool say = main_rank && !opt.quiet;
+  const int W = dist.world();
+
+  // Batch geometry: batch = accum · micro · world.
+  const int64_t B = cfg.data.batch_size, T = cfg.data.seq_len;
+  const int64_t micro = cfg.data.micro_batch > 0 ? cfg.data.micro_batch : B / W;
+  if (micro < 1 || B % (micro * W) != 0)
+    fail("{}: data.batch_size {} is not a multiple of micro_batch ({}) x world size ({})", cfg.source, B, micro, W);
+  const int64_t accum = B / (micro * W);
+
+  // Data.
+  std::unique_ptr<BlockSource> train_src, val_src;
+  if (!cfg.data.text.empty()) {
+    auto s = byte_text_sources(cfg.data.text, T);
+    train_src = std::move(s.train);
+    val_src = std::move(s.val);
+  } else {
+    fail("{}: data.dataset needs the token-shard loader (drope-data prepare), not available in this build yet",
+         cfg.source);
+  }
+
+  // Model and optimizer state: resume, or build for the phase.
+  DecoderLM model{nullptr};
+  TrainState st;
+  std::map<std::string, torch::Tensor> opt_state;
+  int64_t opt_steps = 0;
+  std::optional<std::string> ckpt = opt.resume ? latest_checkpoint(cfg.out_dir) : std::nullopt;
+  if (ckpt) {
+    auto c = load_checkpoint(*ckpt);
+    if (cfg.has_model && cfg.init.empty()) check_same_shape(cfg.model, c.model->config(), *ckpt);
+    model = c.model;
+    st = c.state;
+    opt_state = std::move(c.optimizer);
+    opt_steps = c.optimizer_steps;
+    out.resumed_from = st.step;
+    if (say) fmt::print("resuming from {} (step {})\n", *ckpt, st.step);
+  } else if (cfg.phase == "pretrain" && cfg.init.empty()) {
+    model = DecoderLM(cfg.model);
+    model->reset_parameters(cfg.seed);
+  } else {
+    model = io::load_model(cfg.init);
+    if (cfg.phase == "drope") model = drop_positional(model, {cfg.drope_qk_norm, cfg.drope_per_head});
+    if (cfg.phase == "finetune") model = with_scaling(model, cfg.scaling);
+  }
+  if (model->config().vocab_size < train_src->vocab_size())
+    fail("{}: the data has vocabulary {} but the model only {}", cfg.source, train_src->vocab_size(),
+         model->config().vocab_size);
+  model->to(device);
+  if (!ckpt) {
+    std::vector<torch::Tensor> ps;
+    for (auto& p : model->parameters()) ps.push_back(p);
+    torch::NoGradGuard ng;
+    dist.broadcast(ps);
+  }
+  AdamW adamw(named(model), cfg.optim);
+  if (!opt_state.empty()) {
+    for (auto& kv : opt_state) kv.second = kv.second.to(device);
+    adamw.load_state(opt_state, opt_steps, *ckpt + "/optimizer.safetensors");
+  }
+
+  // Run directory and logs (rank 0).
+  const std::string log_path = (fs::path(cfg.out_dir) / "log.jsonl").string();
+  if (main_rank) {
+    fs::create_directories(cfg.out_dir);
+    write_file_atomic((fs::path(cfg.out_dir) / "config.yaml").string(), opt.run_yaml);
+    if (ckpt) truncate_log(log_path, st.step);
+    else write_file_atomic(log_path, "");
+  }
+  std::ofstream log_file;
+  if (main_rank) log_file.open(log_path, std::ios::app);
+  const bool tty = say && ::isatty(STDOUT_FILENO);
+  if (say)
+    fmt::print("{}: phase {}, {:.2f}M params, {} layers, positional {}, data {} ({} blocks of {}), batch {} = {} x {} x {} "
+               "(accum x micro x world, backend {}), device {}\n",
+               cfg.name, cfg.phase, model->num_parameters() / 1e6, model->config().num_layers,
+               model->config().positional.type, train_src->describe(), train_src->num_blocks(), T, B, accum, micro, W,
+               dist.backend(), device.str());
+
+  BlockSampler sampler(*train_src, cfg.seed, cfg.data.shuffle);
+  BlockSampler val_sampler(*val_src, 0, false);
+  auto step_loss = [&](const torch::Tensor& batch) {
+    auto b = batch.to(device);
+    auto logits = model->forward(b.narrow(1, 0, T));  // (micro, T, V)
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
+                                                b.narrow(1, 1, T).reshape({-1}));
+  };
+  auto validate = [&]() {
+    torch::NoGradGuard ng;
+    model->eval();
+    double sum = 0;
+    for (int64_t k = 0; k < cfg.train.eval_batches; ++k)
+      sum += step_loss(val_sampler.batch((k * W + dist.rank()) * micro, micro)).item<double>();
+    model->train();
+    return dist.mean(sum / double(cfg.train.eval_batches));
+  };
+  auto checkpoint = [&]() {
+    if (main_rank) out.last_checkpoint = save_checkpoint(cfg.out_dir, model, adamw, st, opt.run_yaml, cfg.train.keep_last);
+    dist.barrier();
+  };
+
+  const double fpt = flops_per_token(model, T);
+  auto t_start = std::chrono::steady_clock::now();
+  auto t_last = t_start;
+  int64_t tokens_since = 0, bad_steps = 0;
+  const int64_t first_step = st.step;
+  model->train();
+  while (st.step < cfg.train.steps) {
+    const int64_t s = st.step;
+    if (cfg.drop_at_step >= 0 && s == cfg.drop_at_step && model->config().positional.type != "nope") {
+      // Paper Table 7: drop positional embeddings mid-run; moments of kept parameters carry over.
+      auto moments = adamw.state_tensors();
+      const int64_t steps_taken = adamw.steps_taken();
+      model = drop_positional(model, {cfg.drope_qk_norm, cfg.drope_per_head});
+      model->to(device);
+      adamw = AdamW(named(model), cfg.optim);
+      std::map<std::string, torch::Tensor> carry(moments.begin(), moments.end());
+      for (auto& [name, p] : named(model)) {
+        if (!carry.count("exp_avg." + name)) {
+          carry["exp_avg." + name] = torch::zeros_like(p);
+          carry["exp_avg_sq." + name] = torch::zeros_like(p);
+        }
+      }
+      adamw.load_state(carry, steps_taken, "drop_at_step");
+      if (say) fmt::print("step {}: dropped positional embeddings (qk_norm {})\n", s, cfg.drope_qk_norm);
+    }
+    const double lr = schedule_lr(cfg.schedule, s - st.phase_start, cfg.optim.lr);
+    adamw.zero_grad();
+    double loss_sum = 0;
+    for (int64_t a = 0; a < accum; ++a) {
+      const int64_t pos = s * B + a * micro * W + dist.rank() * micro;
+      auto loss = step_loss(sampler.batch(pos, micro)) / double(accum);
+      loss.backward();
+      loss_sum += loss.item<double>();
+    }
+    std::vector<torch::Tensor> grads;
+    for (auto& p : model->parameters())
+      if (p.grad().defined()) grads.push_back(p.grad());
+    dist.allreduce_mean(grads);
+    const double loss = dist.mean(loss_sum);
+    double gnorm = cfg.train.clip > 0 ? torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.clip)
+                                      : torch::nn::utils::clip_grad_norm_(model->parameters(), 1e30);
+    if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
+      ++bad_steps;
+      if (say) fmt::print("warning: step {}: non-finite loss/gradient ({} / {}), step skipped\n", s + 1, loss, gnorm);
+      if (bad_steps >= 5) fail("aborting: {} non-finite steps in a row (last at step {})", bad_steps, s + 1);
+      adamw.zero_grad();
+      ++st.step;
+      continue;
+    }
+    bad_steps = 0;
+    adamw.step(lr);
+    ++st.step;
+    st.tokens += B * T;
+    tokens_since += B * T;
+    out.losses.emplace_back(st.step, loss);
+
+    const bool last = st.step == cfg.train.steps;
+    if (main_rank && (st.step % cfg.train.log_every == 0 || last || st.step == first_step + 1)) {
+      auto now = std::chrono::steady_clock::now();
+      const double dt = std::chrono::duration<double>(now - t_last).count();
+      const double elapsed = std::chrono::duration<double>(now - t_start).count();
+      const double tps = dt > 0 ? tokens_since / dt : 0;
+      const double mfu = cfg.train.peak_tflops > 0 ? fpt * tps / (cfg.train.peak_tflops * 1e12) : -1;
+      const double eta = (elapsed / double(st.step - first_step)) * double(cfg.train.steps - st.step);
+      nlohmann::json j{{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm}, {"tokens", st.tokens},
+                       {"tokens_per_s", tps}, {"elapsed_s", elapsed}};
+      if (mfu >= 0) j["mfu"] = mfu;
+      log_file << j.dump() << "\n" << std::flush;
+      if (say) {
+        if (tty) fmt::print("\r\033[K");
+        fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad-norm {:.3f} | {:.1f}k tok/s | MFU {} | ETA {}\n",
+                   st.step, cfg.train.steps, loss, lr, gnorm, tps / 1e3,
+                   mfu >= 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("-"), fmt_duration(eta));
+      }
+      t_last = now;
+      tokens_since = 0;
+    } else if (tty) {
+      const int width = 30, done = int(width * st.step / cfg.train.steps);
+      fmt::print("\r[{}{}] step {}/{}", std::string(done, '#'), std::string(width - done, '.'), st.step, cfg.train.steps);
+      std::fflush(stdout);
+    }
+    if (cfg.train.eval_every > 0 && st.step % cfg.train.eval_every == 0 && !last) {
+      const double vl = validate();
+      if (main_rank) log_file << nlohmann::json{{"step", st.step}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}}.dump() << "\n"
+                              << std::flush;
+      if (say) fmt::print("step {:>6} | validation loss {:.4f} | ppl {:.3f}\n", st.step, vl, std::exp(vl));
+    }
+    const bool stop = dist.mean(g_stop.load() ? 1.0 : 0.0) > 0;
+    if (stop || (cfg.train.checkpoint_every > 0 && st.step % cfg.train.checkpoint_every == 0 && !last)) checkpoint();
+    if (stop) {
+      if (say) fmt::print("stop requested: saved {} at step {}\n", out.last_checkpoint, st.step);
+      out.stopped = true;
+      return out;
+    }
+  }
+  out.val_loss = validate();
+  st.extra["val_loss"] = out.val_loss;
+  if (main_rank)
+    log_file << nlohmann::json{{"step", st.step}, {"val_loss", out.val_loss}, {"val_ppl", std::exp(out.val_loss)}}.dump()
+             << "\n" << std::flush;
+  checkpoint();
+  if (say)
+    fmt::print("done: step {} | validation loss {:.4f} | ppl {:.3f} | checkpoint {}\n", st.step, out.val_loss,
+               std::exp(out.val_loss), out.last_checkpoint);
+  return out;
+}
+
+}  // namespace drope::train

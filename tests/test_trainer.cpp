@@ -1,0 +1,148 @@
+#include <filesystem>
+
+#include <torch/torch.h>
+
+#include "drope/core/files.h"
+#include "drope/io/model_io.h"
+#include "drope/train/checkpoint.h"
+#include "drope/train/optim.h"
+#include "drope/train/run_config.h"
+#include "drope/train/trainer.h"
+#include "test_util.h"
+
+using namespace drope;
+using namespace drope::train;
+namespace fs = std::filesystem;
+
+TEST(Schedule, CosineWsdConstantWithWarmup) {
+  ScheduleConfig c{"cosine", 10, 110, 0.1, 0.2};
+  EXPECT_DOUBLE_EQ(schedule_lr(c, 0, 1.0), 0.1);
+  EXPECT_DOUBLE_EQ(schedule_lr(c, 9, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(schedule_lr(c, 10, 1.0), 1.0);
+  EXPECT_NEAR(schedule_lr(c, 60, 1.0), 0.55, 1e-12);  // half way: floor + (1 − floor)/2
+  EXPECT_NEAR(schedule_lr(c, 110, 1.0), 0.1, 1e-12);
+  ScheduleConfig w{"wsd", 10, 100, 0.0, 0.2};
+  EXPECT_DOUBLE_EQ(schedule_lr(w, 50, 2.0), 2.0);
+  EXPECT_DOUBLE_EQ(schedule_lr(w, 79, 2.0), 2.0);
+  EXPECT_NEAR(schedule_lr(w, 90, 2.0), 1.0, 1e-12);
+  EXPECT_NEAR(schedule_lr(w, 100, 2.0), 0.0, 1e-12);
+  ScheduleConfig k{"constant", 4, 100, 0.1, 0.2};
+  EXPECT_DOUBLE_EQ(schedule_lr(k, 1, 1.0), 0.5);
+  EXPECT_DOUBLE_EQ(schedule_lr(k, 99, 1.0), 1.0);
+}
+
+TEST(AdamW, MatchesLibTorchAdamWBitwise) {
+  torch::manual_seed(0);
+  auto w = torch::randn({5, 4}, torch::requires_grad());
+  auto w_ref = w.detach().clone().requires_grad_(true);
+  AdamWConfig cfg;
+  cfg.lr = 1e-2;
+  cfg.weight_decay = 0.1;
+  AdamW ours({{"layer.weight", w}}, cfg);
+  torch::optim::AdamW ref({w_ref}, torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
+  for (int s = 0; s < 5; ++s) {
+    auto g = torch::randn({5, 4});
+    w.mutable_grad() = g.clone();
+    w_ref.mutable_grad() = g.clone();
+    ours.step(1e-2);
+    ref.step();
+  }
+  EXPECT_LT((w - w_ref).abs().max().item<double>(), 1e-7);
+  // No decay on vectors and embeddings by default.
+  EXPECT_FALSE(ours.decays("model.norm.weight", torch::ones({4})));
+  EXPECT_FALSE(ours.decays("model.embed_tokens.weight", torch::ones({4, 4})));
+  EXPECT_TRUE(ours.decays("model.layers.0.mlp.up_proj.weight", torch::ones({4, 4})));
+}
+
+namespace {
+std::string write_cfg(const std::string& dir, const std::string& extra = "") {
+  const std::string text = "run: {name: t, out_dir: " + dir + "/run, seed: 3}\n"
+                           "model: {preset: micro, max_position: 32}\n"
+                           "data: {text: /usr/share/common-licenses/GPL-3, seq_len: 32, batch_size: 4}\n"
+                           "optim: {lr: 3.0e-3}\n"
+                           "schedule: {type: cosine, warmup: 2, steps: 6}\n"
+                           "train: {steps: 6, log_every: 1, eval_batches: 2}\n" + extra;
+  write_file_atomic(dir + "/cfg.yaml", text);
+  return dir + "/cfg.yaml";
+}
+}  // namespace
+
+TEST(RunConfig, StrictWithOverridesAndRoundTrip) {
+  auto d = test::tmp_dir("runcfg");
+  auto cfg = load_run_config(write_cfg(d), {"train.steps=9", "optim.betas=[0.8, 0.9]", "model.positional.type=nope"});
+  EXPECT_EQ(cfg.train.steps, 9);
+  EXPECT_EQ(cfg.optim.beta1, 0.8);
+  EXPECT_EQ(cfg.model.positional.type, "nope");
+  write_file_atomic(d + "/rt.yaml", run_config_to_yaml(cfg));
+  EXPECT_EQ(run_config_to_yaml(load_run_config(d + "/rt.yaml")), run_config_to_yaml(cfg));
+  test::expect_error([&] { load_run_config(write_cfg(d), {"train.stepz=3"}); }, {"cfg.yaml", "train.stepz", "unknown key"});
+  test::expect_error([&] { load_run_config(write_cfg(d), {"nodot"}); }, {"--set 'nodot'"});
+  test::expect_error([&] { load_run_config(write_cfg(d), {"run.phase=drope"}); }, {"run.init"});
+  test::expect_error([&] { load_run_config(write_cfg(d, "trian: {steps: 3}\n")); }, {"cfg.yaml:7", "'trian'"});
+}
+
+TEST(Trainer, ResumeIsBitwiseIdenticalOnCpu) {
+  torch::set_num_threads(1);
+  auto d = test::tmp_dir("resume");
+  TrainOptions o;
+  o.quiet = true;
+  fs::create_directories(d + "/a");
+  auto full_cfg = load_run_config(write_cfg(d + "/a"));
+  o.run_yaml = run_config_to_yaml(full_cfg);
+  auto full = run_training(full_cfg, o);
+  ASSERT_EQ(full.losses.size(), 6u);
+  EXPECT_LT(full.losses.back().second, full.losses.front().second);
+  // The same run interrupted after 3 steps, then resumed.
+  fs::create_directories(d + "/b");
+  auto part_cfg = load_run_config(write_cfg(d + "/b"), {"train.steps=3"});
+  run_training(part_cfg, o);
+  ASSERT_TRUE(latest_checkpoint(part_cfg.out_dir).has_value());
+  auto rest_cfg = load_run_config(write_cfg(d + "/b"));
+  o.resume = true;
+  auto rest = run_training(rest_cfg, o);
+  EXPECT_EQ(rest.resumed_from, 3);
+  ASSERT_EQ(rest.losses.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rest.losses[i].first, full.losses[3 + i].first);
+    EXPECT_EQ(rest.losses[i].second, full.losses[3 + i].second) << "step " << rest.losses[i].first;  // bitwise
+  }
+  auto a = io::load_model(full.last_checkpoint), b = io::load_model(rest.last_checkpoint);
+  auto pb = b->named_parameters();
+  for (const auto& kv : a->named_parameters()) EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
+  EXPECT_EQ(full.val_loss, rest.val_loss);
+}
+
+TEST(Trainer, CheckpointsKeepLastAndRejectOtherShapes) {
+  torch::set_num_threads(1);
+  auto d = test::tmp_dir("ckpt");
+  auto cfg = load_run_config(write_cfg(d), {"train.checkpoint_every=1", "train.keep_last=2", "train.steps=4"});
+  TrainOptions o;
+  o.quiet = true;
+  o.run_yaml = run_config_to_yaml(cfg);
+  run_training(cfg, o);
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(cfg.out_dir + "/checkpoints")) {
+    ++n;
+    EXPECT_TRUE(fs::exists(e.path() / "state.json")) << e.path();
+  }
+  EXPECT_EQ(n, 2);
+  EXPECT_EQ(*latest_checkpoint(cfg.out_dir), cfg.out_dir + "/checkpoints/step-00000004");
+  auto other = load_run_config(write_cfg(d), {"model.hidden_size=96", "model.head_dim=24"});
+  o.resume = true;
+  test::expect_error([&] { run_training(other, o); }, {"step-00000004", "another model shape", "hidden_size"});
+}
+
+TEST(Trainer, DropAtStepSwitchesToNoPEAndKeepsTraining) {
+  torch::set_num_threads(1);
+  auto d = test::tmp_dir("dropat");
+  auto cfg = load_run_config(write_cfg(d), {"drope.drop_at_step=3", "drope.qk_norm=qk"});
+  TrainOptions o;
+  o.quiet = true;
+  o.run_yaml = run_config_to_yaml(cfg);
+  auto r = run_training(cfg, o);
+  ASSERT_EQ(r.losses.size(), 6u);
+  auto m = io::load_model(r.last_checkpoint);
+  EXPECT_EQ(m->config().positional.type, "nope");
+  EXPECT_EQ(m->config().qk_norm, "qk");
+  EXPECT_TRUE(std::isfinite(r.val_loss));
+}
