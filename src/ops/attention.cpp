@@ -72,7 +72,13 @@ at::Tensor reference_attention_probs(const at::Tensor& q, const at::Tensor& k, c
   return at::softmax(logits(q, k, p), -1);
 }
 
+void check_attention_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p) {
+  check_shapes(q, k, v, p);
+}
+
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p) {
+  check_shapes(q, k, v, p);
+  if (uses_fused_attention(q, k, v, p)) return fused_attention_autograd(q, k, v, p);
   return reference_attention(q, k, v, p).out;
 }
 

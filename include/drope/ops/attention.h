@@ -32,6 +32,32 @@ at::Tensor reference_attention_probs(const at::Tensor& q, const at::Tensor& k, c
 // The op the model calls. Validates shapes with clear messages.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p);
 
+// Throws a clear error unless q (B, H, T, D), k/v (B, H_kv, S, D) and p describe a valid call.
+void check_attention_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p);
+
+// Fused flash-style attention (CPU kernel; see attention_cpu_supported for the inputs it takes). Same
+// semantics and shapes as reference_attention; no autograd (use attention() for gradients).
+AttentionOutput fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p);
+
+// attention() through the fused kernel with its own backward, for inputs the kernel supports.
+at::Tensor fused_attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const AttentionParams& p);
+
+// Whether attention() runs the fused kernel for these inputs (else it runs reference_attention).
+bool uses_fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p);
+
+// While alive, attention() on this thread runs reference_attention (for comparisons and debugging).
+class ForceReferenceAttention {
+ public:
+  ForceReferenceAttention();
+  ~ForceReferenceAttention();
+  ForceReferenceAttention(const ForceReferenceAttention&) = delete;
+  ForceReferenceAttention& operator=(const ForceReferenceAttention&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // ALiBi slopes for any head count (Press et al.; SPEC §2).
 std::vector<double> alibi_slopes(int64_t num_heads);
 

@@ -1,0 +1,700 @@
+#include "drope/kernels/attention_cpu.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <ATen/Parallel.h>
+
+// Vector-typed helpers only ever run inlined into one of the entry points, so their ABI does not matter.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#include "drope/kernels/attention_math.h"
+
+// The hot loops are templates forced inline into one entry point per instruction set (AVX-512, AVX2+FMA,
+// baseline), chosen at run time, so the library needs no special compiler flags. SIMD code uses GCC/Clang
+// vector extensions of 64 bytes, which the compiler lowers to the widest registers of each target.
+#define DROPE_INLINE inline __attribute__((always_inline))
+
+namespace drope::kernels {
+
+namespace {
+
+constexpr int64_t kBlockQ = 128;  // query rows per tile
+constexpr int64_t kBlockK = 64;  // keys per tile
+constexpr int64_t kRows = 4;     // rows per micro-kernel step; tiles are padded to a multiple of it
+constexpr int64_t kMinParallelWork = int64_t(1) << 21;  // B·H·T·S·D below which threads cost more than they save
+
+typedef float vf __attribute__((vector_size(64)));
+typedef double vd __attribute__((vector_size(64)));
+typedef int32_t vfi __attribute__((vector_size(64)));
+
+template <typename T>
+struct Simd;
+template <>
+struct Simd<float> {
+  using V = vf;
+  static constexpr int W = 16;
+};
+template <>
+struct Simd<double> {
+  using V = vd;
+  static constexpr int W = 8;
+};
+
+DROPE_INLINE vf vload(const float* p) {
+  vf v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+DROPE_INLINE vd vload(const double* p) {
+  vd v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+DROPE_INLINE void vstore(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+DROPE_INLINE void vstore(double* p, vd v) { std::memcpy(p, &v, sizeof v); }
+
+// Lane indices 0, 1, …, W − 1.
+DROPE_INLINE vf iota(float) {
+  return vf{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+}
+DROPE_INLINE vd iota(double) { return vd{0, 1, 2, 3, 4, 5, 6, 7}; }
+
+// exp of each lane (Cephes expf polynomial, ~1 ulp); arguments below −87.3 give 0.
+DROPE_INLINE vf vexp(vf x) {
+  const vf lo = vf{} - 87.3365447f, hi = vf{} + 88.3762626f, zero = vf{};
+  const auto under = x < lo;
+  x = x > hi ? hi : x;
+  x = under ? zero : x;
+  const float magic = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer
+  const vf n = (x * 1.44269504088896341f + magic) - magic;
+  const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  vf y = 1.9875691500E-4f * r + 1.3981999507E-3f;
+  y = y * r + 8.3334519073E-3f;
+  y = y * r + 4.1665795894E-2f;
+  y = y * r + 1.6666665459E-1f;
+  y = y * r + 5.0000001201E-1f;
+  y = y * (r * r) + r + 1.0f;
+  const vfi e = __builtin_convertvector(n, vfi) << 23;
+  const vf out = (vf)((vfi)y + e);
+  return under ? zero : out;
+}
+
+// exp of each lane through libm (float64 results must be exact to ~1e-15).
+DROPE_INLINE vd vexp(vd x) {
+  vd out;
+  for (int l = 0; l < 8; ++l) out[l] = std::exp(x[l]);
+  return out;
+}
+
+template <typename V>
+DROPE_INLINE auto hmax(V v) {
+  auto m = v[0];
+  for (int l = 1; l < int(sizeof(V) / sizeof(m)); ++l) m = v[l] > m ? v[l] : m;
+  return m;
+}
+
+template <typename V>
+DROPE_INLINE auto hsum(V v) {
+  auto s = v[0];
+  for (int l = 1; l < int(sizeof(V) / sizeof(s)); ++l) s += v[l];
+  return s;
+}
+
+// C (kRows × NV·W) = [C +] A (kRows × K, row stride lda) · B (K × NV·W, row stride ldb), accumulators in registers.
+template <typename T, int NV>
+DROPE_INLINE void gemm_rows(int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc,
+                            bool accumulate) {
+  using V = typename Simd<T>::V;
+  constexpr int W = Simd<T>::W;
+  V c[kRows][NV];
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < NV; ++v) c[r][v] = accumulate ? vload(C + r * ldc + v * W) : V{};
+  for (int64_t k = 0; k < K; ++k) {
+    V b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = vload(B + k * ldb + v * W);
+    for (int r = 0; r < kRows; ++r) {
+      const T a = A[r * lda + k];
+      for (int v = 0; v < NV; ++v) c[r][v] += a * b[v];
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < NV; ++v) vstore(C + r * ldc + v * W, c[r][v]);
+}
+
+// C (M × N) = [C +] A (M × K) · B (K × N), row-major; M % kRows == 0, N % W == 0.
+template <typename T>
+DROPE_INLINE void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C,
+                       int64_t ldc, bool accumulate) {
+  constexpr int W = Simd<T>::W;
+  for (int64_t i = 0; i < M; i += kRows) {
+    const T* a = A + i * lda;
+    T* c = C + i * ldc;
+    int64_t n = 0;
+    for (; n + 4 * W <= N; n += 4 * W) gemm_rows<T, 4>(K, a, lda, B + n, ldb, c + n, ldc, accumulate);
+    switch ((N - n) / W) {
+      case 3: gemm_rows<T, 3>(K, a, lda, B + n, ldb, c + n, ldc, accumulate); break;
+      case 2: gemm_rows<T, 2>(K, a, lda, B + n, ldb, c + n, ldc, accumulate); break;
+      case 1: gemm_rows<T, 1>(K, a, lda, B + n, ldb, c + n, ldc, accumulate); break;
+      default: break;
+    }
+  }
+}
+
+DROPE_INLINE int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// dst (rows × ld) ← n rows of D values at src (row stride), converted to T; the rest of the rows zero.
+template <typename in_t, typename T>
+DROPE_INLINE void load_rows(const in_t* src, int64_t stride, int64_t n, int64_t D, int64_t rows, int64_t ld, T* dst) {
+  std::fill(dst, dst + rows * ld, T(0));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t d = 0; d < D; ++d) dst[r * ld + d] = static_cast<T>(src[r * stride + d]);
+}
+
+// dst (D × cols) ← the transpose of n rows of D values at src, converted to T; other columns zero.
+template <typename in_t, typename T>
+DROPE_INLINE void load_cols(const in_t* src, int64_t stride, int64_t n, int64_t D, int64_t cols, T* dst) {
+  std::fill(dst, dst + D * cols, T(0));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t d = 0; d < D; ++d) dst[d * cols + r] = static_cast<T>(src[r * stride + d]);
+}
+
+// dst (cols × rows) ← transpose of src (rows × cols).
+template <typename T>
+DROPE_INLINE void transpose(const T* src, int64_t rows, int64_t cols, T* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+}
+
+// Everything one kernel launch needs; the work items are tiles of one (batch, head) pair.
+template <typename in_t, typename T>
+struct Job {
+  enum Kind { kForward, kRowDot, kGradKV, kGradQ, kGradKVQ } kind;
+  AttnParams<T> p;
+  int64_t D = 0, Dp = 0;      // head dim, and padded to the SIMD width
+  int64_t blocks = 0;         // tiles per (batch, head) pair
+  bool serial = false;        // too little work to spread over threads
+  const in_t *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *dout = nullptr;
+  const T *lse = nullptr, *rowdot = nullptr;
+  in_t *o = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  T *lse_out = nullptr, *rowdot_out = nullptr;
+};
+
+// Scratch elements of grad_kv_tile (with room for the key tile that dQ needs).
+template <typename in_t, typename T>
+int64_t scratch_kv(const Job<in_t, T>& job) {
+  return 2 * job.D * kBlockK + 3 * kBlockK * job.Dp + 2 * kBlockQ * job.Dp + 4 * kBlockQ * kBlockK;
+}
+
+// Scratch elements one work item of the job needs.
+template <typename in_t, typename T>
+int64_t scratch_size(const Job<in_t, T>& job) {
+  const int64_t D = job.D, Dp = job.Dp, QK = kBlockQ * kBlockK;
+  switch (job.kind) {
+    case Job<in_t, T>::kForward: return 2 * kBlockQ * Dp + D * kBlockK + kBlockK * Dp + QK + 3 * kBlockQ;
+    case Job<in_t, T>::kGradKV: return scratch_kv(job);
+    case Job<in_t, T>::kGradQ: return 3 * kBlockQ * Dp + 2 * D * kBlockK + kBlockK * Dp + 2 * QK;
+    case Job<in_t, T>::kGradKVQ:  // the last query tile's padding rows spill kRows − 1 rows past dQ
+      return scratch_kv(job) + ((job.p.heads / job.p.kv_heads) * job.p.q_len + kRows) * Dp;
+    default: return 0;
+  }
+}
+
+// Tile index of work item idx within its pair, zig-zag ordered so that contiguous chunks mix cheap and
+// expensive causal tiles.
+DROPE_INLINE int64_t zigzag(int64_t r, int64_t n) { return r % 2 == 0 ? r / 2 : n - 1 - r / 2; }
+
+// Turns the raw dots of one query row of a key tile [j0, j0 + kBlockK) into masked, scaled, biased logits in
+// place; returns whether any key of the tile is visible to the row.
+template <typename T>
+DROPE_INLINE bool row_logits(const AttnParams<T>& p, T* s, int64_t i, int64_t j0, int64_t nk, T slope) {
+  using V = typename Simd<T>::V;
+  constexpr int W = Simd<T>::W;
+  const int64_t a = std::max<int64_t>(visible_lo(p, i) - j0, 0), b = std::min<int64_t>(visible_hi(p, i) - j0, nk);
+  if (a >= b) return false;
+  const V lane = iota(T(0)), ninf = V{} + neg_inf<T>();
+  const T fa = T(a), fb = T(b), di = T(i - j0);
+  for (int64_t c = 0; c < kBlockK; c += W) {
+    const V jj = lane + T(c);
+    V x = attn_logit(vload(s + c), p.scale, slope, di - jj);
+    x = (jj < fa) | (jj >= fb) ? ninf : x;
+    vstore(s + c, x);
+  }
+  return true;
+}
+
+// Forward of one query tile: online softmax over the key tiles of its band.
+template <typename in_t, typename T>
+DROPE_INLINE void forward_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, T* buf) {
+  using V = typename Simd<T>::V;
+  constexpr int W = Simd<T>::W;
+  const auto& p = job.p;
+  const int64_t D = job.D, Dp = job.Dp, b = bh / p.heads, h = bh % p.heads, hk = kv_head_of(p, h);
+  const int64_t t0 = qb * kBlockQ, nq = std::min(kBlockQ, p.q_len - t0), Mq = round_up(nq, kRows);
+  const int64_t i0 = query_pos(p, t0);
+  const T slope = p.alibi_slopes ? p.alibi_slopes[h] : T(0);
+  T* Q = buf;                   // (kBlockQ, Dp)
+  T* O = Q + kBlockQ * Dp;      // (kBlockQ, Dp)
+  T* Kt = O + kBlockQ * Dp;     // (D, kBlockK)
+  T* Vs = Kt + D * kBlockK;     // (kBlockK, Dp)
+  T* S = Vs + kBlockK * Dp;     // (kBlockQ, kBlockK)
+  T* m = S + kBlockQ * kBlockK;  // (kBlockQ)
+  T* l = m + kBlockQ;
+  T* alpha = l + kBlockQ;
+  const in_t* qp = job.q + b * p.q_stride[0] + h * p.q_stride[1] + t0 * p.q_stride[2];
+  const in_t* kp = job.k + b * p.k_stride[0] + hk * p.k_stride[1];
+  const in_t* vp = job.v + b * p.v_stride[0] + hk * p.v_stride[1];
+  load_rows(qp, p.q_stride[2], nq, D, kBlockQ, Dp, Q);
+  std::fill(O, O + kBlockQ * Dp, T(0));
+  std::fill(m, m + kBlockQ, neg_inf<T>());
+  std::fill(l, l + kBlockQ, T(0));
+  int64_t lo, hi;
+  key_band(p, i0, i0 + nq, &lo, &hi);
+  for (int64_t j0 = lo; j0 < hi; j0 += kBlockK) {
+    const int64_t nk = std::min(kBlockK, hi - j0);
+    load_cols(kp + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Kt);
+    load_rows(vp + j0 * p.v_stride[2], p.v_stride[2], nk, D, kBlockK, Dp, Vs);
+    gemm(Mq, kBlockK, D, Q, Dp, Kt, kBlockK, S, kBlockK, false);  // (Mq, kBlockK) raw dots
+    for (int64_t r = 0; r < Mq; ++r) {
+      T* s = S + r * kBlockK;
+      alpha[r] = T(1);
+      if (r >= nq || !row_logits(p, s, i0 + r, j0, nk, slope)) {
+        std::fill(s, s + kBlockK, T(0));
+        continue;
+      }
+      V vmax = vload(s);
+      for (int64_t c = W; c < kBlockK; c += W) {
+        const V x = vload(s + c);
+        vmax = x > vmax ? x : vmax;
+      }
+      alpha[r] = online_softmax_rescale(&m[r], hmax(vmax));
+      V vsum = V{};
+      for (int64_t c = 0; c < kBlockK; c += W) {
+        const V e = vexp(vload(s + c) - m[r]);
+        vstore(s + c, e);
+        vsum += e;
+      }
+      l[r] = l[r] * alpha[r] + hsum(vsum);
+      if (alpha[r] != T(1))
+        for (int64_t d = 0; d < Dp; ++d) O[r * Dp + d] *= alpha[r];
+    }
+    gemm(Mq, Dp, kBlockK, S, kBlockK, Vs, Dp, O, Dp, true);  // O += P · V
+  }
+  in_t* op = job.o + b * p.o_stride[0] + h * p.o_stride[1] + t0 * p.o_stride[2];
+  T* lsep = job.lse_out + bh * p.q_len + t0;
+  for (int64_t r = 0; r < nq; ++r) {
+    const T inv = l[r] > T(0) ? T(1) / l[r] : std::numeric_limits<T>::quiet_NaN();
+    for (int64_t d = 0; d < D; ++d) op[r * p.o_stride[2] + d] = static_cast<in_t>(O[r * Dp + d] * inv);
+    lsep[r] = softmax_lse(m[r], l[r]);
+  }
+}
+
+// Σ_d dout·out for every query row of one tile (the D_i term of the backward).
+template <typename in_t, typename T>
+DROPE_INLINE void rowdot_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb) {
+  const auto& p = job.p;
+  const int64_t t0 = qb * kBlockQ, nq = std::min(kBlockQ, p.q_len - t0);
+  const in_t* o = job.out + (bh * p.q_len + t0) * job.D;
+  const in_t* g = job.dout + (bh * p.q_len + t0) * job.D;
+  for (int64_t r = 0; r < nq; ++r) {
+    T acc = 0;
+    for (int64_t d = 0; d < job.D; ++d) acc += static_cast<T>(o[r * job.D + d]) * static_cast<T>(g[r * job.D + d]);
+    job.rowdot_out[bh * p.q_len + t0 + r] = acc;
+  }
+}
+
+// Probabilities P and logit gradients dS of one (query tile, key tile) pair, in place of the raw dots S and
+// dP = dout·vᵀ; rows and keys outside the band get zeros.
+template <typename T>
+DROPE_INLINE void probs_and_grads(const AttnParams<T>& p, T* S, T* dP, int64_t Mq, int64_t nq, int64_t t0, int64_t j0,
+                                  int64_t nk, T slope, const T* lse, const T* rowdot) {
+  using V = typename Simd<T>::V;
+  constexpr int W = Simd<T>::W;
+  for (int64_t r = 0; r < Mq; ++r) {
+    T* s = S + r * kBlockK;
+    T* dp = dP + r * kBlockK;
+    if (r >= nq || !row_logits(p, s, query_pos(p, t0 + r), j0, nk, slope)) {
+      std::fill(s, s + kBlockK, T(0));
+      std::fill(dp, dp + kBlockK, T(0));
+      continue;
+    }
+    const T row_lse = lse[r], row_dot = rowdot[r];
+    const V zero = V{}, ninf = V{} + neg_inf<T>();
+    for (int64_t c = 0; c < kBlockK; c += W) {
+      const V x = vload(s + c);
+      const auto visible = x != ninf;
+      const V prob = visible ? vexp(x - row_lse) : zero;  // softmax_prob on SIMD lanes
+      const V grad = softmax_grad(prob, vload(dp + c), row_dot);
+      vstore(s + c, prob);
+      vstore(dp + c, visible ? grad : zero);
+    }
+  }
+}
+
+// dK and dV of one key tile, accumulated over every query head of its KV group and every query tile that
+// sees it. With dq_acc (G, T, Dp) also adds the tile's contribution to the group's dQ (unscaled).
+template <typename in_t, typename T>
+DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb, T* buf, T* dq_acc) {
+  const auto& p = job.p;
+  const int64_t D = job.D, Dp = job.Dp, b = bhk / p.kv_heads, hk = bhk % p.kv_heads, G = p.heads / p.kv_heads;
+  const int64_t j0 = kb * kBlockK, nk = std::min(kBlockK, p.kv_len - j0), Mk = round_up(nk, kRows);
+  T* Kt = buf;                     // (D, kBlockK)
+  T* Vt = Kt + D * kBlockK;        // (D, kBlockK)
+  T* dK = Vt + D * kBlockK;        // (kBlockK, Dp)
+  T* dV = dK + kBlockK * Dp;       // (kBlockK, Dp)
+  T* Q = dV + kBlockK * Dp;        // (kBlockQ, Dp)
+  T* dO = Q + kBlockQ * Dp;        // (kBlockQ, Dp)
+  T* S = dO + kBlockQ * Dp;        // (kBlockQ, kBlockK)
+  T* dP = S + kBlockQ * kBlockK;   // (kBlockQ, kBlockK)
+  T* Pt = dP + kBlockQ * kBlockK;  // (kBlockK, kBlockQ)
+  T* dSt = Pt + kBlockK * kBlockQ;  // (kBlockK, kBlockQ)
+  T* Ks = dSt + kBlockK * kBlockQ;  // (kBlockK, Dp), only with dq_acc
+  load_cols(job.k + b * p.k_stride[0] + hk * p.k_stride[1] + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Kt);
+  if (dq_acc)
+    load_rows(job.k + b * p.k_stride[0] + hk * p.k_stride[1] + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Dp,
+              Ks);
+  load_cols(job.v + b * p.v_stride[0] + hk * p.v_stride[1] + j0 * p.v_stride[2], p.v_stride[2], nk, D, kBlockK, Vt);
+  std::fill(dK, dK + 2 * kBlockK * Dp, T(0));
+  int64_t t_lo, t_hi;
+  query_band(p, j0, j0 + nk, &t_lo, &t_hi);
+  for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+    const T slope = p.alibi_slopes ? p.alibi_slopes[h] : T(0);
+    const int64_t bh = b * p.heads + h;
+    for (int64_t t0 = t_lo; t0 < t_hi; t0 += kBlockQ) {
+      const int64_t nq = std::min(kBlockQ, t_hi - t0), Mq = round_up(nq, kRows);
+      load_rows(job.q + b * p.q_stride[0] + h * p.q_stride[1] + t0 * p.q_stride[2], p.q_stride[2], nq, D, Mq, Dp, Q);
+      load_rows(job.dout + (bh * p.q_len + t0) * D, D, nq, D, Mq, Dp, dO);
+      gemm(Mq, kBlockK, D, Q, Dp, Kt, kBlockK, S, kBlockK, false);    // raw dots
+      gemm(Mq, kBlockK, D, dO, Dp, Vt, kBlockK, dP, kBlockK, false);  // dP = dout · vᵀ
+      probs_and_grads(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0,
+                      job.rowdot + bh * p.q_len + t0);
+      transpose(S, Mq, kBlockK, Pt);
+      transpose(dP, Mq, kBlockK, dSt);
+      gemm(Mk, Dp, Mq, Pt, Mq, dO, Dp, dV, Dp, true);  // dV += Pᵀ · dout
+      gemm(Mk, Dp, Mq, dSt, Mq, Q, Dp, dK, Dp, true);  // dK += dSᵀ · q
+      if (dq_acc) gemm(Mq, Dp, Mk, dP, kBlockK, Ks, Dp, dq_acc + ((h - hk * G) * p.q_len + t0) * Dp, Dp, true);
+    }
+  }
+  in_t* dkp = job.dk + (bhk * p.kv_len + j0) * D;
+  in_t* dvp = job.dv + (bhk * p.kv_len + j0) * D;
+  for (int64_t r = 0; r < nk; ++r)
+    for (int64_t d = 0; d < D; ++d) {
+      dkp[r * D + d] = static_cast<in_t>(dK[r * Dp + d] * p.scale);
+      dvp[r * D + d] = static_cast<in_t>(dV[r * Dp + d]);
+    }
+}
+
+// dQ, dK and dV of one (batch, KV head) pair in one sweep over its key tiles (no recomputation of the
+// logits for dQ; needs enough pairs to keep every thread busy).
+template <typename in_t, typename T>
+DROPE_INLINE void grad_pair(const Job<in_t, T>& job, int64_t bhk, T* buf) {
+  const auto& p = job.p;
+  const int64_t D = job.D, Dp = job.Dp, G = p.heads / p.kv_heads;
+  T* dq_acc = buf + scratch_kv(job);  // (G, T, Dp) and kRows rows of padding
+  std::fill(dq_acc, dq_acc + (G * p.q_len + kRows) * Dp, T(0));
+  for (int64_t kb = 0; kb * kBlockK < p.kv_len; ++kb) grad_kv_tile(job, bhk, kb, buf, dq_acc);
+  in_t* dqp = job.dq + bhk * G * p.q_len * D;  // heads of one group are consecutive
+  for (int64_t r = 0; r < G * p.q_len; ++r)
+    for (int64_t d = 0; d < D; ++d) dqp[r * D + d] = static_cast<in_t>(dq_acc[r * Dp + d] * p.scale);
+}
+
+// dQ of one query tile over the key tiles of its band.
+template <typename in_t, typename T>
+DROPE_INLINE void grad_q_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, T* buf) {
+  const auto& p = job.p;
+  const int64_t D = job.D, Dp = job.Dp, b = bh / p.heads, h = bh % p.heads, hk = kv_head_of(p, h);
+  const int64_t t0 = qb * kBlockQ, nq = std::min(kBlockQ, p.q_len - t0), Mq = round_up(nq, kRows);
+  const T slope = p.alibi_slopes ? p.alibi_slopes[h] : T(0);
+  T* Q = buf;                     // (kBlockQ, Dp)
+  T* dO = Q + kBlockQ * Dp;       // (kBlockQ, Dp)
+  T* dQ = dO + kBlockQ * Dp;      // (kBlockQ, Dp)
+  T* Kt = dQ + kBlockQ * Dp;      // (D, kBlockK)
+  T* Vt = Kt + D * kBlockK;       // (D, kBlockK)
+  T* Ks = Vt + D * kBlockK;       // (kBlockK, Dp)
+  T* S = Ks + kBlockK * Dp;       // (kBlockQ, kBlockK)
+  T* dP = S + kBlockQ * kBlockK;  // (kBlockQ, kBlockK)
+  const in_t* kp = job.k + b * p.k_stride[0] + hk * p.k_stride[1];
+  const in_t* vp = job.v + b * p.v_stride[0] + hk * p.v_stride[1];
+  load_rows(job.q + b * p.q_stride[0] + h * p.q_stride[1] + t0 * p.q_stride[2], p.q_stride[2], nq, D, kBlockQ, Dp, Q);
+  load_rows(job.dout + (bh * p.q_len + t0) * D, D, nq, D, kBlockQ, Dp, dO);
+  std::fill(dQ, dQ + kBlockQ * Dp, T(0));
+  int64_t lo, hi;
+  key_band(p, query_pos(p, t0), query_pos(p, t0 + nq), &lo, &hi);
+  for (int64_t j0 = lo; j0 < hi; j0 += kBlockK) {
+    const int64_t nk = std::min(kBlockK, hi - j0), Mk = round_up(nk, kRows);
+    load_cols(kp + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Kt);
+    load_cols(vp + j0 * p.v_stride[2], p.v_stride[2], nk, D, kBlockK, Vt);
+    load_rows(kp + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Dp, Ks);
+    gemm(Mq, kBlockK, D, Q, Dp, Kt, kBlockK, S, kBlockK, false);
+    gemm(Mq, kBlockK, D, dO, Dp, Vt, kBlockK, dP, kBlockK, false);
+    probs_and_grads(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0, job.rowdot + bh * p.q_len + t0);
+    gemm(Mq, Dp, Mk, dP, kBlockK, Ks, Dp, dQ, Dp, true);  // dQ += dS · k
+  }
+  in_t* dqp = job.dq + (bh * p.q_len + t0) * D;
+  for (int64_t r = 0; r < nq; ++r)
+    for (int64_t d = 0; d < D; ++d) dqp[r * D + d] = static_cast<in_t>(dQ[r * Dp + d] * p.scale);
+}
+
+// Runs work items [begin, end) of the job on the calling thread.
+template <typename in_t, typename T>
+DROPE_INLINE void run_items(const Job<in_t, T>& job, int64_t begin, int64_t end) {
+  std::vector<T> buf(scratch_size(job));
+  for (int64_t idx = begin; idx < end; ++idx) {
+    const int64_t pair = idx / job.blocks, blk = zigzag(idx % job.blocks, job.blocks);
+    switch (job.kind) {
+      case Job<in_t, T>::kForward: forward_tile(job, pair, blk, buf.data()); break;
+      case Job<in_t, T>::kRowDot: rowdot_tile(job, pair, blk); break;
+      case Job<in_t, T>::kGradKV: grad_kv_tile(job, pair, blk, buf.data(), static_cast<T*>(nullptr)); break;
+      case Job<in_t, T>::kGradQ: grad_q_tile(job, pair, blk, buf.data()); break;
+      case Job<in_t, T>::kGradKVQ: grad_pair(job, pair, buf.data()); break;
+    }
+  }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DROPE_X86_DISPATCH 1
+template <typename in_t, typename T>
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma"))) void run_items_avx512(const Job<in_t, T>& job,
+                                                                                           int64_t begin, int64_t end) {
+  run_items(job, begin, end);
+}
+
+template <typename in_t, typename T>
+__attribute__((target("avx2,fma"))) void run_items_avx2(const Job<in_t, T>& job, int64_t begin, int64_t end) {
+  run_items(job, begin, end);
+}
+
+enum class Isa { kBase, kAvx2, kAvx512 };
+
+// The widest instruction set this CPU runs.
+Isa cpu_isa() {
+  static const Isa isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+      return Isa::kAvx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+    return Isa::kBase;
+  }();
+  return isa;
+}
+#endif
+
+template <typename in_t, typename T>
+void run_items_baseline(const Job<in_t, T>& job, int64_t begin, int64_t end) {
+  run_items(job, begin, end);
+}
+
+// Calls f on sub-ranges covering [0, n) from several threads. With ATen's OpenMP pool visible to this
+// translation unit (built with -fopenmp) that is at::parallel_for; otherwise at::parallel_for would run
+// serially here, so this thread and helpers on ATen's inter-op pool take items one at a time.
+void parallel_items(int64_t n, const std::function<void(int64_t, int64_t)>& f) {
+#ifdef INTRA_OP_PARALLEL
+  at::parallel_for(0, n, 1, f);
+#else
+  const int64_t helpers = std::min<int64_t>(at::get_num_threads(), n) - 1;
+  if (helpers <= 0 || at::in_parallel_region()) return f(0, n);
+  struct State {
+    std::atomic<int64_t> next{0};
+    int64_t done = 0;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::exception_ptr error;
+  };
+  auto st = std::make_shared<State>();
+  const auto* fp = &f;  // only used while items remain, i.e. before the caller returns
+  auto work = [st, fp, n] {
+    int64_t mine = 0;
+    for (int64_t i; (i = st->next.fetch_add(1)) < n; ++mine) {
+      try {
+        (*fp)(i, i + 1);
+      } catch (...) {
+        std::lock_guard<std::mutex> g(st->mu);
+        if (!st->error) st->error = std::current_exception();
+      }
+    }
+    if (mine == 0) return;
+    std::lock_guard<std::mutex> g(st->mu);
+    st->done += mine;
+    if (st->done == n) st->cv.notify_all();
+  };
+  for (int64_t h = 0; h < helpers; ++h) at::launch(work);
+  work();
+  std::unique_lock<std::mutex> lock(st->mu);
+  st->cv.wait(lock, [&] { return st->done == n; });
+  if (st->error) std::rethrow_exception(st->error);
+#endif
+}
+
+// Runs every work item of the job on the CPU's widest instruction set, spread over threads unless small.
+template <typename in_t, typename T>
+void launch(const Job<in_t, T>& job, int64_t pairs) {
+  const auto run = [&](int64_t begin, int64_t end) {
+#ifdef DROPE_X86_DISPATCH
+    switch (cpu_isa()) {
+      case Isa::kAvx512: return run_items_avx512(job, begin, end);
+      case Isa::kAvx2: return run_items_avx2(job, begin, end);
+      case Isa::kBase: break;
+    }
+#endif
+    run_items_baseline(job, begin, end);
+  };
+  const int64_t items = pairs * job.blocks;
+  if (job.serial)
+    run(0, items);
+  else
+    parallel_items(items, run);
+}
+
+// Kernel parameters for contiguous q (B, H, T, D), k/v (B, H_kv, S, D).
+template <typename T>
+AttnParams<T> make_params(const at::Tensor& q, const at::Tensor& k, const ops::AttentionParams& a,
+                          const std::vector<T>& slopes) {
+  AttnParams<T> p;
+  p.batch = q.size(0);
+  p.heads = q.size(1);
+  p.kv_heads = k.size(1);
+  p.q_len = q.size(2);
+  p.kv_len = k.size(2);
+  p.head_dim = q.size(3);
+  for (int d = 0; d < 3; ++d) {
+    p.q_stride[d] = p.o_stride[d] = q.stride(d);
+    p.k_stride[d] = p.v_stride[d] = k.stride(d);
+  }
+  p.q_offset = a.q_offset < 0 ? p.kv_len - p.q_len : a.q_offset;
+  p.window = a.window;
+  p.causal = a.causal;
+  p.scale = T(a.scale > 0 ? a.scale : 1.0 / std::sqrt(double(p.head_dim)));
+  p.alibi_slopes = slopes.empty() ? nullptr : slopes.data();
+  return p;
+}
+
+// Whether a call of these sizes is too small to be worth threads.
+template <typename T>
+bool too_small_for_threads(const AttnParams<T>& p) {
+  return p.batch * p.heads * p.q_len * p.kv_len * p.head_dim < kMinParallelWork;
+}
+
+// ALiBi slopes of the call as acc_t values (empty when there are none).
+template <typename T>
+std::vector<T> slopes_of(const ops::AttentionParams& a) {
+  if (!a.alibi_slopes.defined()) return {};
+  const at::Tensor s = a.alibi_slopes.detach().to(at::kCPU, c10::CppTypeToScalarType<T>::value).contiguous();
+  return std::vector<T>(s.data_ptr<T>(), s.data_ptr<T>() + s.numel());
+}
+
+template <typename in_t, typename T>
+CpuAttentionForward forward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const ops::AttentionParams& a) {
+  const auto slopes = slopes_of<T>(a);
+  Job<in_t, T> job;
+  job.kind = Job<in_t, T>::kForward;
+  job.p = make_params<T>(q, k, a, slopes);
+  job.serial = too_small_for_threads(job.p);
+  job.D = q.size(3);
+  job.Dp = round_up(job.D, Simd<T>::W);
+  job.blocks = (job.p.q_len + kBlockQ - 1) / kBlockQ;
+  const auto acc_dtype = c10::CppTypeToScalarType<T>::value;
+  at::Tensor out = at::empty_like(q);                                                 // (B, H, T, D)
+  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(acc_dtype));  // (B, H, T)
+  job.q = q.data_ptr<in_t>();
+  job.k = k.data_ptr<in_t>();
+  job.v = v.data_ptr<in_t>();
+  job.o = out.data_ptr<in_t>();
+  job.lse_out = lse.data_ptr<T>();
+  launch(job, job.p.batch * job.p.heads);
+  return {out, lse};
+}
+
+template <typename in_t, typename T>
+CpuAttentionGrads backward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                const at::Tensor& lse, const at::Tensor& dout, const ops::AttentionParams& a,
+                                BackwardSchedule schedule) {
+  const auto slopes = slopes_of<T>(a);
+  Job<in_t, T> job;
+  job.p = make_params<T>(q, k, a, slopes);
+  job.serial = too_small_for_threads(job.p);
+  job.D = q.size(3);
+  job.Dp = round_up(job.D, Simd<T>::W);
+  auto rowdot = at::empty_like(lse);  // (B, H, T)
+  auto dq = at::empty_like(q);        // (B, H, T, D)
+  auto dk = at::empty_like(k);        // (B, H_kv, S, D)
+  auto dv = at::empty_like(v);        // (B, H_kv, S, D)
+  job.q = q.data_ptr<in_t>();
+  job.k = k.data_ptr<in_t>();
+  job.v = v.data_ptr<in_t>();
+  job.out = out.data_ptr<in_t>();
+  job.dout = dout.data_ptr<in_t>();
+  job.lse = lse.data_ptr<T>();
+  job.rowdot = job.rowdot_out = rowdot.data_ptr<T>();
+  job.dq = dq.data_ptr<in_t>();
+  job.dk = dk.data_ptr<in_t>();
+  job.dv = dv.data_ptr<in_t>();
+  const int64_t q_blocks = (job.p.q_len + kBlockQ - 1) / kBlockQ, pairs = job.p.batch * job.p.heads;
+  job.kind = Job<in_t, T>::kRowDot;
+  job.blocks = q_blocks;
+  launch(job, pairs);
+  const int64_t kv_pairs = job.p.batch * job.p.kv_heads, threads = at::get_num_threads();
+  if (schedule == BackwardSchedule::kAuto)
+    schedule = job.serial || kv_pairs % threads == 0 || kv_pairs >= 4 * threads ? BackwardSchedule::kPerKVHead
+                                                                                : BackwardSchedule::kTwoPass;
+  if (schedule == BackwardSchedule::kPerKVHead) {
+    job.kind = Job<in_t, T>::kGradKVQ;
+    job.blocks = 1;
+    launch(job, kv_pairs);
+    return {dq, dk, dv};
+  }
+  job.kind = Job<in_t, T>::kGradKV;
+  job.blocks = (job.p.kv_len + kBlockK - 1) / kBlockK;
+  launch(job, kv_pairs);
+  job.kind = Job<in_t, T>::kGradQ;
+  job.blocks = q_blocks;
+  launch(job, pairs);
+  return {dq, dk, dv};
+}
+
+}  // namespace
+
+bool attention_cpu_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const auto dt = q.scalar_type();
+  return q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu() && k.scalar_type() == dt &&
+         v.scalar_type() == dt && (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kDouble);
+}
+
+CpuAttentionForward attention_forward_cpu(const at::Tensor& q_, const at::Tensor& k_, const at::Tensor& v_,
+                                          const ops::AttentionParams& p) {
+  TORCH_CHECK(attention_cpu_supported(q_, k_, v_), "attention_forward_cpu: needs CPU float32/bfloat16/float64 "
+              "tensors of one dtype, got ", q_.scalar_type(), ", ", k_.scalar_type(), ", ", v_.scalar_type());
+  const auto q = q_.contiguous(), k = k_.contiguous(), v = v_.contiguous();
+  switch (q.scalar_type()) {
+    case at::kDouble: return forward_impl<double, double>(q, k, v, p);
+    case at::kBFloat16: return forward_impl<at::BFloat16, float>(q, k, v, p);
+    default: return forward_impl<float, float>(q, k, v, p);
+  }
+}
+
+CpuAttentionGrads attention_backward_cpu(const at::Tensor& q_, const at::Tensor& k_, const at::Tensor& v_,
+                                         const at::Tensor& out_, const at::Tensor& lse_, const at::Tensor& dout_,
+                                         const ops::AttentionParams& p, BackwardSchedule schedule) {
+  TORCH_CHECK(attention_cpu_supported(q_, k_, v_), "attention_backward_cpu: unsupported inputs");
+  const auto dt = q_.scalar_type();
+  const auto acc = dt == at::kDouble ? at::kDouble : at::kFloat;
+  const auto q = q_.contiguous(), k = k_.contiguous(), v = v_.contiguous();
+  const auto out = out_.to(dt).contiguous(), dout = dout_.to(dt).contiguous(), lse = lse_.to(acc).contiguous();
+  switch (dt) {
+    case at::kDouble: return backward_impl<double, double>(q, k, v, out, lse, dout, p, schedule);
+    case at::kBFloat16: return backward_impl<at::BFloat16, float>(q, k, v, out, lse, dout, p, schedule);
+    default: return backward_impl<float, float>(q, k, v, out, lse, dout, p, schedule);
+  }
+}
+
+}  // namespace drope::kernels
