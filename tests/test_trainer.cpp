@@ -146,3 +146,18 @@ TEST(Trainer, DropAtStepSwitchesToNoPEAndKeepsTraining) {
   EXPECT_EQ(m->config().qk_norm, "qk");
   EXPECT_TRUE(std::isfinite(r.val_loss));
 }
+
+TEST(Trainer, Bf16AutocastTrainsAndDiffersFromFloat32) {
+  torch::set_num_threads(1);
+  auto d = test::tmp_dir("bf16");
+  fs::create_directories(d + "/a");
+  fs::create_directories(d + "/b");
+  TrainOptions o;
+  o.quiet = true;
+  auto f32 = run_training(load_run_config(write_cfg(d + "/a")), o);
+  auto b16 = run_training(load_run_config(write_cfg(d + "/b"), {"train.dtype=bfloat16"}), o);
+  ASSERT_EQ(b16.losses.size(), 6u);
+  EXPECT_LT(b16.losses.back().second, b16.losses.front().second);
+  EXPECT_NE(b16.losses.back().second, f32.losses.back().second);  // the forward really ran in bf16
+  EXPECT_NEAR(b16.losses.back().second, f32.losses.back().second, 0.1);
+}

@@ -5,6 +5,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/text/shards.h"
 
 namespace fs = std::filesystem;
 
@@ -39,6 +40,45 @@ SplitSources byte_text_sources(const std::string& path, int64_t seq_len) {
   SplitSources s;
   s.train = std::make_unique<TokenVectorSource>(std::move(train), seq_len, 256, path + " (train bytes)");
   s.val = std::make_unique<TokenVectorSource>(std::move(val), seq_len, 256, path + " (validation bytes)");
+  return s;
+}
+
+namespace {
+
+// Blocks over a memory-mapped token stream.
+class ShardBlockSource final : public BlockSource {
+ public:
+  ShardBlockSource(std::shared_ptr<text::TokenStream> s, int64_t seq_len, int64_t vocab)
+      : stream_(std::move(s)), seq_len_(seq_len), vocab_(vocab) {
+    if (stream_->size() < seq_len + 1)
+      fail("{}: {} tokens, fewer than one block of seq_len + 1 = {}", stream_->name(), stream_->size(), seq_len + 1);
+  }
+  int64_t num_blocks() const override { return (stream_->size() - 1) / seq_len_; }
+  int64_t seq_len() const override { return seq_len_; }
+  int64_t vocab_size() const override { return vocab_; }
+  torch::Tensor block(int64_t b) const override {
+    auto t = torch::empty({seq_len_ + 1}, torch::kLong);
+    stream_->read(b * seq_len_, seq_len_ + 1, t.data_ptr<int64_t>());
+    return t;
+  }
+  std::string describe() const override { return stream_->name(); }
+
+ private:
+  std::shared_ptr<text::TokenStream> stream_;
+  int64_t seq_len_, vocab_;
+};
+
+}  // namespace
+
+SplitSources dataset_sources(const std::string& dataset, int64_t seq_len) {
+  const std::string index_path = fs::is_directory(dataset) ? (fs::path(dataset) / "index.json").string() : dataset;
+  const auto index = text::read_index(index_path);
+  for (const char* split : {"train", "val"})
+    if (!index.splits.count(split)) fail("{}: the dataset has no '{}' split", index_path, split);
+  SplitSources s;
+  s.train = std::make_unique<ShardBlockSource>(text::TokenStream::open(dataset, "train"), seq_len,
+                                               index.tokenizer.vocab_size);
+  s.val = std::make_unique<ShardBlockSource>(text::TokenStream::open(dataset, "val"), seq_len, index.tokenizer.vocab_size);
   return s;
 }
 

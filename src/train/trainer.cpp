@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <ATen/autocast_mode.h>
 #include <nlohmann/json.hpp>
 
 #include "drope/core/error.h"
@@ -72,6 +73,30 @@ std::string fmt_duration(double s) {
   return fmt::format("{}s", t);
 }
 
+// bf16 autocast for the forward pass (weights and optimizer stay float32), on the model's device.
+class AutocastGuard {
+ public:
+  AutocastGuard(bool on, c10::DeviceType dev) : on_(on), dev_(dev) {
+    if (!on_) return;
+    prev_enabled_ = at::autocast::is_autocast_enabled(dev_);
+    prev_dtype_ = at::autocast::get_autocast_dtype(dev_);
+    at::autocast::set_autocast_enabled(dev_, true);
+    at::autocast::set_autocast_dtype(dev_, at::kBFloat16);
+  }
+  ~AutocastGuard() {
+    if (!on_) return;
+    at::autocast::set_autocast_enabled(dev_, prev_enabled_);
+    at::autocast::set_autocast_dtype(dev_, prev_dtype_);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool on_;
+  c10::DeviceType dev_;
+  bool prev_enabled_ = false;
+  at::ScalarType prev_dtype_ = at::kBFloat16;
+};
+
 // Keeps the JSON-lines log consistent with a resumed run: lines after `step` are dropped.
 void truncate_log(const std::string& path, int64_t step) {
   std::ifstream in(path);
@@ -122,8 +147,9 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     train_src = std::move(s.train);
     val_src = std::move(s.val);
   } else {
-    fail("{}: data.dataset needs the token-shard loader (drope-data prepare), not available in this build yet",
-         cfg.source);
+    auto s = dataset_sources(cfg.data.dataset, T);
+    train_src = std::move(s.train);
+    val_src = std::move(s.val);
   }
 
   // Model and optimizer state: resume, or build for the phase.
@@ -185,7 +211,9 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
 
   BlockSampler sampler(*train_src, cfg.seed, cfg.data.shuffle);
   BlockSampler val_sampler(*val_src, 0, false);
+  const bool bf16 = cfg.train.dtype == "bfloat16";
   auto step_loss = [&](const torch::Tensor& batch) {
+    AutocastGuard autocast(bf16, device.type());
     auto b = batch.to(device);
     auto logits = model->forward(b.narrow(1, 0, T));  // (micro, T, V)
     return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),

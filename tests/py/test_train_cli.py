@@ -122,3 +122,25 @@ def test_bad_inputs(tmp):
                    timeout=120)
     fails([cfg, "--resume", "--set", "model.intermediate_size=64"], "another model shape", "intermediate_size")
     assert (tmp / "bad" / "checkpoints" / "step-00000002" / "state.json").exists()
+
+
+def test_train_on_prepared_token_shards(tmp):
+    """drope-data prepare (SentencePiece trained on real prose) → drope-train on the shards."""
+    r = subprocess.run([str(BIN / "drope-data"), "prepare", "--input", "/usr/share/common-licenses", "--paragraphs",
+                        "--out", str(tmp / "ds"), "--train-tokenizer", "--vocab-size", "600", "--val-fraction", "0.1",
+                        "--shard-tokens", "20000"], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    index = json.loads((tmp / "ds" / "index.json").read_text())
+    assert len(index["splits"]["train"]["shards"]) > 1
+    cfg = tmp / "ds.yaml"
+    cfg.write_text(CFG.format(out=tmp / "dsrun", steps=30, ckpt=0)
+                   .replace("data: {text: /usr/share/common-licenses/GPL-3,", f"data: {{dataset: {tmp / 'ds'},")
+                   .replace("model: {preset: micro,", "model: {preset: micro, vocab_size: 600,"))
+    subprocess.run([str(BIN / "drope-train"), cfg, "--quiet"], check=True, env=env1(), timeout=240)
+    l = losses(tmp / "dsrun")
+    assert l[30] < l[1] - 0.7, (l[1], l[30])
+    # A model whose vocabulary is smaller than the dataset's is refused with a clear message.
+    bad = tmp / "bad.yaml"
+    bad.write_text(cfg.read_text().replace("vocab_size: 600", "vocab_size: 100"))
+    r = run_cli("drope-train", bad, check=False)
+    assert r.returncode != 0 and "vocabulary 600" in r.stderr, r.stderr

@@ -45,6 +45,9 @@ struct SplitSources {
 };
 SplitSources byte_text_sources(const std::string& path, int64_t seq_len);
 
+// The train and val splits of a dataset prepared by `drope-data prepare` (memory-mapped token shards).
+SplitSources dataset_sources(const std::string& dataset, int64_t seq_len);
+
 // Blocks at global positions [pos, pos + count) of the epoch order (a seeded permutation per epoch
 // when `shuffle`): (count, T + 1) int64.
 class BlockSampler {

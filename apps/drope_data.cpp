@@ -1,0 +1,146 @@
+// drope-data: prepare token shards from text/jsonl, and encode/decode with a tokenizer. Torch-free, so
+// it starts instantly and runs where LibTorch is not installed.
+#include <cstdio>
+#include <functional>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "drope/core/error.h"
+#include "drope/core/files.h"
+#include "drope/text/prepare.h"
+#include "drope/text/tokenizer.h"
+
+namespace {
+
+using json = nlohmann::json;
+
+json parse_json_file(const std::string& path) {
+  try {
+    return json::parse(drope::read_file(path));
+  } catch (const json::parse_error& e) {
+    drope::fail("{}: invalid JSON ({})", path, e.what());
+  }
+}
+
+// A JSON list of token ids → ids, naming the file and index on a bad entry.
+std::vector<int32_t> ids_from(const json& j, const std::string& where) {
+  if (!j.is_array()) drope::fail("{}: expected a list of token ids", where);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_number_integer() || j[i].get<int64_t>() < 0 || j[i].get<int64_t>() > INT32_MAX)
+      drope::fail("{}[{}]: expected a non-negative integer token id", where, i);
+    ids.push_back(j[i].get<int32_t>());
+  }
+  return ids;
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// Runs `body`; an error prints one "error: ..." line and exits 1 (drope::app::run without LibTorch).
+int run(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  }
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App cli{"drope-data: token shards for training, and tokenizer encode/decode"};
+  cli.require_subcommand(1);
+
+  drope::text::PrepareOptions po;
+  bool train_tokenizer = false;
+  auto* prepare = cli.add_subcommand("prepare", "Text/jsonl files → tokenizer → train/val token shards + index.json");
+  prepare->add_option("--input,-i", po.inputs, "Text files (one document each), .jsonl files (a \"text\" field per line) "
+                                               "or directories of them")->required();
+  prepare->add_option("--out", po.out_dir, "Dataset directory to write")->required();
+  prepare->add_option("--tokenizer", po.tokenizer, "Existing tokenizer: SentencePiece .model, tokenizer.json, or a directory");
+  prepare->add_flag("--train-tokenizer", train_tokenizer, "Train a SentencePiece model on the training documents");
+  prepare->add_option("--vocab-size", po.train_vocab_size, "Vocabulary size of the trained SentencePiece model");
+  prepare->add_option("--model-type", po.train_model_type, "SentencePiece model type")->check(CLI::IsMember({"bpe", "unigram"}));
+  prepare->add_option("--val-fraction", po.val_fraction, "Share of documents held out for validation, in [0, 1)");
+  prepare->add_option("--seed", po.seed, "Seed of the validation split");
+  prepare->add_option("--shard-tokens", po.shard_tokens, "Tokens per shard file at most");
+  prepare->add_flag("--paragraphs", po.paragraphs, "Text files: one document per blank-line-separated paragraph");
+
+  std::string tokenizer, text_file, texts_file, ids_file;
+  bool skip_special = false;
+  auto* encode = cli.add_subcommand("encode", "Print the token ids of a text as JSON");
+  encode->add_option("--tokenizer", tokenizer, "SentencePiece .model, tokenizer.json, or a directory")->required();
+  auto* text_opt = encode->add_option("--text", text_file, "UTF-8 file whose whole content is encoded → [ids]");
+  auto* texts_opt = encode->add_option("--texts", texts_file, "JSON list of strings → [[ids], ...]");
+  text_opt->excludes(texts_opt);
+
+  auto* decode = cli.add_subcommand("decode", "Print the text of token ids as JSON");
+  decode->add_option("--tokenizer", tokenizer, "SentencePiece .model, tokenizer.json, or a directory")->required();
+  decode->add_option("--ids", ids_file, "JSON list of ids → \"text\", or list of lists → [\"text\", ...]")->required();
+  decode->add_flag("--skip-special", skip_special, "Leave special tokens out");
+
+  CLI11_PARSE(cli, argc, argv);
+  return run([&] {
+    if (*prepare) {
+      if (train_tokenizer && po.train_vocab_size <= 0) drope::fail("--train-tokenizer needs --vocab-size N");
+      if (!train_tokenizer && po.train_vocab_size > 0) drope::fail("--vocab-size is only used with --train-tokenizer");
+      if (train_tokenizer && !po.tokenizer.empty()) drope::fail("give either --tokenizer PATH or --train-tokenizer, not both");
+      if (!train_tokenizer && po.tokenizer.empty()) drope::fail("give --tokenizer PATH or --train-tokenizer --vocab-size N");
+      const auto index = drope::text::prepare_dataset(po);
+      const auto& tr = index.splits.at("train");
+      const auto& va = index.splits.at("val");
+      fmt::print("{}: {} tokenizer, vocab {} (eos {}), {} tokens\n", po.out_dir, index.tokenizer.kind,
+                 index.tokenizer.vocab_size, index.tokenizer.eos_id, index.token_bytes == 2 ? "uint16" : "uint32");
+      fmt::print("train: {} documents, {} tokens, {} shards\n", tr.documents, tr.tokens, tr.shards.size());
+      fmt::print("val:   {} documents, {} tokens, {} shards\n", va.documents, va.tokens, va.shards.size());
+    } else if (*encode) {
+      const auto tok = drope::text::load_tokenizer(tokenizer);
+      if (!texts_file.empty()) {
+        const json texts = parse_json_file(texts_file);
+        if (!texts.is_array()) drope::fail("{}: expected a JSON list of strings", texts_file);
+        json out = json::array();
+        for (size_t i = 0; i < texts.size(); ++i) {
+          if (!texts[i].is_string()) drope::fail("{}[{}]: expected a string", texts_file, i);
+          try {
+            out.push_back(tok->encode(texts[i].get<std::string>()));
+          } catch (const drope::Error& e) {
+            drope::fail("{}[{}]: {}", texts_file, i, e.what());
+          }
+        }
+        fmt::print("{}\n", dump(out));
+      } else {
+        if (text_file.empty()) drope::fail("give --text FILE or --texts FILE.json");
+        const std::string text = drope::read_file(text_file);
+        std::vector<int32_t> ids;
+        try {
+          ids = tok->encode(text);
+        } catch (const drope::Error& e) {
+          drope::fail("{}: {}", text_file, e.what());
+        }
+        fmt::print("{}\n", dump(json(ids)));
+      }
+    } else if (*decode) {
+      const auto tok = drope::text::load_tokenizer(tokenizer);
+      const json j = parse_json_file(ids_file);
+      auto decode_one = [&](const json& list, const std::string& where) {
+        const auto ids = ids_from(list, where);
+        try {
+          return tok->decode(ids, skip_special);
+        } catch (const drope::Error& e) {
+          drope::fail("{}: {}", where, e.what());
+        }
+      };
+      if (j.is_array() && !j.empty() && j[0].is_array()) {
+        json out = json::array();
+        for (size_t i = 0; i < j.size(); ++i) out.push_back(decode_one(j[i], fmt::format("{}[{}]", ids_file, i)));
+        fmt::print("{}\n", dump(out));
+      } else {
+        fmt::print("{}\n", dump(json(decode_one(j, ids_file))));
+      }
+    }
+    return 0;
+  });
+}

@@ -1,0 +1,94 @@
+// The attention benchmark's library code on a tiny configuration: structure only, no timing thresholds.
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "drope/bench/attention_bench.h"
+#include "drope/core/files.h"
+#include "test_util.h"
+
+namespace {
+
+drope::bench::AttentionBenchOptions tiny() {
+  drope::bench::AttentionBenchOptions o;
+  o.lengths = {64, 128};
+  o.heads = 4;
+  o.gqa_kv_heads = 2;
+  o.head_dim = 16;
+  o.window = 32;
+  o.repeats = 1;
+  o.warmup = 0;
+  return o;
+}
+
+}  // namespace
+
+TEST(AttentionBench, TinyRunHasEveryCaseAndImpl) {
+  const auto opt = tiny();
+  const auto r = drope::bench::run_attention_bench(opt);
+  EXPECT_FALSE(r.device.empty());
+  EXPECT_FALSE(r.torch_version.empty());
+  EXPECT_GT(r.threads, 0);
+  ASSERT_EQ(r.rows.size(), opt.cases.size() * opt.lengths.size() * opt.impls.size());
+  std::set<std::string> seen;
+  for (const auto& row : r.rows) {
+    seen.insert(row.case_name + "/" + std::to_string(row.T) + "/" + row.impl);
+    const bool na = row.impl == "sdpa" && (row.case_name == "alibi" || row.case_name == "window");
+    if (na) {
+      EXPECT_EQ(row.fwd.status, "n/a");
+      continue;
+    }
+    for (const auto* m : {&row.fwd, &row.fwdbwd}) {
+      EXPECT_EQ(m->status, "ok") << row.case_name << " " << row.impl << " T=" << row.T;
+      EXPECT_GT(m->median_ms, 0);
+      EXPECT_GT(m->tflops, 0);
+      EXPECT_EQ(m->runs, 1);
+    }
+    EXPECT_GT(row.fwdbwd.flops, row.fwd.flops);
+    EXPECT_GT(row.analytic_bytes, 0);
+    // Every implementation computes the same attention as ours.
+    ASSERT_GE(row.max_abs_diff, 0) << row.case_name << " " << row.impl;
+    EXPECT_LT(row.max_abs_diff, 1e-4) << row.case_name << " " << row.impl << " T=" << row.T;
+  }
+  for (const auto& c : opt.cases)
+    for (auto T : opt.lengths)
+      for (const auto& i : opt.impls) EXPECT_TRUE(seen.count(c + "/" + std::to_string(T) + "/" + i)) << c << T << i;
+
+  const auto table = drope::bench::format_attention_table(r);
+  for (const char* needle : {"causal", "alibi", "window", "gqa", "ours", "sdpa_mask", "reference", "TFLOP/s"})
+    EXPECT_NE(table.find(needle), std::string::npos) << needle;
+
+  const auto dir = drope::test::tmp_dir("bench");
+  const auto path = dir + "/bench.json";
+  drope::bench::write_attention_bench_json(r, path);
+  const auto j = nlohmann::json::parse(drope::read_file(path));
+  EXPECT_EQ(j.at("benchmark"), "attention");
+  EXPECT_TRUE(j.at("device").is_string());
+  EXPECT_TRUE(j.at("torch_version").is_string());
+  EXPECT_GT(j.at("threads").get<int>(), 0);
+  ASSERT_EQ(j.at("rows").size(), r.rows.size());
+  for (const auto& row : j.at("rows")) {
+    ASSERT_TRUE(row.contains("fwd") && row.contains("fwdbwd"));
+    if (row.at("fwd").at("status") == "ok") EXPECT_GT(row.at("fwd").at("median_ms").get<double>(), 0);
+  }
+}
+
+TEST(AttentionBench, SkipsOverMemoryBudgetAndRejectsBadOptions) {
+  auto opt = tiny();
+  opt.lengths = {128};
+  opt.cases = {"alibi"};
+  opt.impls = {"ours", "reference"};
+  opt.max_mem_gb = 1e-6;  // ~1 KiB: not even our O(T·D) output fits
+  const auto r = drope::bench::run_attention_bench(opt);
+  ASSERT_EQ(r.rows.size(), 2u);
+  for (const auto& row : r.rows) EXPECT_EQ(row.fwd.status, "skipped (memory)") << row.impl;
+
+  auto bad = tiny();
+  bad.cases = {"nope"};
+  drope::test::expect_error([&] { drope::bench::run_attention_bench(bad); }, {"unknown case", "nope"});
+  bad = tiny();
+  bad.heads = 3;
+  drope::test::expect_error([&] { drope::bench::run_attention_bench(bad); }, {"multiple"});
+}
