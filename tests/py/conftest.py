@@ -17,6 +17,16 @@ def run_cli(*args, check=True):
     return r
 
 
+def expect_error(r, *needles):
+    """A CLI failure: non-zero exit, one clear message containing every needle, no crash or traceback."""
+    assert r.returncode != 0, f"expected failure, got success:\n{r.stdout}"
+    err = r.stderr
+    for bad in ("terminate called", "Segmentation", "Traceback", "core dumped", "Aborted"):
+        assert bad not in err, err
+    for n in needles:
+        assert str(n) in err, f"'{n}' not in stderr:\n{err}"
+
+
 def our_logits(model_dir, tokens, tmp):
     """Logits from `drope-eval logits` as a numpy array (B, T, V)."""
     from safetensors.numpy import load_file

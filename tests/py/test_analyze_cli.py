@@ -5,18 +5,9 @@ import json
 
 import pytest
 
-from conftest import run_cli
+from conftest import expect_error, run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def expect_error(r, *needles):
-    assert r.returncode != 0, f"expected failure, got success:\n{r.stdout}"
-    err = r.stderr
-    for bad in ("terminate called", "Segmentation", "Traceback", "core dumped", "Aborted"):
-        assert bad not in err, err
-    for n in needles:
-        assert str(n) in err, f"'{n}' not in stderr:\n{err}"
 
 
 def analyze(*args):
