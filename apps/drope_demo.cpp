@@ -13,39 +13,10 @@
 #include "drope/core/files.h"
 #include "drope/io/model_io.h"
 #include "drope/model/drope.h"
+#include "drope/train/data.h"
 #include "drope/train/quick.h"
 
 namespace fs = std::filesystem;
-
-namespace {
-
-// All regular files under `path` (sorted), concatenated as bytes.
-std::vector<int64_t> byte_corpus(const std::string& path) {
-  std::vector<std::string> files;
-  if (fs::is_directory(path)) {
-    for (const auto& e : fs::recursive_directory_iterator(path))
-      if (e.is_regular_file()) files.push_back(e.path().string());
-    std::sort(files.begin(), files.end());
-  } else {
-    files.push_back(path);
-  }
-  std::vector<int64_t> out;
-  for (const auto& f : files)
-    for (unsigned char c : drope::read_file(f)) out.push_back(c);
-  if (out.size() < 20000) drope::fail("{}: corpus has {} bytes; the demo needs at least 20000", path, out.size());
-  return out;
-}
-
-drope::DecoderLM with_scaling(drope::DecoderLM& base, const std::string& type, double factor) {
-  auto cfg = base->config();
-  cfg.positional.scaling.type = type;
-  cfg.positional.scaling.factor = factor;
-  drope::DecoderLM m(cfg);
-  drope::copy_parameters(m, base);
-  return m;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App cli{"drope-demo: pretrain RoPE → DroPE → recalibrate → perplexity vs length, in minutes on a CPU"};
@@ -58,11 +29,19 @@ int main(int argc, char** argv) {
   cli.add_option("--recal-steps", recal_steps, "DroPE recalibration steps")->check(CLI::Range(1, 1000000));
   cli.add_option("--threads", threads, "Intra-op threads (0 = all cores)")->check(CLI::Range(0, 1024));
   CLI11_PARSE(cli, argc, argv);
+  // The trained RoPE model's weights with an evaluation-time scaling method.
+  auto scaled = [](drope::DecoderLM& base, const std::string& type, double factor) {
+    drope::RopeScalingConfig s;
+    s.type = type;
+    s.factor = factor;
+    return drope::with_rope_scaling(base, s);
+  };
   return drope::app::run([&] {
     if (threads > 0) torch::set_num_threads(threads);
     auto t0 = std::chrono::steady_clock::now();
     auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-    auto tokens = byte_corpus(corpus);
+    auto tokens = drope::train::read_byte_corpus(corpus);
+    if (tokens.size() < 20000) drope::fail("{}: corpus has {} bytes; the demo needs at least 20000", corpus, tokens.size());
     const size_t split = tokens.size() * 9 / 10;
     std::vector<int64_t> train_tokens(tokens.begin(), tokens.begin() + split), val(tokens.begin() + split, tokens.end());
     fmt::print("corpus {}: {} bytes ({} train / {} validation), byte-level vocab 256\n", corpus, tokens.size(),
@@ -104,9 +83,9 @@ int main(int argc, char** argv) {
     };
     std::vector<Method> methods = {
         {"RoPE", [&](int64_t) { return rope; }},
-        {"RoPE+PI", [&](int64_t L) { return with_scaling(rope, "pi", std::max(1.0, double(L) / context)); }},
-        {"RoPE+NTK", [&](int64_t L) { return with_scaling(rope, "ntk", std::max(1.0, double(L) / context)); }},
-        {"RoPE+YaRN", [&](int64_t L) { return with_scaling(rope, "yarn", std::max(1.0, double(L) / context)); }},
+        {"RoPE+PI", [&](int64_t L) { return scaled(rope, "pi", std::max(1.0, double(L) / context)); }},
+        {"RoPE+NTK", [&](int64_t L) { return scaled(rope, "ntk", std::max(1.0, double(L) / context)); }},
+        {"RoPE+YaRN", [&](int64_t L) { return scaled(rope, "yarn", std::max(1.0, double(L) / context)); }},
         {"DroPE", [&](int64_t) { return dropped; }},
     };
     nlohmann::json results = nlohmann::json::array();

@@ -43,6 +43,14 @@ void copy_parameters(DecoderLM& dst, DecoderLM& src) {
   }
 }
 
+DecoderLM with_rope_scaling(DecoderLM& model, const RopeScalingConfig& s) {
+  auto cfg = model->config();
+  cfg.positional.scaling = s;
+  DecoderLM out(cfg);
+  copy_parameters(out, model);
+  return out;
+}
+
 DecoderLM drop_positional(DecoderLM& model, const DropOptions& opt) {
   DecoderLM out(drop_positional(model->config(), opt));
   // Norm weights that only the new model has stay at 1 (set by construction/reset_parameters).

@@ -21,10 +21,10 @@ int64_t TokenVectorSource::num_blocks() const { return (tokens_.size(0) - 1) / s
 
 torch::Tensor TokenVectorSource::block(int64_t b) const { return tokens_.narrow(0, b * seq_len_, seq_len_ + 1); }
 
-SplitSources byte_text_sources(const std::string& path, int64_t seq_len) {
+std::vector<int64_t> read_byte_corpus(const std::string& path) {
   std::vector<std::string> files;
   std::error_code ec;
-  if (!fs::exists(path, ec)) fail("{}: data.text not found", path);
+  if (!fs::exists(path, ec)) fail("{}: text corpus not found", path);
   if (fs::is_directory(path, ec)) {
     for (const auto& e : fs::recursive_directory_iterator(path))
       if (e.is_regular_file()) files.push_back(e.path().string());
@@ -35,6 +35,11 @@ SplitSources byte_text_sources(const std::string& path, int64_t seq_len) {
   std::vector<int64_t> bytes;
   for (const auto& f : files)
     for (unsigned char c : read_file(f)) bytes.push_back(c);
+  return bytes;
+}
+
+SplitSources byte_text_sources(const std::string& path, int64_t seq_len) {
+  const std::vector<int64_t> bytes = read_byte_corpus(path);
   const size_t split = bytes.size() * 9 / 10;
   std::vector<int64_t> train(bytes.begin(), bytes.begin() + split), val(bytes.begin() + split, bytes.end());
   SplitSources s;

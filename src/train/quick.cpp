@@ -5,13 +5,12 @@
 #include <random>
 
 #include "drope/core/error.h"
+#include "drope/train/optim.h"
 
 namespace drope::train {
 
 double cosine_lr(int64_t step, int64_t steps, int64_t warmup, double peak) {
-  if (step < warmup) return peak * double(step + 1) / double(warmup);
-  const double t = double(step - warmup) / double(std::max<int64_t>(1, steps - warmup));
-  return peak * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, t))));
+  return schedule_lr(ScheduleConfig{"cosine", warmup, steps, 0.1, 0.2}, step, peak);
 }
 
 std::vector<double> train_lm(DecoderLM& model, const std::vector<int64_t>& tokens, const QuickTrainOptions& opt,

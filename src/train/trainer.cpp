@@ -50,14 +50,6 @@ void check_same_shape(const ModelConfig& want, const ModelConfig& got, const std
   cmp("tie_embeddings", want.tie_embeddings, got.tie_embeddings);
 }
 
-DecoderLM with_scaling(DecoderLM& base, const RopeScalingConfig& s) {
-  auto cfg = base->config();
-  cfg.positional.scaling = s;
-  DecoderLM m(cfg);
-  copy_parameters(m, base);
-  return m;
-}
-
 // Non-embedding parameters, for the 6N + 12·L·C·T FLOPs-per-token estimate.
 double flops_per_token(DecoderLM& m, int64_t T) {
   const auto& c = m->config();
@@ -173,7 +165,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   } else {
     model = io::load_model(cfg.init);
     if (cfg.phase == "drope") model = drop_positional(model, {cfg.drope_qk_norm, cfg.drope_per_head});
-    if (cfg.phase == "finetune") model = with_scaling(model, cfg.scaling);
+    if (cfg.phase == "finetune") model = with_rope_scaling(model, cfg.scaling);
   }
   if (model->config().vocab_size < train_src->vocab_size())
     fail("{}: the data has vocabulary {} but the model only {}", cfg.source, train_src->vocab_size(),

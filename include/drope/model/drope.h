@@ -21,6 +21,9 @@ ModelConfig drop_positional(const ModelConfig& cfg, const DropOptions& opt = {})
 // A new model with the dropped config and the same weights; new norm weights start at 1.
 DecoderLM drop_positional(DecoderLM& model, const DropOptions& opt = {});
 
+// The same weights with RoPE scaling `s` (PI, NTK, YaRN, ...) in the config: eval/fine-tune baselines.
+DecoderLM with_rope_scaling(DecoderLM& model, const RopeScalingConfig& s);
+
 // Copies every parameter of `src` into `dst` by name; each must exist in dst with the same shape.
 void copy_parameters(DecoderLM& dst, DecoderLM& src);
 

@@ -39,6 +39,9 @@ class TokenVectorSource final : public BlockSource {
   std::string name_;
 };
 
+// All regular files under `path` (sorted; or the file itself) concatenated as byte tokens.
+std::vector<int64_t> read_byte_corpus(const std::string& path);
+
 // A text file or a directory of files read as bytes (vocab 256); the last 10% forms the validation split.
 struct SplitSources {
   std::unique_ptr<BlockSource> train, val;
