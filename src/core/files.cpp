@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -96,7 +97,14 @@ void write_dir_atomic(const std::string& dir, const std::function<void(const std
     fs::remove_all(tmp, ec);
     throw;
   }
-  std::string old;
+  if (fs::is_directory(target, ec) &&
+      ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    // Swapped in one step (no moment without `dir`); the temp name now holds the previous directory.
+    fsync_path(target.parent_path().string());
+    fs::remove_all(tmp, ec);
+    return;
+  }
+  std::string old;  // fallback where the filesystem cannot exchange: move the previous one aside first
   if (fs::exists(target)) {
     old = temp_sibling(target.string() + ".old");
     fs::rename(target, old, ec);

@@ -15,6 +15,8 @@ namespace drope::train {
 
 namespace {
 const std::regex kCkptName(R"(step-(\d{8}))");
+// Every temporary name we create contains this (drope::write_file_atomic / write_dir_atomic use ".tmp-").
+constexpr const char* kTempMark = ".tmp-";
 
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
   std::vector<std::pair<int64_t, std::string>> out;
@@ -35,9 +37,13 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const AdamW& opt, const TrainState& st,
                             const std::string& run_yaml, int64_t keep_last) {
   const auto dir = (fs::path(run_dir) / "checkpoints" / fmt::format("step-{:08d}", st.step)).string();
-  for (const auto& p : model->parameters())
-    if (!torch::isfinite(p).all().item<bool>())
-      fail("refusing to write checkpoint {}: the model has non-finite weights", dir);
+  // Never replace good checkpoints with a poisoned one.
+  for (const auto& kv : model->named_parameters())
+    if (!torch::isfinite(kv.value()).all().item<bool>())
+      fail("refusing to write checkpoint {}: the model has non-finite weights ({})", dir, kv.key());
+  for (const auto& kv : opt.state_tensors())
+    if (!torch::isfinite(kv.second).all().item<bool>())
+      fail("refusing to write checkpoint {}: the optimizer state has non-finite values ({})", dir, kv.first);
   write_dir_atomic(dir, [&](const std::string& tmp) {
     io::write_model_files(model, tmp);
     io::save_safetensors((fs::path(tmp) / "optimizer.safetensors").string(), opt.state_tensors(),
@@ -48,12 +54,32 @@ std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const 
     // state.json last: its presence marks a complete checkpoint.
     write_file_atomic((fs::path(tmp) / "state.json").string(), j.dump(2) + "\n");
   });
+  // Prune: rename first (atomic), so that a kill during the deletion never leaves a half-deleted
+  // directory that still looks like a checkpoint; leftovers are removed by remove_stale_temporaries.
   auto all = list_checkpoints(run_dir);
   for (size_t i = 0; i + keep_last < all.size(); ++i) {
     std::error_code ec;
-    fs::remove_all(all[i].second, ec);
+    const std::string trash = all[i].second + kTempMark + "delete";
+    fs::rename(all[i].second, trash, ec);
+    if (!ec) fs::remove_all(trash, ec);
   }
   return dir;
+}
+
+int remove_stale_temporaries(const std::string& run_dir) {
+  int removed = 0;
+  for (const auto& dir : {fs::path(run_dir), fs::path(run_dir) / "checkpoints"}) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) continue;
+    std::vector<fs::path> stale;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().find(kTempMark) != std::string::npos) stale.push_back(e.path());
+    for (const auto& p : stale) {
+      fs::remove_all(p, ec);
+      if (!ec) ++removed;
+    }
+  }
+  return removed;
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& run_dir) {

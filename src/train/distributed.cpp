@@ -60,11 +60,28 @@ struct Distributed::Impl {
   c10::intrusive_ptr<c10d::Backend> pg;
   std::string backend;
   torch::Device device{torch::kCPU};
+  double timeout_s = 0;
 };
+
+namespace {
+// Waits for a collective; a dead or hung peer becomes one clear error instead of a hang or a Gloo trace.
+void wait(const DistEnv& env, double timeout_s, const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    std::string detail = e.what();
+    if (auto* ce = dynamic_cast<const c10::Error*>(&e)) detail = ce->what_without_backtrace();
+    if (auto nl = detail.find('\n'); nl != std::string::npos) detail.resize(nl);
+    fail("rank {} of {}: {} failed: another rank died or did not answer within train.dist_timeout_s = {} s ({})",
+         env.rank, env.world, what, timeout_s, detail);
+  }
+}
+}  // namespace
 
 Distributed::Distributed(const DistEnv& e, const torch::Device& device, double timeout_s)
     : env_(e), impl_(std::make_unique<Impl>()) {
   impl_->device = device;
+  impl_->timeout_s = timeout_s;
   if (e.world == 1) {
     impl_->backend = "none";
     return;
@@ -96,7 +113,14 @@ Distributed::Distributed(const DistEnv& e, const torch::Device& device, double t
     auto opts = c10d::ProcessGroupGloo::Options::create();
     opts->timeout = timeout;
     opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, e.rank, e.world, opts);
+    try {
+      impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, e.rank, e.world, opts);
+    } catch (const std::exception& ex) {
+      std::string detail = ex.what();
+      if (auto nl = detail.find('\n'); nl != std::string::npos) detail.resize(nl);
+      fail("rank {} of {}: could not connect to the other ranks within train.dist_timeout_s = {} s ({})", e.rank,
+           e.world, timeout_s, detail);
+    }
     impl_->backend = "gloo";
   }
 }
@@ -131,7 +155,7 @@ void Distributed::allreduce_mean(const std::vector<torch::Tensor>& grads, int64_
     flats.push_back(flat[0]);
   }
   for (size_t i = 0; i < works.size(); ++i) {
-    works[i]->wait();
+    wait(env_, impl_->timeout_s, works[i], "gradient all-reduce");
     flats[i].div_(env_.world);
   }
   size_t bi = 0;
@@ -149,7 +173,7 @@ void Distributed::allreduce_mean(const std::vector<torch::Tensor>& grads, int64_
 double Distributed::mean(double v) {
   if (env_.world == 1) return v;
   std::vector<torch::Tensor> t{torch::full({1}, v, torch::TensorOptions().dtype(torch::kDouble).device(impl_->device))};
-  impl_->pg->allreduce(t)->wait();
+  wait(env_, impl_->timeout_s, impl_->pg->allreduce(t), "all-reduce");
   return t[0].item<double>() / env_.world;
 }
 
@@ -157,13 +181,13 @@ void Distributed::broadcast(const std::vector<torch::Tensor>& tensors) {
   if (env_.world == 1) return;
   for (const auto& t : tensors) {
     std::vector<torch::Tensor> v{t};
-    impl_->pg->broadcast(v)->wait();
+    wait(env_, impl_->timeout_s, impl_->pg->broadcast(v), "broadcast");
   }
 }
 
 void Distributed::barrier() {
   if (env_.world == 1) return;
-  impl_->pg->barrier()->wait();
+  wait(env_, impl_->timeout_s, impl_->pg->barrier(), "barrier");
 }
 
 }  // namespace drope::train

@@ -104,6 +104,7 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   t.get_choice("device", c.train.device, {"auto", "cpu", "cuda"});
   t.get("peak_tflops", c.train.peak_tflops);
   t.get("dist_timeout_s", c.train.dist_timeout_s);
+  t.get("max_bad_steps", c.train.max_bad_steps);
   t.finish();
   c.schedule.steps = c.train.steps;
   YamlMap s = top.map("schedule");
@@ -123,6 +124,9 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   need(c.data.dataset.empty() != c.data.text.empty(), "give exactly one of data.dataset or data.text");
   need(c.data.seq_len > 0 && c.data.batch_size > 0 && c.data.micro_batch >= 0,
        "data.seq_len and data.batch_size must be positive, data.micro_batch >= 0");
+  need(c.data.seq_len <= (int64_t{1} << 24) && c.data.batch_size <= (int64_t{1} << 24) &&
+           c.data.micro_batch <= c.data.batch_size,
+       "data.seq_len and data.batch_size must be at most 2^24, data.micro_batch at most data.batch_size");
   need(c.train.steps > 0, "train.steps must be positive");
   need(c.train.log_every > 0, "train.log_every must be positive");
   need(c.train.eval_every >= 0 && c.train.checkpoint_every >= 0 && c.train.eval_batches > 0,
@@ -134,6 +138,7 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   need(c.schedule.min_lr_ratio >= 0 && c.schedule.min_lr_ratio <= 1, "schedule.min_lr_ratio must be in [0, 1]");
   need(c.schedule.decay_fraction > 0 && c.schedule.decay_fraction <= 1, "schedule.decay_fraction must be in (0, 1]");
   need(c.train.dist_timeout_s > 0, "train.dist_timeout_s must be > 0");
+  need(c.train.max_bad_steps >= 1, "train.max_bad_steps must be >= 1");
   if (c.phase == "pretrain") need(c.has_model || !c.init.empty(), "phase pretrain needs a model: section or run.init");
   else need(!c.init.empty(), "phase " + c.phase + " needs run.init (a checkpoint or HF directory)");
   if (c.phase == "finetune") need(c.scaling.type != "none", "phase finetune needs scaling.type (pi, ntk, yarn, ...)");
@@ -181,7 +186,8 @@ std::string run_config_to_yaml(const RunConfig& c) {
     << t.checkpoint_every << YAML::Key << "keep_last" << YAML::Value << t.keep_last << YAML::Key << "clip"
     << YAML::Value << t.clip << YAML::Key << "dtype" << YAML::Value << t.dtype << YAML::Key << "device" << YAML::Value
     << t.device << YAML::Key << "peak_tflops" << YAML::Value << t.peak_tflops << YAML::Key << "dist_timeout_s"
-    << YAML::Value << t.dist_timeout_s << YAML::EndMap;
+    << YAML::Value << t.dist_timeout_s << YAML::Key << "max_bad_steps" << YAML::Value << t.max_bad_steps
+    << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

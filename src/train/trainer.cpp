@@ -2,11 +2,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <ATen/autocast_mode.h>
@@ -28,6 +32,27 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
+
+// Test-only fault injection (documented in README "Training"): DROPE_FAULT_NAN_AT_STEP=4,5 makes the
+// loss of those steps (1-based) NaN; DROPE_FAULT_NAN_WEIGHTS_AT_STEP=n poisons one weight after step n.
+std::vector<int64_t> fault_steps(const char* var) {
+  std::vector<int64_t> out;
+  const char* v = std::getenv(var);
+  if (!v || !*v) return out;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      out.push_back(std::stoll(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      fail("environment variable {}='{}': expected comma-separated step numbers", var, v);
+    }
+  }
+  return out;
+}
+bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 std::vector<std::pair<std::string, torch::Tensor>> named(DecoderLM& m) {
   std::vector<std::pair<std::string, torch::Tensor>> out;
@@ -110,6 +135,8 @@ void truncate_log(const std::string& path, int64_t step) {
 void install_stop_handlers() {
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
+  // A file-size limit (RLIMIT_FSIZE) must make write() fail with EFBIG, a clean error, not kill us.
+  std::signal(SIGXFSZ, SIG_IGN);
 }
 
 TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
@@ -149,7 +176,12 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   TrainState st;
   std::map<std::string, torch::Tensor> opt_state;
   int64_t opt_steps = 0;
-  std::optional<std::string> ckpt = opt.resume ? latest_checkpoint(cfg.out_dir) : std::nullopt;
+  if (main_rank) {
+    const int removed = remove_stale_temporaries(cfg.out_dir);
+    if (removed > 0 && say) fmt::print("removed {} incomplete temporary file(s) of an interrupted run\n", removed);
+  }
+  const std::optional<std::string> newest = latest_checkpoint(cfg.out_dir);
+  const std::optional<std::string> ckpt = opt.resume ? newest : std::nullopt;
   if (ckpt) {
     auto c = load_checkpoint(*ckpt);
     if (cfg.has_model && cfg.init.empty()) check_same_shape(cfg.model, c.model->config(), *ckpt);
@@ -159,6 +191,13 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     opt_steps = c.optimizer_steps;
     out.resumed_from = st.step;
     if (say) fmt::print("resuming from {} (step {})\n", *ckpt, st.step);
+    if (st.step >= cfg.train.steps && st.extra.value("complete", false)) {
+      // The run finished (its final checkpoint follows the final validation): nothing to redo or re-log.
+      if (say) fmt::print("run already complete at step {} (train.steps {})\n", st.step, cfg.train.steps);
+      out.last_checkpoint = *ckpt;
+      out.val_loss = st.extra.value("val_loss", 0.0);
+      return out;
+    }
   } else if (cfg.phase == "pretrain" && cfg.init.empty()) {
     model = DecoderLM(cfg.model);
     model->reset_parameters(cfg.seed);
@@ -170,6 +209,10 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   if (model->config().vocab_size < train_src->vocab_size())
     fail("{}: the data has vocabulary {} but the model only {}", cfg.source, train_src->vocab_size(),
          model->config().vocab_size);
+  if (newest && !ckpt)  // a fresh start would mix its checkpoints with the old run's (and prune the new ones)
+    fail("{}: the run directory already holds checkpoints (newest {}); pass --resume to continue it, or choose "
+         "another run.out_dir",
+         cfg.out_dir, *newest);
   model->to(device);
   if (!ckpt) {
     std::vector<torch::Tensor> ps;
@@ -220,10 +263,32 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     model->train();
     return dist.mean(sum / double(cfg.train.eval_batches));
   };
+  // Rank 0 writes; every rank learns whether that worked (the reduction doubles as the barrier), so a
+  // failed save (full disk, non-finite weights) stops all ranks with one clear message.
   auto checkpoint = [&]() {
-    if (main_rank) out.last_checkpoint = save_checkpoint(cfg.out_dir, model, adamw, st, opt.run_yaml, cfg.train.keep_last);
-    dist.barrier();
+    std::string error;
+    if (main_rank) {
+      const auto previous = latest_checkpoint(cfg.out_dir);
+      try {
+        out.last_checkpoint = save_checkpoint(cfg.out_dir, model, adamw, st, opt.run_yaml, cfg.train.keep_last);
+      } catch (const std::exception& e) {
+        error = fmt::format("step {}: could not save the checkpoint: {}. {}", st.step, e.what(),
+                            previous ? fmt::format("The previous checkpoint {} is intact; fix the cause and rerun "
+                                                   "with --resume.", *previous)
+                                     : std::string("No earlier checkpoint exists."));
+      }
+    }
+    if (dist.mean(error.empty() ? 0.0 : 1.0) > 0) {
+      if (main_rank) fail("{}", error);
+      fail("rank {}: rank 0 could not save the checkpoint at step {}", dist.rank(), st.step);
+    }
   };
+  auto log_line = [&](const nlohmann::json& j) {
+    log_file << j.dump() << "\n" << std::flush;
+    if (!log_file) fail("{}: cannot append to the training log ({})", log_path, std::strerror(errno));
+  };
+  const auto nan_loss_steps = fault_steps("DROPE_FAULT_NAN_AT_STEP");
+  const auto nan_weight_steps = fault_steps("DROPE_FAULT_NAN_WEIGHTS_AT_STEP");
 
   const double fpt = flops_per_token(model, T);
   auto t_start = std::chrono::steady_clock::now();
@@ -256,6 +321,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     for (int64_t a = 0; a < accum; ++a) {
       const int64_t pos = s * B + a * micro * W + dist.rank() * micro;
       auto loss = step_loss(sampler.batch(pos, micro)) / double(accum);
+      if (contains(nan_loss_steps, s + 1)) loss = loss * std::numeric_limits<double>::quiet_NaN();
       loss.backward();
       loss_sum += loss.item<double>();
     }
@@ -266,23 +332,39 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     const double loss = dist.mean(loss_sum);
     double gnorm = cfg.train.clip > 0 ? torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.clip)
                                       : torch::nn::utils::clip_grad_norm_(model->parameters(), 1e30);
-    if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
+    const bool finite = std::isfinite(loss) && std::isfinite(gnorm);
+    if (!finite) {
+      // Skip: no optimizer update (weights and moments keep their last good values), the data moves on.
       ++bad_steps;
-      if (say) fmt::print("warning: step {}: non-finite loss/gradient ({} / {}), step skipped\n", s + 1, loss, gnorm);
-      if (bad_steps >= 5) fail("aborting: {} non-finite steps in a row (last at step {})", bad_steps, s + 1);
+      if (main_rank && !opt.quiet)
+        fmt::print(stderr, "warning: step {}: non-finite loss/gradient norm ({} / {}), step skipped ({} in a row, "
+                   "limit train.max_bad_steps = {})\n", s + 1, loss, gnorm, bad_steps, cfg.train.max_bad_steps);
+      if (main_rank) log_line({{"step", s + 1}, {"skipped", "non-finite loss or gradient"}});
+      if (bad_steps >= cfg.train.max_bad_steps)
+        fail("aborting at step {}: {} non-finite steps in a row (train.max_bad_steps = {}); the last good "
+             "checkpoint is {}",
+             s + 1, bad_steps, cfg.train.max_bad_steps, latest_checkpoint(cfg.out_dir).value_or("(none yet)"));
       adamw.zero_grad();
-      ++st.step;
-      continue;
+    } else {
+      bad_steps = 0;
+      adamw.step(lr);
+      if (contains(nan_weight_steps, s + 1)) {
+        torch::NoGradGuard ng;
+        model->parameters().front().view({-1})[0].fill_(std::numeric_limits<double>::quiet_NaN());
+      }
     }
-    bad_steps = 0;
-    adamw.step(lr);
     ++st.step;
     st.tokens += B * T;
-    tokens_since += B * T;
-    out.losses.emplace_back(st.step, loss);
+    if (finite) {
+      tokens_since += B * T;
+      out.losses.emplace_back(st.step, loss);
+    }
 
     const bool last = st.step == cfg.train.steps;
-    if (main_rank && (st.step % cfg.train.log_every == 0 || last || st.step == first_step + 1)) {
+    // The log file gets the same lines whether or not the run was interrupted; the console also shows
+    // the first step after a resume.
+    const bool log_now = st.step % cfg.train.log_every == 0 || last || st.step == 1;
+    if (main_rank && finite && (log_now || st.step == first_step + 1)) {
       auto now = std::chrono::steady_clock::now();
       const double dt = std::chrono::duration<double>(now - t_last).count();
       const double elapsed = std::chrono::duration<double>(now - t_start).count();
@@ -292,7 +374,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
       nlohmann::json j{{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm}, {"tokens", st.tokens},
                        {"tokens_per_s", tps}, {"elapsed_s", elapsed}};
       if (mfu >= 0) j["mfu"] = mfu;
-      log_file << j.dump() << "\n" << std::flush;
+      if (log_now) log_line(j);
       if (say) {
         if (tty) fmt::print("\r\033[K");
         fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad-norm {:.3f} | {:.1f}k tok/s | MFU {} | ETA {}\n",
@@ -308,8 +390,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     }
     if (cfg.train.eval_every > 0 && st.step % cfg.train.eval_every == 0 && !last) {
       const double vl = validate();
-      if (main_rank) log_file << nlohmann::json{{"step", st.step}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}}.dump() << "\n"
-                              << std::flush;
+      if (main_rank) log_line({{"step", st.step}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}});
       if (say) fmt::print("step {:>6} | validation loss {:.4f} | ppl {:.3f}\n", st.step, vl, std::exp(vl));
     }
     const bool stop = dist.mean(g_stop.load() ? 1.0 : 0.0) > 0;
@@ -322,9 +403,8 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   }
   out.val_loss = validate();
   st.extra["val_loss"] = out.val_loss;
-  if (main_rank)
-    log_file << nlohmann::json{{"step", st.step}, {"val_loss", out.val_loss}, {"val_ppl", std::exp(out.val_loss)}}.dump()
-             << "\n" << std::flush;
+  st.extra["complete"] = true;
+  if (main_rank) log_line({{"step", st.step}, {"val_loss", out.val_loss}, {"val_ppl", std::exp(out.val_loss)}});
   checkpoint();
   if (say)
     fmt::print("done: step {} | validation loss {:.4f} | ppl {:.3f} | checkpoint {}\n", st.step, out.val_loss,

@@ -25,6 +25,11 @@ struct TrainState {
 std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const AdamW& opt, const TrainState& st,
                             const std::string& run_yaml, int64_t keep_last);
 
+// Removes what an interrupted run left behind: temp files/directories of atomic writes in the run
+// directory and in checkpoints/ (names containing ".tmp-"). Call only while no other process writes
+// to the run (rank 0, before training). Returns how many entries were removed.
+int remove_stale_temporaries(const std::string& run_dir);
+
 // The newest complete checkpoint directory of a run, if any (leftover temp directories are ignored).
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
