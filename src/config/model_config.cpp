@@ -117,6 +117,26 @@ void ModelConfig::validate(const std::string& src) const {
   positive("num_heads", num_heads);
   positive("num_kv_heads", num_kv_heads);
   positive("max_position", max_position);
+  // Limits far above any real model, checked before anything is allocated: a file claiming 10^12
+  // parameters (or a 2^40-row embedding) is an error, not an out-of-memory crash.
+  auto at_most = [&](const char* key, int64_t v, int64_t hi) {
+    if (v > hi) fail("{}: model.{} = {} is implausibly large (limit {})", src, key, v, hi);
+  };
+  at_most("vocab_size", vocab_size, int64_t{1} << 22);
+  at_most("hidden_size", hidden_size, int64_t{1} << 16);
+  at_most("intermediate_size", intermediate_size, int64_t{1} << 18);
+  at_most("num_layers", num_layers, 4096);
+  at_most("num_heads", num_heads, 4096);
+  at_most("num_kv_heads", num_kv_heads, 4096);
+  at_most("head_dim", head_dim, 4096);
+  at_most("max_position", max_position, int64_t{1} << 30);
+  {
+    const double hd = double(head_dim > 0 ? head_dim : hidden_size / num_heads), h = double(hidden_size);
+    const double layer = h * hd * double(2 * num_heads + 2 * num_kv_heads) + 3.0 * h * double(intermediate_size);
+    const double params = double(vocab_size) * h * (tie_embeddings ? 1 : 2) + double(num_layers) * layer;
+    if (params > 0x1p40)
+      fail("{}: the model would have {:.3g} parameters (limit 2^40 = {:.3g}); check the sizes", src, params, 0x1p40);
+  }
   if (num_heads % num_kv_heads != 0)
     fail("{}: model.num_heads ({}) must be a multiple of model.num_kv_heads ({})", src, num_heads, num_kv_heads);
   if (head_dim < 0) fail("{}: model.head_dim must be >= 0 (0 = hidden_size / num_heads), got {}", src, head_dim);

@@ -371,6 +371,7 @@ class BpeTokenizer final : public Tokenizer {
       token_to_id_.emplace(it.key(), id);
       vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{id} + 1);
     }
+    check_dense(in, "model.vocab", static_cast<int64_t>(vocab.size()));
     id_to_token_.assign(static_cast<size_t>(vocab_size_), {});
     for (const auto& [tok, id] : token_to_id_) id_to_token_[id] = tok;
 
@@ -484,6 +485,14 @@ class BpeTokenizer final : public Tokenizer {
     }
   }
 
+  // The id → token table is sized by the largest id: refuse ids far beyond the number of entries
+  // (a file claiming id 2^31 - 1 would otherwise allocate billions of strings).
+  void check_dense(const JsonIn& in, const char* key, int64_t entries) const {
+    if (vocab_size_ > 2 * entries + 65536)
+      in.bad(key, fmt::format("token id {} is far beyond the {} vocabulary entries (ids must be nearly dense)",
+                              vocab_size_ - 1, entries));
+  }
+
   void parse_added_tokens(const JsonIn& in, const json* list) {
     if (!list) return;
     if (!list->is_array()) in.bad("added_tokens", "expected a list");
@@ -505,6 +514,7 @@ class BpeTokenizer final : public Tokenizer {
       added_by_id_[a.id] = {raw, a.special};
       added_.push_back(std::move(a));
     }
+    check_dense(in, "added_tokens", static_cast<int64_t>(token_to_id_.size() + added_.size()));
     id_to_token_.resize(static_cast<size_t>(vocab_size_));
     // Longest first, so the first hit at a position is the longest one.
     std::stable_sort(added_.begin(), added_.end(),

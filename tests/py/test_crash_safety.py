@@ -278,3 +278,10 @@ def test_non_finite_weights_never_overwrite_a_good_checkpoint(tmp):
                  "step-00000003 is intact")
     assert [c.name for c in checkpoints(tmp / "poison")] == ["step-00000003"]
     check_readable(checkpoints(tmp / "poison")[0])
+
+
+def test_absurd_sizes_in_a_run_config_are_rejected_before_allocating(tmp):
+    cfg = write_cfg(tmp, "big", 3)
+    expect_error(train(cfg, "--set", "data.seq_len=1000000000000", check=False), "big.yaml", "data.seq_len", "2^24")
+    expect_error(train(cfg, "--set", "model.vocab_size=1000000000000", check=False), "model.vocab_size",
+                 "implausibly large")

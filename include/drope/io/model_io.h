@@ -7,14 +7,10 @@
 #include <ATen/ATen.h>
 
 #include "drope/config/model_config.h"
+#include "drope/io/hf_config.h"
 #include "drope/model/transformer.h"
 
 namespace drope::io {
-
-// Parses an HF config.json (LlamaForCausalLM / Qwen2ForCausalLM, rope_parameters or legacy rope_scaling).
-ModelConfig parse_hf_config(const std::string& json_text, const std::string& path);
-// HF config.json text for a model that HF can express (throws otherwise).
-std::string hf_config_json(const ModelConfig& cfg);
 
 // The config of a model directory: drope.yaml when present, else config.json.
 ModelConfig load_model_config_dir(const std::string& dir);

@@ -11,23 +11,9 @@
 
 #include <ATen/ATen.h>
 
+#include "drope/io/safetensors_header.h"
+
 namespace drope::io {
-
-struct TensorEntry {
-  std::string dtype;            // "F32", "BF16", ...
-  std::vector<int64_t> shape;
-  uint64_t begin = 0, end = 0;  // byte offsets into the data section
-};
-
-struct SafetensorsHeader {
-  std::map<std::string, TensorEntry> tensors;
-  std::map<std::string, std::string> metadata;
-  uint64_t data_start = 0;  // absolute file offset of the data section
-};
-
-// Parses and validates the header of a file of `file_size` bytes whose first bytes are `data`
-// (at least min(file_size, 8 + header size) bytes). `path` names the file in errors.
-SafetensorsHeader parse_safetensors_header(const char* data, uint64_t size, const std::string& path);
 
 // A read-only, memory-mapped safetensors file.
 class SafetensorsFile {
