@@ -35,7 +35,8 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg, const LayerPositional& laye
   if (kn) k_norm = register_module("k_norm", RMSNorm(per_head_norm_ ? head_dim_ : kvd, cfg.rms_eps));
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const PositionContext& ctx, torch::Tensor* probs_out) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const PositionContext& ctx, torch::Tensor* probs_out,
+                                     KVCache* cache, size_t layer) {
   const int64_t B = x.size(0), T = x.size(1);
   auto q = q_proj(x);  // (B, T, H·D)
   auto k = k_proj(x);  // (B, T, Hkv·D)
@@ -49,10 +50,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const PositionConte
   if (q_norm && per_head_norm_) q = q_norm(q);
   if (k_norm && per_head_norm_) k = k_norm(k);
   positional_->encode(q, k, ctx);
+  if (ctx.q_scale.defined()) q = q * ctx.q_scale.to(q.dtype());
   ops::AttentionParams p;
   p.causal = true;
   p.scale = ctx.logit_scale;
-  p.q_offset = 0;
+  p.q_offset = cache ? cache->length : 0;
+  p.key_start = ctx.key_start;
+  if (cache) std::tie(k, v) = cache->append(layer, k, v);  // keys/values of all slots so far
   positional_->configure(p);
   if (probs_out) *probs_out = ops::reference_attention_probs(q, k, p);
   auto o = ops::attention(q, k, v, p);                           // (B, H, T, D)
@@ -79,8 +83,9 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, const LayerPositional
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_eps));
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const PositionContext& ctx, torch::Tensor* probs) {
-  auto h = x + self_attn(input_layernorm(x), ctx, probs);
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const PositionContext& ctx, torch::Tensor* probs,
+                                        KVCache* cache, size_t layer) {
+  auto h = x + self_attn->forward(input_layernorm(x), ctx, probs, cache, layer);
   return h + mlp(post_attention_layernorm(h));
 }
 
@@ -125,10 +130,11 @@ double softmax_temperature(double c, int64_t len, int64_t train_len) {
   return 1.0 + c * std::log(double(len) / double(train_len));
 }
 
-PositionContext DecoderLMImpl::position_context(int64_t offset, int64_t T, torch::TensorOptions opt) const {
+PositionContext DecoderLMImpl::position_context(int64_t offset, int64_t T, torch::TensorOptions opt,
+                                                int64_t scaling_len) const {
   PositionContext ctx;
   ctx.q_offset = offset;
-  ctx.total_len = offset + T;
+  ctx.total_len = std::max(offset + T, scaling_len);
   const int64_t D = cfg_.resolved_head_dim();
   const double beta = softmax_temperature(cfg_.softmax_temperature, ctx.total_len, cfg_.max_position);
   ctx.logit_scale = beta / std::sqrt(double(D));
@@ -140,16 +146,97 @@ PositionContext DecoderLMImpl::position_context(int64_t offset, int64_t T, torch
   return ctx;
 }
 
+PositionContext DecoderLMImpl::cached_context(const KVCache& cache, int64_t T, torch::TensorOptions opt) const {
+  auto hint = [&](size_t b) -> int64_t {
+    if (cache.length_hint.empty()) return -1;
+    return cache.length_hint[cache.length_hint.size() == 1 ? 0 : b];
+  };
+  if (!cache.padded()) return position_context(cache.length, T, opt, hint(0));
+  // Padded rows: each row's tokens are at positions slot − pad[b]; build per-row tables and scales.
+  const int64_t B = int64_t(cache.pad.size());
+  std::vector<PositionContext> rows;
+  double max_scale = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    rows.push_back(position_context(cache.row_length(size_t(b)), T, opt, hint(size_t(b))));
+    max_scale = std::max(max_scale, rows.back().logit_scale);
+  }
+  PositionContext ctx;
+  ctx.q_offset = cache.length;
+  ctx.total_len = cache.length + T;
+  ctx.logit_scale = max_scale;
+  std::vector<double> ratio;
+  bool uniform = true;
+  for (const auto& r : rows) {
+    ratio.push_back(r.logit_scale / max_scale);
+    uniform &= ratio.back() == 1.0;
+  }
+  if (!uniform) ctx.q_scale = torch::tensor(ratio, torch::kDouble).to(opt.dtype()).view({B, 1, 1, 1});
+  if (any_rope_) {
+    std::vector<torch::Tensor> cs, sn;
+    for (const auto& r : rows) {
+      cs.push_back(r.cos.unsqueeze(0));
+      sn.push_back(r.sin.unsqueeze(0));
+    }
+    ctx.cos = torch::stack(cs);  // (B, 1, T, D)
+    ctx.sin = torch::stack(sn);
+  }
+  ctx.key_start = torch::tensor(cache.pad, torch::kLong);
+  return ctx;
+}
+
+bool KVCache::padded() const {
+  for (auto p : pad)
+    if (p != 0) return true;
+  return false;
+}
+
+std::pair<torch::Tensor, torch::Tensor> KVCache::append(size_t layer, const torch::Tensor& kn, const torch::Tensor& vn) {
+  if (k.size() <= layer) {
+    k.resize(layer + 1);
+    v.resize(layer + 1);
+  }
+  const int64_t T = kn.size(2), need = length + T;
+  auto& kb = k[layer];
+  auto& vb = v[layer];
+  if (!kb.defined() || kb.size(2) < need) {
+    // Grow geometrically so that decoding one token at a time copies the cache O(log n) times.
+    const int64_t cap = std::max<int64_t>(need, kb.defined() ? kb.size(2) * 2 : need);
+    auto grow = [&](torch::Tensor& buf, const torch::Tensor& like) {
+      auto nb = torch::empty({like.size(0), like.size(1), cap, like.size(3)}, like.options());
+      if (buf.defined() && length > 0) nb.narrow(2, 0, length).copy_(buf.narrow(2, 0, length));
+      buf = nb;
+    };
+    grow(kb, kn);
+    grow(vb, vn);
+  }
+  kb.narrow(2, length, T).copy_(kn);
+  vb.narrow(2, length, T).copy_(vn);
+  return {kb.narrow(2, 0, need), vb.narrow(2, 0, need)};
+}
+
+int64_t KVCache::bytes() const {
+  int64_t n = 0;
+  for (size_t i = 0; i < k.size(); ++i)
+    if (k[i].defined()) n += (k[i].numel() + v[i].numel()) * int64_t(k[i].element_size());
+  return n;
+}
+
 torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& ids, const ForwardOptions& opt) {
   TORCH_CHECK(ids.dim() == 2, "input_ids must be (B, T), got ", ids.sizes());
   auto x = model->embed_tokens(ids);  // (B, T, C)
-  auto ctx = position_context(opt.position_offset, ids.size(1), x.options());
+  const int64_t T = ids.size(1);
+  KVCache* cache = opt.cache;
+  if (cache && !cache->pad.empty() && int64_t(cache->pad.size()) != ids.size(0))
+    TORCH_CHECK(false, "KV cache has ", cache->pad.size(), " padded rows, input has ", ids.size(0));
+  auto ctx = cache ? cached_context(*cache, T, x.options()) : position_context(opt.position_offset, T, x.options());
   if (opt.attention_probs) opt.attention_probs->clear();
+  size_t layer = 0;
   for (const auto& m : *model->layers) {
     torch::Tensor probs;
-    x = m->as<DecoderLayer>()->forward(x, ctx, opt.attention_probs ? &probs : nullptr);
+    x = m->as<DecoderLayer>()->forward(x, ctx, opt.attention_probs ? &probs : nullptr, cache, layer++);
     if (opt.attention_probs) opt.attention_probs->push_back(probs);
   }
+  if (cache) cache->commit(T);
   return model->norm(x);
 }
 

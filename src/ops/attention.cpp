@@ -21,6 +21,9 @@ void check_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   if (p.alibi_slopes.defined())
     TORCH_CHECK(p.alibi_slopes.dim() == 1 && p.alibi_slopes.size(0) == q.size(1),
                 "attention: alibi_slopes must have one slope per query head");
+  if (p.key_start.defined())
+    TORCH_CHECK(p.key_start.dim() == 1 && p.key_start.size(0) == q.size(0) && p.key_start.scalar_type() == at::kLong,
+                "attention: key_start must be int64 with one entry per batch row");
 }
 
 // Additive (T, S) bias for head-independent masking; −inf where masked.
@@ -50,7 +53,13 @@ at::Tensor logits(const at::Tensor& q, const at::Tensor& k, const AttentionParam
     auto dist = (qpos - kpos);                                               // (T, S) = i − j
     s = s - p.alibi_slopes.to(opt).view({1, H, 1, 1}) * dist.view({1, 1, T, S});
   }
-  return s + mask_bias(T, S, off, p, opt);
+  s = s + mask_bias(T, S, off, p, opt);
+  if (p.key_start.defined()) {  // left padding: keys before each row's first real token are invisible
+    auto kpos = at::arange(0, S, opt.dtype(at::kLong)).view({1, 1, 1, S});
+    auto pad = kpos < p.key_start.to(kpos.device()).view({-1, 1, 1, 1});  // (B, 1, 1, S)
+    s = s.masked_fill(pad, -std::numeric_limits<double>::infinity());
+  }
+  return s;
 }
 
 }  // namespace

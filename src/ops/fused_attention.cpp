@@ -109,6 +109,7 @@ at::Tensor fused_attention_autograd(const at::Tensor& q, const at::Tensor& k, co
 
 bool uses_fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p) {
   if (reference_forced || !(kernels::attention_cpu_supported(q, k, v) || cuda_supported(q, k, v))) return false;
+  if (p.key_start.defined()) return false;  // padding masks: the reference (batched decode, T = 1)
   // Trainable slopes need the reference's autograd.
   return !(p.alibi_slopes.defined() && p.alibi_slopes.requires_grad());
 }

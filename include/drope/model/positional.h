@@ -13,11 +13,13 @@ namespace drope {
 
 // Shared by all layers of one forward pass.
 struct PositionContext {
-  torch::Tensor cos;        // (T, D) RoPE table for the query/key positions (undefined without RoPE layers)
-  torch::Tensor sin;        // (T, D)
+  torch::Tensor cos;        // (T, D) or per row (B, 1, T, D): RoPE table (undefined without RoPE layers)
+  torch::Tensor sin;        // same shape as cos
   int64_t q_offset = 0;     // absolute position of the first token of this forward
   int64_t total_len = 0;    // keys visible to the last query (q_offset + T)
   double logit_scale = 0;   // β/√D
+  torch::Tensor q_scale;    // optional (B, 1, 1, 1): per-row β_b/β for padded batches (multiplies q)
+  torch::Tensor key_start;  // optional (B) int64: first real key slot per row (left padding)
 };
 
 class Positional {

@@ -25,17 +25,41 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
+// Keys and values of earlier tokens for incremental decoding. Each layer's buffers (B, H_kv, capacity, D)
+// hold positional-encoded keys in slots [0, length); a forward with a cache appends its T tokens and
+// attends over all slots. Rows of a batch may be left-padded: row b's real tokens start at slot pad[b],
+// and its positions count from there (RoPE, ALiBi, windows and the temperature see unpadded positions).
+struct KVCache {
+  std::vector<torch::Tensor> k, v;  // per layer, filled lazily by the first forward
+  int64_t length = 0;               // slots in use
+  std::vector<int64_t> pad;         // per batch row; empty = no padding
+  // Per row (or one for all rows): the length the temperature and dynamic RoPE scaling use while the row
+  // is shorter, so that a prompt prefilled in chunks sees the same β and frequencies as in one forward.
+  std::vector<int64_t> length_hint;
+  // Row b's real length (tokens after its padding).
+  int64_t row_length(size_t b) const { return length - (pad.empty() ? 0 : pad[b]); }
+  bool padded() const;
+  // Appends `kn`/`vn` (B, H_kv, T, D) to layer `layer`, growing the buffers geometrically; returns views
+  // of slots [0, length + T). Call commit(T) once after the last layer.
+  std::pair<torch::Tensor, torch::Tensor> append(size_t layer, const torch::Tensor& kn, const torch::Tensor& vn);
+  void commit(int64_t T) { length += T; }
+  // Bytes held by the buffers.
+  int64_t bytes() const;
+};
+
 // Per-forward options.
 struct ForwardOptions {
-  int64_t position_offset = 0;                  // absolute position of the first token
+  int64_t position_offset = 0;                  // absolute position of the first token (ignored with a cache)
   std::vector<torch::Tensor>* attention_probs = nullptr;  // if set, receives (B, H, T, T) per layer
+  KVCache* cache = nullptr;                     // if set: attend over the cache too, then append to it
 };
 
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& cfg, const LayerPositional& layer);
   // x (B, T, C) → (B, T, C)
-  torch::Tensor forward(const torch::Tensor& x, const PositionContext& ctx, torch::Tensor* probs_out = nullptr);
+  torch::Tensor forward(const torch::Tensor& x, const PositionContext& ctx, torch::Tensor* probs_out = nullptr,
+                        KVCache* cache = nullptr, size_t layer = 0);
   const Positional& positional() const { return *positional_; }
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -59,7 +83,8 @@ TORCH_MODULE(Mlp);
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& cfg, const LayerPositional& layer);
-  torch::Tensor forward(const torch::Tensor& x, const PositionContext& ctx, torch::Tensor* probs_out = nullptr);
+  torch::Tensor forward(const torch::Tensor& x, const PositionContext& ctx, torch::Tensor* probs_out = nullptr,
+                        KVCache* cache = nullptr, size_t layer = 0);
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -84,10 +109,16 @@ class DecoderLMImpl : public torch::nn::Module {
   // Final hidden states (B, T, C) before the LM head.
   torch::Tensor hidden(const torch::Tensor& input_ids, const ForwardOptions& opt = {});
   const ModelConfig& config() const { return cfg_; }
+  // c of the long-context attention temperature β = 1 + c·ln(len / max_position) (0 = off).
+  void set_softmax_temperature(double c) { cfg_.softmax_temperature = c; }
   // Re-initialises every weight: N(0, init_std) for matrices and embeddings, 0 for biases, 1 for norms.
   void reset_parameters(uint64_t seed);
   // The RoPE/temperature context for tokens [offset, offset + T).
-  PositionContext position_context(int64_t offset, int64_t T, torch::TensorOptions opt) const;
+  // `scaling_len` (≥ offset + T) overrides the length that sets β and dynamic RoPE scaling.
+  PositionContext position_context(int64_t offset, int64_t T, torch::TensorOptions opt,
+                                   int64_t scaling_len = -1) const;
+  // The context for T new tokens appended to `cache` (per-row positions when its rows are padded).
+  PositionContext cached_context(const KVCache& cache, int64_t T, torch::TensorOptions opt) const;
   int64_t num_parameters() const;
   torch::Tensor lm_head_weight();
 

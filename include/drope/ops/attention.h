@@ -14,6 +14,7 @@ struct AttentionParams {
   at::Tensor alibi_slopes;     // optional (H) float32: logit bias −slope_h · (i − j)
   double scale = 0.0;          // logit scale; 0 means 1/√D
   int64_t q_offset = -1;       // absolute position of the first query; −1 means S − T (queries end the keys)
+  at::Tensor key_start;        // optional (B) int64: keys j < key_start[b] are masked (left-padded batches)
 };
 
 struct AttentionOutput {

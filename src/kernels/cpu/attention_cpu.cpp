@@ -555,10 +555,11 @@ void launch(const Job<in_t, T>& job, int64_t pairs) {
     parallel_items(items, run);
 }
 
-// Kernel parameters for contiguous q (B, H, T, D), k/v (B, H_kv, S, D).
+// Kernel parameters for q (B, H, T, D), k/v (B, H_kv, S, D), each with unit stride in D (k/v may be
+// views into a larger KV-cache buffer).
 template <typename T>
-AttnParams<T> make_params(const at::Tensor& q, const at::Tensor& k, const ops::AttentionParams& a,
-                          const std::vector<T>& slopes) {
+AttnParams<T> make_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const ops::AttentionParams& a, const std::vector<T>& slopes) {
   AttnParams<T> p;
   p.batch = q.size(0);
   p.heads = q.size(1);
@@ -568,7 +569,8 @@ AttnParams<T> make_params(const at::Tensor& q, const at::Tensor& k, const ops::A
   p.head_dim = q.size(3);
   for (int d = 0; d < 3; ++d) {
     p.q_stride[d] = p.o_stride[d] = q.stride(d);
-    p.k_stride[d] = p.v_stride[d] = k.stride(d);
+    p.k_stride[d] = k.stride(d);
+    p.v_stride[d] = v.stride(d);
   }
   p.q_offset = a.q_offset < 0 ? p.kv_len - p.q_len : a.q_offset;
   p.window = a.window;
@@ -598,7 +600,7 @@ CpuAttentionForward forward_impl(const at::Tensor& q, const at::Tensor& k, const
   const auto slopes = slopes_of<T>(a);
   Job<in_t, T> job;
   job.kind = Job<in_t, T>::kForward;
-  job.p = make_params<T>(q, k, a, slopes);
+  job.p = make_params<T>(q, k, v, a, slopes);
   job.serial = too_small_for_threads(job.p);
   job.D = q.size(3);
   job.Dp = round_up(job.D, Simd<T>::W);
@@ -621,7 +623,7 @@ CpuAttentionGrads backward_impl(const at::Tensor& q, const at::Tensor& k, const 
                                 BackwardSchedule schedule) {
   const auto slopes = slopes_of<T>(a);
   Job<in_t, T> job;
-  job.p = make_params<T>(q, k, a, slopes);
+  job.p = make_params<T>(q, k, v, a, slopes);
   job.serial = too_small_for_threads(job.p);
   job.D = q.size(3);
   job.Dp = round_up(job.D, Simd<T>::W);
@@ -674,7 +676,9 @@ CpuAttentionForward attention_forward_cpu(const at::Tensor& q_, const at::Tensor
                                           const ops::AttentionParams& p) {
   TORCH_CHECK(attention_cpu_supported(q_, k_, v_), "attention_forward_cpu: needs CPU float32/bfloat16/float64 "
               "tensors of one dtype, got ", q_.scalar_type(), ", ", k_.scalar_type(), ", ", v_.scalar_type());
-  const auto q = q_.contiguous(), k = k_.contiguous(), v = v_.contiguous();
+  // q/out contiguous; k/v only need unit stride in D, so KV-cache views are read in place.
+  const auto unit_d = [](const at::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
+  const auto q = q_.contiguous(), k = unit_d(k_), v = unit_d(v_);
   switch (q.scalar_type()) {
     case at::kDouble: return forward_impl<double, double>(q, k, v, p);
     case at::kBFloat16: return forward_impl<at::BFloat16, float>(q, k, v, p);

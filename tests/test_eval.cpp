@@ -1,0 +1,266 @@
+// KV-cache decoding, greedy generation and perplexity protocols, each against a plain full-sequence
+// computation written here (no cache, one forward per step).
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "drope/eval/generate.h"
+#include "drope/eval/perplexity.h"
+#include "drope/model/transformer.h"
+#include "test_util.h"
+
+using namespace drope;
+
+namespace {
+
+ModelConfig cfg_for(const std::string& positional, int64_t window = 0) {
+  auto c = model_preset("micro");
+  c.positional.type = positional;
+  c.positional.window = window;
+  c.num_layers = 4;       // RNoPE-SWA: 3 windowed RoPE layers + 1 global NoPE layer
+  c.init_std = 0.25;      // peaked logits: greedy choices are far from ties
+  return c;
+}
+
+DecoderLM make(const ModelConfig& c, torch::Dtype dt = torch::kDouble) {
+  DecoderLM m(c);
+  m->reset_parameters(11);
+  m->to(dt);
+  m->eval();
+  return m;
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  auto g = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto t = at::randint(vocab, {n}, g, torch::kLong);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = int32_t(t[i].item<int64_t>());
+  return v;
+}
+
+torch::Tensor ids_of(const std::vector<int32_t>& v) {
+  return torch::tensor(std::vector<int64_t>(v.begin(), v.end()), torch::kLong).view({1, int64_t(v.size())});
+}
+
+// Greedy decoding without a cache: a full forward over prompt + generated tokens per step.
+std::vector<int32_t> naive_greedy(DecoderLM& m, std::vector<int32_t> seq, int64_t n) {
+  torch::NoGradGuard ng;
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < n; ++i) {
+    auto logits = m->forward(ids_of(seq));
+    auto t = int32_t(logits[0][-1].argmax().item<int64_t>());
+    out.push_back(t);
+    seq.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
+class KVCacheTest : public ::testing::TestWithParam<std::pair<std::string, int64_t>> {};
+
+// Logits of chunked prefill + one-token steps through the cache equal one full forward (float64).
+TEST_P(KVCacheTest, ChunkedPrefillAndDecodeMatchFullForward) {
+  auto [pos, window] = GetParam();
+  auto m = make(cfg_for(pos, window));
+  const auto seq = random_tokens(40, 256, 3);
+  torch::NoGradGuard ng;
+  auto full = m->forward(ids_of(seq));  // (1, 40, V)
+  KVCache cache;
+  ForwardOptions fo;
+  fo.cache = &cache;
+  std::vector<torch::Tensor> parts;
+  auto ids = ids_of(seq);
+  for (int64_t s : {0, 13, 26}) parts.push_back(m->forward(ids.narrow(1, s, 13), fo));  // prefill 39 in chunks
+  parts.push_back(m->forward(ids.narrow(1, 39, 1), fo));                                 // one decode step
+  auto cached = torch::cat(parts, 1);
+  EXPECT_EQ(cache.length, 40);
+  EXPECT_LT((cached - full).abs().max().item<double>(), 1e-10) << pos;
+}
+
+INSTANTIATE_TEST_SUITE_P(Positional, KVCacheTest,
+                         ::testing::Values(std::make_pair(std::string("rope"), int64_t(0)),
+                                           std::make_pair(std::string("nope"), int64_t(0)),
+                                           std::make_pair(std::string("alibi"), int64_t(0)),
+                                           std::make_pair(std::string("rnope-swa"), int64_t(8))));
+
+// The fused CPU kernel reads cache views in place (float32): same logits as the reference attention.
+TEST(KVCache, Float32FusedDecodeMatchesReference) {
+  auto m = make(cfg_for("rope"), torch::kFloat);
+  const auto seq = random_tokens(33, 256, 4);
+  torch::NoGradGuard ng;
+  auto step = [&](bool reference) {
+    std::unique_ptr<ops::ForceReferenceAttention> force;
+    if (reference) force = std::make_unique<ops::ForceReferenceAttention>();
+    KVCache cache;
+    ForwardOptions fo;
+    fo.cache = &cache;
+    m->forward(ids_of(seq).narrow(1, 0, 32), fo);
+    return m->forward(ids_of(seq).narrow(1, 32, 1), fo);
+  };
+  EXPECT_LT((step(false) - step(true)).abs().max().item<double>(), 1e-4);
+}
+
+// With the long-context temperature on, chunked prefill sees the β of the whole prompt.
+TEST(KVCache, ChunkedPrefillKeepsTemperatureOfWholePrompt) {
+  auto c = cfg_for("nope");
+  c.max_position = 8;
+  c.softmax_temperature = 0.7;
+  auto m = make(c);
+  const auto seq = random_tokens(30, 256, 5);
+  torch::NoGradGuard ng;
+  auto full = m->forward(ids_of(seq));
+  KVCache cache;
+  cache.length_hint = {30};
+  ForwardOptions fo;
+  fo.cache = &cache;
+  auto a = m->forward(ids_of(seq).narrow(1, 0, 10), fo);
+  auto b = m->forward(ids_of(seq).narrow(1, 10, 20), fo);
+  EXPECT_LT((torch::cat({a, b}, 1) - full).abs().max().item<double>(), 1e-10);
+  // Without the hint the first chunk would use β(10) ≠ β(30): the test can tell the difference.
+  KVCache plain;
+  fo.cache = &plain;
+  auto a2 = m->forward(ids_of(seq).narrow(1, 0, 10), fo);
+  EXPECT_GT((a2 - full.narrow(1, 0, 10)).abs().max().item<double>(), 1e-6);
+}
+
+class GenerateTest : public ::testing::TestWithParam<std::string> {};
+
+// Greedy tokens with cache, alone and in a left-padded batch, equal the no-cache loop.
+TEST_P(GenerateTest, MatchesNaiveGreedyAloneAndBatched) {
+  const std::string pos = GetParam();
+  auto m = make(cfg_for(pos, pos == "rnope-swa" ? 8 : 0));
+  std::vector<std::vector<int32_t>> prompts = {random_tokens(23, 256, 21), random_tokens(9, 256, 22),
+                                               random_tokens(31, 256, 23)};
+  eval::GenerateOptions opt;
+  opt.max_new_tokens = 12;
+  opt.prefill_chunk = 10;
+  opt.stop_at_eos = false;
+  std::vector<std::vector<int32_t>> expect;
+  for (const auto& p : prompts) expect.push_back(naive_greedy(m, p, 12));
+  for (int64_t bs : {1, 3}) {
+    opt.batch_size = bs;
+    auto got = eval::generate_tokens(m, prompts, opt, -1);
+    ASSERT_EQ(got.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(got[i].tokens, expect[i]) << pos << " batch " << bs << " prompt " << i;
+      EXPECT_EQ(got[i].finish, "length");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Positional, GenerateTest, ::testing::Values("rope", "nope", "alibi", "rnope-swa"));
+
+// Per-row temperature in a padded batch: rows of different lengths get their own β.
+TEST(Generate, PaddedBatchWithTemperatureMatchesAlone) {
+  auto c = cfg_for("nope");
+  c.max_position = 8;
+  c.softmax_temperature = 0.5;
+  auto m = make(c);
+  std::vector<std::vector<int32_t>> prompts = {random_tokens(25, 256, 31), random_tokens(12, 256, 32)};
+  eval::GenerateOptions opt;
+  opt.max_new_tokens = 6;
+  opt.stop_at_eos = false;
+  auto alone = eval::generate_tokens(m, prompts, opt, -1);
+  opt.batch_size = 2;
+  auto batched = eval::generate_tokens(m, prompts, opt, -1);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(alone[i].tokens, batched[i].tokens) << i;
+}
+
+TEST(Generate, StopsAtEosAndStopCheck) {
+  auto m = make(cfg_for("rope"));
+  const auto prompt = random_tokens(10, 256, 41);
+  auto ref = naive_greedy(m, prompt, 8);
+  eval::GenerateOptions opt;
+  opt.max_new_tokens = 8;
+  // EOS = the 4th greedy token: generation ends before it.
+  auto g = eval::generate_tokens(m, {prompt}, opt, ref[3]);
+  size_t first = std::find(ref.begin(), ref.end(), ref[3]) - ref.begin();
+  EXPECT_EQ(g[0].finish, "eos");
+  EXPECT_EQ(g[0].tokens, std::vector<int32_t>(ref.begin(), ref.begin() + long(first)));
+  // A stop check that fires after 2 tokens.
+  auto s = eval::generate_tokens(m, {prompt}, opt, -1, [](size_t, const std::vector<int32_t>& t) { return t.size() == 2; });
+  EXPECT_EQ(s[0].finish, "stop");
+  EXPECT_EQ(s[0].tokens, std::vector<int32_t>(ref.begin(), ref.begin() + 2));
+  opt.max_new_tokens = 0;
+  EXPECT_TRUE(eval::generate_tokens(m, {prompt}, opt, -1)[0].tokens.empty());
+  test::expect_error([&] { eval::generate_tokens(m, {{}}, opt, -1); }, {"prompt 0 is empty"});
+  test::expect_error([&] { eval::generate_tokens(m, {{1, 999}}, opt, -1); }, {"999", "outside the vocabulary"});
+}
+
+// Sliding windows (SPEC §5.1), recomputed here token by token from full-window log-probabilities.
+TEST(Perplexity, SlidingWindowMatchesPerTokenDefinition) {
+  auto m = make(cfg_for("rope"));
+  const auto stream = random_tokens(100, 256, 51);
+  const int64_t L = 32, S = 12;
+  torch::NoGradGuard ng;
+  std::vector<double> window_means;
+  int64_t prev_end = 0, scored = 0;
+  for (int64_t begin = 0; begin < 100; begin += S) {
+    const int64_t end = std::min<int64_t>(begin + L, 100);
+    auto lp = torch::log_softmax(m->forward(ids_of(stream).narrow(1, begin, end - begin)), -1)[0];
+    double sum = 0;
+    int64_t n = 0;
+    for (int64_t t = std::max(prev_end, begin + 1); t < end; ++t, ++n) sum -= lp[t - begin - 1][stream[size_t(t)]].item<double>();
+    window_means.push_back(sum / double(n));
+    scored += n;
+    prev_end = end;
+    if (end == 100) break;
+  }
+  double mean = 0;
+  for (double x : window_means) mean += x / double(window_means.size());
+  eval::PerplexityOptions o;
+  o.length = L;
+  o.stride = S;
+  auto r = eval::perplexity_sliding(m, stream, o);
+  EXPECT_NEAR(r.mean_nll, mean, 1e-9);
+  EXPECT_NEAR(r.ppl, std::exp(mean), 1e-9 * std::exp(mean));
+  EXPECT_EQ(r.windows, int64_t(window_means.size()));
+  EXPECT_EQ(r.tokens_scored, 99);  // every token but the first, exactly once
+  EXPECT_EQ(scored, 99);
+  o.max_windows = 2;
+  EXPECT_EQ(eval::perplexity_sliding(m, stream, o).windows, 2);
+}
+
+TEST(Perplexity, TruncateScoresFirstLTokensOfLongDocuments) {
+  auto m = make(cfg_for("nope"));
+  std::vector<std::vector<int32_t>> docs = {random_tokens(20, 256, 61), random_tokens(5, 256, 62), random_tokens(16, 256, 63)};
+  eval::PerplexityOptions o;
+  o.length = 16;
+  o.truncate = true;
+  auto r = eval::perplexity_truncate(m, docs, o);
+  EXPECT_EQ(r.documents_used, 2);
+  const double a = eval::window_nll(m, ids_of(docs[0]).narrow(1, 0, 16), 1);
+  const double b = eval::window_nll(m, ids_of(docs[2]), 1);
+  EXPECT_NEAR(r.ppl, std::exp((a + b) / 2), 1e-9 * r.ppl);
+  o.length = 50;
+  test::expect_error([&] { eval::perplexity_truncate(m, docs, o); }, {"no document has 50 tokens", "longest has 20"});
+}
+
+// Temperature fitting recovers a planted optimum: the fit's best β gives the lowest ppl on its grid,
+// and c is the least-squares slope through the origin of (ln s, β − 1).
+TEST(Perplexity, FitTemperatureIsConsistent) {
+  auto c = cfg_for("nope");
+  c.max_position = 16;
+  auto m = make(c, torch::kFloat);
+  const auto stream = random_tokens(130, 256, 71);
+  eval::PerplexityOptions o;
+  o.stride = 32;
+  auto fit = eval::fit_temperature(m, stream, {32, 64}, o, 2.0);
+  ASSERT_EQ(fit.lengths.size(), 2u);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < 2; ++i) {
+    for (double p : fit.grid_ppl[i]) EXPECT_GE(p, fit.best_ppl[i] - 1e-12);
+    EXPECT_LE(fit.best_ppl[i], fit.base_ppl[i]);
+    const double x = std::log(double(fit.lengths[i]) / 16.0);
+    num += x * (fit.best_beta[i] - 1);
+    den += x * x;
+    // The reported best ppl is reproducible with the model's own temperature formula.
+    m->set_softmax_temperature(fit.best_beta[i] > 1 ? (fit.best_beta[i] - 1) / x : 0.0);
+    o.length = fit.lengths[i];
+    EXPECT_NEAR(eval::perplexity_sliding(m, stream, o).ppl, fit.best_ppl[i], 1e-6 * fit.best_ppl[i]);
+  }
+  EXPECT_NEAR(fit.c, num / den, 1e-12);
+  EXPECT_EQ(m->config().softmax_temperature, (fit.best_beta[1] - 1) / std::log(4.0));  // left as the test set it
+  test::expect_error([&] { eval::fit_temperature(m, stream, {16}, o); }, {"not beyond the training length 16"});
+}
