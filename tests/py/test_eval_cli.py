@@ -1,0 +1,178 @@
+"""drope-eval ppl / generate / fit-temperature / compare against HF transformers on the same random
+Llama model and a byte-level BPE tokenizer trained on the fly (independent implementations)."""
+import json
+import math
+import pathlib
+
+import numpy as np
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from conftest import expect_error, run_cli
+
+LICENSES = pathlib.Path("/usr/share/common-licenses")
+
+
+def text_corpus():
+    files = sorted(p for p in LICENSES.iterdir() if p.is_file())
+    return [p.read_text(encoding="utf-8", errors="replace")[:12000] for p in files[:6]]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evalcli")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(text_corpus(), trainer=trainers.BpeTrainer(
+        vocab_size=400, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    V = tok.get_vocab_size()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                      attn_implementation="eager")
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm" in n else 0.25 * torch.randn_like(p))
+    mdir = root / "model"
+    model.save_pretrained(mdir)
+    (mdir / "tokenizer.json").write_text(tok.to_str(), encoding="utf-8")
+    text = text_corpus()[1][:3000]
+    (root / "eval.txt").write_text(text, encoding="utf-8")
+    return dict(root=root, mdir=mdir, tok=tok, model=model, cfg=cfg, text=text)
+
+
+def hf_sliding_ppl(model, ids, L, stride):
+    """SPEC §5.1 written out: windows of L every `stride`, each scoring its new tokens; exp(mean of means)."""
+    means, prev_end = [], 0
+    for begin in range(0, len(ids), stride):
+        end = min(begin + L, len(ids))
+        x = torch.tensor([ids[begin:end]])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(x).logits.double(), -1)[0]
+        first = max(prev_end - begin, 1)
+        nll = [-logp[t - 1, ids[begin + t]].item() for t in range(first, end - begin)]
+        means.append(sum(nll) / len(nll))
+        prev_end = end
+        if end == len(ids):
+            break
+    return math.exp(sum(means) / len(means))
+
+
+def yarn_model(s, factor):
+    cfg = LlamaConfig(**{**s["cfg"].to_dict(), "rope_scaling": {"rope_type": "yarn", "factor": factor,
+                                                                 "original_max_position_embeddings": 32}})
+    m = LlamaForCausalLM(cfg).eval()
+    m.load_state_dict(s["model"].state_dict())
+    return m
+
+
+def test_ppl_matches_hf_sliding_window_and_yarn(setup, tmp):
+    s = setup
+    ids = s["tok"].encode(s["text"]).ids  # the tokenizer has no EOS: the stream is the document
+    out = tmp / "res" / "ppl"
+    run_cli("drope-eval", "ppl", "--model", s["mdir"], "--data", s["root"] / "eval.txt", "--lengths", "16,48",
+            "--stride", "12", "--max-tokens", "200", "--out", out)
+    res = json.loads(out.with_suffix(".json").read_text())
+    assert res["kind"] == "ppl" and [r["length"] for r in res["results"]] == [16, 48]
+    for r in res["results"]:
+        ref = hf_sliding_ppl(s["model"], ids[:200], r["length"], 12)
+        assert abs(r["ppl"] - ref) / ref < 2e-4, (r, ref)
+    for ext in (".csv", ".md", ".png", ".svg"):
+        assert out.with_suffix(ext).is_file()
+    # Eval-time YaRN (s = 2 over the 32-token training length) equals HF's YaRN at 64 tokens.
+    run_cli("drope-eval", "ppl", "--model", s["mdir"], "--data", s["root"] / "eval.txt", "--lengths", "64",
+            "--stride", "32", "--max-tokens", "160", "--rope-scaling", "yarn", "--factor", "2", "--out", tmp / "y",
+            "--with", out.with_suffix(".json"))
+    got = json.loads((tmp / "y.json").read_text())["results"][0]["ppl"]
+    ref = hf_sliding_ppl(yarn_model(s, 2.0), ids[:160], 64, 32)
+    plain = hf_sliding_ppl(s["model"], ids[:160], 64, 32)
+    assert abs(got - ref) / ref < 2e-4 and abs(plain - ref) / ref > 1e-3, (got, ref, plain)
+
+
+def test_generate_matches_hf_greedy_alone_and_batched(setup, tmp):
+    s = setup
+    prompts = ["The licensor grants you", "Permission is hereby granted, free of charge, to any person obtaining"]
+    expect = []
+    for p in prompts:
+        x = torch.tensor([s["tok"].encode(p).ids])
+        with torch.no_grad():
+            y = s["model"].generate(x, max_new_tokens=12, do_sample=False, pad_token_id=0)
+        expect.append(y[0, x.shape[1]:].tolist())
+    for bs in ("1", "2"):
+        args = ["drope-eval", "generate", "--model", s["mdir"], "--max-new-tokens", "12", "--batch-size", bs,
+                "--prefill-chunk", "5", "--out", tmp / f"g{bs}.jsonl"]
+        for p in prompts:
+            args += ["--prompt", p]
+        run_cli(*args)
+        lines = [json.loads(l) for l in (tmp / f"g{bs}.jsonl").read_text().splitlines()]
+        assert [l["tokens"] for l in lines] == expect, bs
+        assert [l["output"] for l in lines] == [s["tok"].decode(e) for e in expect]
+    # A stop sequence cuts the text before it.
+    full = s["tok"].decode(expect[0])
+    stop = full[len(full) // 2:len(full) // 2 + 2]
+    run_cli("drope-eval", "generate", "--model", s["mdir"], "--prompt", prompts[0], "--max-new-tokens", "12",
+            "--stop", stop, "--out", tmp / "stop.jsonl")
+    line = json.loads((tmp / "stop.jsonl").read_text())
+    assert line["finish"] == "stop" and stop not in line["output"] and full.startswith(line["output"])
+
+
+def test_fit_temperature_then_auto_and_compare(setup, tmp):
+    s = setup
+    save = tmp / "temperature.json"
+    run_cli("drope-eval", "fit-temperature", "--model", s["mdir"], "--data", s["root"] / "eval.txt",
+            "--lengths", "64", "--stride", "32", "--max-tokens", "160", "--beta-max", "2", "--save", save,
+            "--out", tmp / "fit")
+    fit = json.loads(save.read_text())
+    f = fit["fits"][0]
+    assert min(f["grid_ppl"]) == pytest.approx(f["best_ppl"]) and f["best_ppl"] <= f["base_ppl"]
+    assert fit["c"] == pytest.approx((f["best_beta"] - 1) / math.log(2))
+    # --temperature auto reads <model>/temperature.json: absent → clear error; present → used.
+    r = run_cli("drope-eval", "ppl", "--model", s["mdir"], "--data", s["root"] / "eval.txt", "--lengths", "64",
+                "--temperature", "auto", "--out", tmp / "auto", check=False)
+    expect_error(r, "temperature.json", "fit-temperature")
+    (s["mdir"] / "temperature.json").write_text(save.read_text())
+    try:
+        run_cli("drope-eval", "ppl", "--model", s["mdir"], "--data", s["root"] / "eval.txt", "--lengths", "64",
+                "--stride", "32", "--max-tokens", "160", "--temperature", "auto", "--out", tmp / "auto")
+    finally:
+        (s["mdir"] / "temperature.json").unlink()
+    auto = json.loads((tmp / "auto.json").read_text())
+    assert auto["method"]["temperature"] == pytest.approx(fit["c"])
+    assert auto["results"][0]["ppl"] == pytest.approx(f["best_ppl"], rel=1e-5)
+    run_cli("drope-eval", "ppl", "--model", s["mdir"], "--data", s["root"] / "eval.txt", "--lengths", "64",
+            "--stride", "32", "--max-tokens", "160", "--label", "base", "--out", tmp / "base")
+    run_cli("drope-eval", "compare", tmp / "base.json", tmp / "auto.json", "--out", tmp / "cmp")
+    md = (tmp / "cmp.md").read_text()
+    assert "| base |" in md and "ppl@64" in md
+
+
+def test_bad_inputs_fail_clearly_and_keep_results(setup, tmp):
+    s = setup
+    data = s["root"] / "eval.txt"
+    keep = tmp / "keep.json"
+    keep.write_text("earlier")
+    bad = tmp / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": 3}\n')
+    cases = [
+        (["--data", bad, "--lengths", "16"], [str(bad) + ":2", "'text'"]),
+        (["--data", data, "--lengths", "16", "--temperature", "warm"], ["--temperature", "warm"]),
+        (["--data", data, "--lengths", "16", "--factor", "2"], ["--factor 2 given without --rope-scaling"]),
+        (["--data", data, "--lengths", "16", "--rope-scaling", "yarn"], ["needs --factor > 1"]),
+        (["--data", tmp / "missing.txt", "--lengths", "16"], ["missing.txt", "no such file"]),
+        (["--data", data], ["--lengths or --multipliers"]),
+        (["--data", data, "--lengths", "16", "--with", bad], ["--with", "bad.jsonl"]),
+    ]
+    for extra, needles in cases:
+        r = run_cli("drope-eval", "ppl", "--model", s["mdir"], *extra, "--out", tmp / "keep", check=False)
+        expect_error(r, *needles)
+        assert keep.read_text() == "earlier" and not (tmp / "keep.csv").exists()
+    nomodel = tmp / "notok"
+    nomodel.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        (nomodel / f).write_bytes((s["mdir"] / f).read_bytes())
+    r = run_cli("drope-eval", "generate", "--model", nomodel, "--prompt", "hi", check=False)
+    expect_error(r, "no tokenizer", "--tokenizer")
