@@ -48,11 +48,9 @@ std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const 
     io::write_model_files(model, tmp);
     io::save_safetensors((fs::path(tmp) / "optimizer.safetensors").string(), opt.state_tensors(),
                          {{"steps", std::to_string(opt.steps_taken())}});
-    nlohmann::json j{{"step", st.step}, {"tokens", st.tokens}, {"phase_start", st.phase_start}, {"extra", st.extra},
-                     {"format", "drope-checkpoint-1"}};
     write_file_atomic((fs::path(tmp) / "run.yaml").string(), run_yaml);
     // state.json last: its presence marks a complete checkpoint.
-    write_file_atomic((fs::path(tmp) / "state.json").string(), j.dump(2) + "\n");
+    write_file_atomic((fs::path(tmp) / "state.json").string(), checkpoint_state_json(st));
   });
   // Prune: rename first (atomic), so that a kill during the deletion never leaves a half-deleted
   // directory that still looks like a checkpoint; leftovers are removed by remove_stale_temporaries.
@@ -91,17 +89,7 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
 LoadedCheckpoint load_checkpoint(const std::string& dir) {
   LoadedCheckpoint c;
   const auto state_path = (fs::path(dir) / "state.json").string();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(state_path));
-    c.state.step = j.at("step").get<int64_t>();
-    c.state.tokens = j.at("tokens").get<int64_t>();
-    c.state.phase_start = j.value("phase_start", int64_t(0));
-    c.state.extra = j.value("extra", nlohmann::json::object());
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not a valid checkpoint state ({})", state_path, e.what());
-  }
-  if (c.state.step < 0 || c.state.tokens < 0) fail("{}: negative step or token count", state_path);
+  c.state = parse_checkpoint_state(read_file(state_path), state_path);
   c.model = io::load_model(dir);
   const auto opt_path = (fs::path(dir) / "optimizer.safetensors").string();
   io::SafetensorsFile f(opt_path);

@@ -191,7 +191,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     opt_steps = c.optimizer_steps;
     out.resumed_from = st.step;
     if (say) fmt::print("resuming from {} (step {})\n", *ckpt, st.step);
-    if (st.step >= cfg.train.steps && st.extra.value("complete", false)) {
+    if (st.step >= cfg.train.steps && st.extra.is_object() && st.extra.value("complete", false)) {
       // The run finished (its final checkpoint follows the final validation): nothing to redo or re-log.
       if (say) fmt::print("run already complete at step {} (train.steps {})\n", st.step, cfg.train.steps);
       out.last_checkpoint = *ckpt;

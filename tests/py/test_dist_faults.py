@@ -1,6 +1,7 @@
 """Distributed faults in drope-train (Gloo, 2 ranks on CPU): a rank that dies or hangs makes the others exit
 non-zero with one clear message within train.dist_timeout_s instead of hanging, and a worker killed under
 torchrun is restarted and resumes from the last checkpoint to the same result as an uninterrupted run."""
+import contextlib
 import json
 import os
 import pathlib
@@ -75,35 +76,34 @@ def finish(p, limit=120):
     return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
+@contextlib.contextmanager
+def ranks_training(tmp, name, timeout):
+    """Two ranks launched and past their third step; both are reaped (killed if still alive) afterwards."""
+    procs = launch_ranks(write_cfg(tmp, name, timeout=timeout))
+    try:
+        wait_for_steps(tmp / name, 3, procs)
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+
+
 def test_dead_rank_makes_the_other_exit_with_a_clear_message(tmp):
     for victim in (1, 0):  # a worker, then the rank that hosts the rendezvous store
-        cfg = write_cfg(tmp, f"dead{victim}")
-        procs = launch_ranks(cfg)
-        try:
-            wait_for_steps(tmp / f"dead{victim}", 3, procs)
+        with ranks_training(tmp, f"dead{victim}", timeout=4) as procs:
             procs[victim].send_signal(signal.SIGKILL)
             r = finish(procs[1 - victim])
             expect_error(r, f"rank {1 - victim} of 2:", "failed: another rank died or did not answer within "
                          "train.dist_timeout_s = 4 s")
             assert r.stderr.count("error:") == 1, r.stderr
-        finally:
-            for p in procs:
-                p.kill()
-                p.communicate()
 
 
 def test_hung_rank_makes_the_other_exit_after_the_timeout(tmp):
-    cfg = write_cfg(tmp, "hung", timeout=3)
-    procs = launch_ranks(cfg)
-    try:
-        wait_for_steps(tmp / "hung", 3, procs)
+    with ranks_training(tmp, "hung", timeout=3) as procs:
         procs[1].send_signal(signal.SIGSTOP)  # alive but silent: only the timeout can tell
         r = finish(procs[0])
         expect_error(r, "rank 0 of 2:", "failed: another rank died or did not answer within train.dist_timeout_s = 3 s")
-    finally:
-        for p in procs:
-            p.kill()
-            p.communicate()
 
 
 def test_rank_that_never_joins_times_out_at_start(tmp):

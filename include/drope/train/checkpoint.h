@@ -10,16 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "drope/model/transformer.h"
+#include "drope/train/checkpoint_state.h"
 #include "drope/train/optim.h"
 
 namespace drope::train {
-
-struct TrainState {
-  int64_t step = 0;          // optimizer steps completed
-  int64_t tokens = 0;        // training tokens consumed (global)
-  int64_t phase_start = 0;   // step at which the schedule of the current phase started
-  nlohmann::json extra;      // anything else worth keeping (val loss, ...)
-};
 
 // Writes `<run>/checkpoints/step-<step>/` atomically, then deletes all but the newest `keep_last`.
 std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const AdamW& opt, const TrainState& st,

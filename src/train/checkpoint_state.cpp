@@ -1,0 +1,36 @@
+#include "drope/train/checkpoint_state.h"
+
+#include "drope/core/error.h"
+
+namespace drope::train {
+
+std::string checkpoint_state_json(const TrainState& st) {
+  nlohmann::json j{{"step", st.step}, {"tokens", st.tokens}, {"phase_start", st.phase_start}, {"extra", st.extra},
+                   {"format", "drope-checkpoint-1"}};
+  return j.dump(2) + "\n";
+}
+
+TrainState parse_checkpoint_state(const std::string& text, const std::string& path) {
+  TrainState st;
+  try {
+    const auto j = nlohmann::json::parse(text);
+    if (!j.is_object()) fail("{}: not a valid checkpoint state (expected a JSON object)", path);
+    st.step = j.at("step").get<int64_t>();
+    st.tokens = j.at("tokens").get<int64_t>();
+    st.phase_start = j.value("phase_start", int64_t(0));
+    st.extra = j.value("extra", nlohmann::json::object());
+    if (st.extra.is_null()) st.extra = nlohmann::json::object();  // written by older builds
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not a valid checkpoint state ({})", path, e.what());
+  }
+  if (st.step < 0 || st.tokens < 0 || st.phase_start < 0 || st.phase_start > st.step)
+    fail("{}: step, tokens and phase_start must be >= 0 and phase_start <= step", path);
+  if (!st.extra.is_object()) fail("{}: 'extra' must be an object", path);
+  if (st.extra.contains("complete") && !st.extra["complete"].is_boolean())
+    fail("{}: extra.complete must be true or false", path);
+  if (st.extra.contains("val_loss") && !st.extra["val_loss"].is_number())
+    fail("{}: extra.val_loss must be a number", path);
+  return st;
+}
+
+}  // namespace drope::train
