@@ -1,13 +1,21 @@
 // drope-bench: benchmarks (not tests). `drope-bench attention`: our fused attention op against LibTorch's
 // scaled_dot_product_attention (plain and with a dense additive mask) and the plain-ATen reference.
+#include <sys/resource.h>
+
+#include <chrono>
 #include <cstdio>
+#include <random>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "app_common.h"
 #include "drope/bench/attention_bench.h"
 #include "drope/core/error.h"
+#include "drope/core/files.h"
+#include "drope/eval/generate.h"
+#include "drope/io/model_io.h"
 
 int main(int argc, char** argv) {
   CLI::App cli{"drope-bench: benchmarks of the drope ops"};
@@ -43,7 +51,72 @@ int main(int argc, char** argv) {
   att->add_flag("--forward-only", fwd_only, "Skip forward+backward");
   att->add_option("--json", json_path, "Also write all numbers as JSON to this file (atomic)");
   att->add_flag("--quiet", quiet, "No progress lines on stderr");
+
+  // `generate`: prefill and decode throughput of greedy generation with the KV cache, for one context
+  // length per process (peak RSS is per process). scripts/bench_generate.py runs it beside HF generate.
+  struct GenOpts {
+    std::string model, json;
+    int64_t context = 2048, new_tokens = 64, chunk = 2048;
+    int threads = 0;
+    uint64_t seed = 0;
+    int repeats = 3;
+  } g;
+  auto* gen = cli.add_subcommand("generate", "Prefill and decode tokens/s of greedy generation (KV cache)");
+  gen->add_option("--model", g.model, "Model directory")->required();
+  gen->add_option("--context", g.context, "Prompt tokens")->capture_default_str();
+  gen->add_option("--new-tokens", g.new_tokens, "Decoded tokens timed")->capture_default_str();
+  gen->add_option("--prefill-chunk", g.chunk, "Prompt tokens per prefill forward")->capture_default_str();
+  gen->add_option("--threads", g.threads, "Intra-op threads (0 = LibTorch default)");
+  gen->add_option("--seed", g.seed, "Seed of the random prompt");
+  gen->add_option("--repeats", g.repeats, "Timed runs; the fastest is reported")->capture_default_str();
+  gen->add_option("--json", g.json, "Write the numbers as JSON here (atomic)");
   CLI11_PARSE(cli, argc, argv);
+
+  if (gen->parsed())
+    return drope::app::run([&] {
+      if (g.context < 1 || g.new_tokens < 1 || g.repeats < 1)
+        drope::fail("--context, --new-tokens and --repeats must be >= 1");
+      if (g.threads > 0) at::set_num_threads(g.threads);
+      auto model = drope::io::load_model(g.model);
+      model->eval();
+      std::mt19937_64 rng(g.seed);
+      std::vector<int32_t> prompt(size_t(g.context));
+      for (auto& t : prompt) t = int32_t(rng() % uint64_t(model->config().vocab_size));
+      drope::eval::GenerateOptions o;
+      o.prefill_chunk = g.chunk;
+      o.stop_at_eos = false;
+      auto timed = [&](int64_t n) {
+        o.max_new_tokens = n;
+        auto t0 = std::chrono::steady_clock::now();
+        auto r = drope::eval::generate_tokens(model, {prompt}, o, -1);
+        return std::make_pair(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), r[0].tokens);
+      };
+      timed(1);  // warm-up (allocator, kernels)
+      // Best of `repeats` (the least disturbed run) for prefill + the first token, and for + new_tokens steps.
+      double t1 = 1e300, tn = 1e300;
+      std::vector<int32_t> all;
+      for (int r = 0; r < g.repeats; ++r) {
+        t1 = std::min(t1, timed(1).first);
+        auto [t, toks] = timed(g.new_tokens + 1);
+        tn = std::min(tn, t);
+        all = toks;
+      }
+      struct rusage ru {};
+      getrusage(RUSAGE_SELF, &ru);
+      nlohmann::json j = {{"impl", "drope"},
+                          {"context", g.context},
+                          {"new_tokens", g.new_tokens},
+                          {"threads", at::get_num_threads()},
+                          {"prefill_s", t1},
+                          {"prefill_tok_s", double(g.context) / t1},
+                          {"decode_s", tn - t1},
+                          {"decode_tok_s", double(g.new_tokens) / (tn - t1)},
+                          {"peak_rss_mb", double(ru.ru_maxrss) / 1024.0},
+                          {"tokens", all}};
+      fmt::print("{}\n", j.dump());
+      if (!g.json.empty()) drope::write_file_atomic(g.json, j.dump(2) + "\n");
+      return 0;
+    });
 
   return drope::app::run([&] {
     opt.dtype = dtype == "bfloat16" ? at::kBFloat16 : dtype == "float64" ? at::kDouble : at::kFloat;
