@@ -264,3 +264,20 @@ TEST(Perplexity, FitTemperatureIsConsistent) {
   EXPECT_EQ(m->config().softmax_temperature, (fit.best_beta[1] - 1) / std::log(4.0));  // left as the test set it
   test::expect_error([&] { eval::fit_temperature(m, stream, {16}, o); }, {"not beyond the training length 16"});
 }
+
+// A length that cannot fit is refused up front with the estimate, before any allocation.
+TEST(Perplexity, RefusesLengthsBeyondMemory) {
+  auto c = cfg_for("rope");
+  // micro: C = 64, F = 128, H = 4, D = 16, Hkv = 2, 4 layers → per token 6·64 + 2·4·16 + 3·128 = 896 activation
+  // floats and 2·4·2·16 = 256 KV floats.
+  EXPECT_DOUBLE_EQ(eval::forward_memory_bytes(c, 10, 10, 3), 4.0 * 30 * (896 + 256));
+  ASSERT_GT(eval::available_memory_bytes(), 0);
+  auto m = make(c, torch::kFloat);
+  eval::PerplexityOptions o;
+  o.length = int64_t(1) << 40;
+  test::expect_error([&] { eval::perplexity_sliding(m, random_tokens(50, 256, 1), o); },
+                     {"perplexity at length 1099511627776", "GiB", "use shorter lengths"});
+  eval::GenerateOptions g;
+  g.max_new_tokens = int64_t(1) << 40;
+  test::expect_error([&] { eval::generate_tokens(m, {{1, 2}}, g, -1); }, {"generation", "GiB"});
+}

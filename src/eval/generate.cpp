@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "drope/core/error.h"
+#include "drope/eval/perplexity.h"
 
 namespace drope::eval {
 
@@ -65,6 +66,12 @@ std::vector<TokenGeneration> generate_tokens(DecoderLM& model, const std::vector
     for (auto t : prompts[i])
       if (t < 0 || t >= V) fail("generate: prompt {} has token id {} outside the vocabulary [0, {})", i, t, V);
   }
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  // Prefill runs one prompt at a time in chunks; the decode batch holds every row's full KV cache.
+  check_fits_in_memory(model->config(), std::min<int64_t>(opt.prefill_chunk, int64_t(longest)),
+                       int64_t(longest) + opt.max_new_tokens,
+                       std::min<int64_t>(opt.batch_size, int64_t(prompts.size())), "generation");
   torch::NoGradGuard no_grad;
   std::vector<TokenGeneration> out(prompts.size());
   for (size_t begin = 0; begin < prompts.size(); begin += size_t(opt.batch_size)) {

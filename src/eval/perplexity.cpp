@@ -2,31 +2,74 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <string>
 
 #include "drope/core/error.h"
 
+#include <fmt/format.h>
+
 namespace drope::eval {
+
+double available_memory_bytes() {
+  // MemAvailable of /proc/meminfo (what the kernel can give without swapping); 0 when unknown.
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024.0;
+  return 0;
+}
+
+double forward_memory_bytes(const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int64_t batch) {
+  // Activations alive during one no-grad layer (residual, norm, q/k/v/o, gate/up/act, fused attention
+  // O(T·D) state) plus the KV cache of every layer; float32.
+  const double bt = double(tokens) * double(batch);
+  const double D = double(c.resolved_head_dim());
+  const double act = bt * (6.0 * double(c.hidden_size) + 2.0 * double(c.num_heads) * D + 3.0 * double(c.intermediate_size));
+  const double kv = double(kv_tokens) * double(batch) * 2.0 * double(c.num_layers) * double(c.num_kv_heads) * D;
+  return 4.0 * (act + kv);
+}
+
+void check_fits_in_memory(const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int64_t batch,
+                          const std::string& what) {
+  const double need = forward_memory_bytes(c, tokens, kv_tokens, batch), have = available_memory_bytes();
+  if (have > 0 && need > 0.9 * have)
+    fail("{} of {} tokens (batch {}) needs about {:.1f} GiB of activations and KV cache; only {:.1f} GiB of memory "
+         "is available — use shorter lengths or a smaller batch",
+         what, std::max(tokens, kv_tokens), batch, need / double(1 << 30), have / double(1 << 30));
+}
 
 double window_nll(DecoderLM& model, const torch::Tensor& ids, int64_t first) {
   const int64_t T = ids.size(1);
   TORCH_CHECK(first >= 1 && first < T, "window_nll: first scored token ", first, " outside [1, ", T, ")");
   torch::NoGradGuard no_grad;
   auto h = model->hidden(ids);                                              // (1, T, C)
-  // Only the scored positions go through the LM head (V can be large).
-  auto hs = h.narrow(1, first - 1, T - first);                              // predicts tokens first..T-1
-  auto logits = torch::matmul(hs, model->lm_head_weight().t());  // (1, n, V)
-  if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);  // bf16 → float32 softmax
-  auto target = ids.narrow(1, first, T - first);
-  auto nll = torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), target.reshape({-1}));
-  return nll.item<double>();
+  // Only the scored positions go through the LM head, in row chunks: T × V logits at once would not fit
+  // for long windows and large vocabularies (32K × 151K floats = 19 GB).
+  const int64_t n = T - first, rows = 1024;
+  double sum = 0;
+  const auto w = model->lm_head_weight().t();
+  for (int64_t s = 0; s < n; s += rows) {
+    const int64_t m = std::min(rows, n - s);
+    auto logits = torch::matmul(h.narrow(1, first - 1 + s, m), w).squeeze(0);  // (m, V) predicts first+s..
+    if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);  // bf16 → float32 softmax
+    auto target = ids.narrow(1, first + s, m).reshape({-1});
+    sum += torch::nn::functional::cross_entropy(
+               logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+               .item<double>();
+  }
+  return sum / double(n);
 }
 
 namespace {
-void check_opts(const PerplexityOptions& o, const DecoderLM& model) {
+void check_opts(const PerplexityOptions& o, DecoderLM& model) {
   if (o.length < 2) fail("perplexity: length must be >= 2, got {}", o.length);
   if (o.stride <= 0) fail("perplexity: stride must be > 0, got {}", o.stride);
   if (o.max_tokens < 0 || o.max_windows < 0) fail("perplexity: max_tokens/max_windows must be >= 0");
-  (void)model;
+  // A window is one forward without a cache: activations and keys of all L tokens.
+  check_fits_in_memory(model->config(), o.length, o.length, 1, fmt::format("perplexity at length {}", o.length));
 }
 
 PerplexityResult finish(const std::vector<double>& nlls, int64_t scored) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "drope/model/transformer.h"
@@ -32,6 +33,14 @@ PerplexityResult perplexity_sliding(DecoderLM& model, const std::vector<int32_t>
 // Truncate protocol: the first L tokens of each document with at least L tokens, one window each.
 PerplexityResult perplexity_truncate(DecoderLM& model, const std::vector<std::vector<int32_t>>& documents,
                                      const PerplexityOptions& opt);
+
+// Memory a no-grad forward needs beyond the weights: activations of one layer for `tokens` × `batch`
+// plus keys/values of `kv_tokens` × `batch` in every layer (float32); the memory available now; and a
+// clear error naming `what` when the estimate exceeds 90% of it.
+double forward_memory_bytes(const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int64_t batch);
+double available_memory_bytes();
+void check_fits_in_memory(const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int64_t batch,
+                          const std::string& what);
 
 // Mean NLL (nats) of tokens [first, T) of `ids` (1, T) predicted from their prefixes, in one forward.
 // `first` ≥ 1.
