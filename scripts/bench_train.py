@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Training-throughput benchmark (not a test): `drope-train` against the eager PyTorch loop people use
+(HF transformers LlamaForCausalLM + torch.optim.AdamW, SDPA attention), same model shape, batch, sequence
+length, optimizer and thread count, side by side in one run on this machine. Each side runs in its own
+process; tokens/s is the mean over the steps after `--warmup` steps; peak RSS per process.
+
+  .venv/bin/python scripts/bench_train.py --preset tiny-256 --seq-len 512 --batch 8 --steps 30 --threads 2
+"""
+import argparse
+import json
+import pathlib
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def eager_worker(model_dir, seq, batch, steps, warmup, threads, bf16):
+    import torch
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    cfg = AutoConfig.from_pretrained(model_dir)
+    cfg._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(cfg).train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    other = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95))
+    g = torch.Generator().manual_seed(0)
+    times = []
+    for s in range(steps):
+        x = torch.randint(0, cfg.vocab_size, (batch, seq + 1), generator=g)
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t0)
+    timed = times[warmup:]
+    print(json.dumps({"impl": "pytorch-eager (HF Llama, SDPA)", "tokens_per_s": batch * seq * len(timed) / sum(timed),
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="tiny-256")
+    ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides")
+    ap.add_argument("--bin", default=str(ROOT / "build"))
+    ap.add_argument("--eager-worker", nargs=1, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.eager_worker:
+        return eager_worker(args.eager_worker[0], args.seq_len, args.batch, args.steps, args.warmup, args.threads,
+                            args.bf16)
+    binp = pathlib.Path(args.bin)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        # The model shape from our preset, as an HF config.json for the eager side (byte vocabulary: our run
+        # trains on this machine's text bytes).
+        model_cfg = tmp / "model.yaml"
+        model_cfg.write_text(f"model:\n  preset: {args.preset}\n  vocab_size: 256\n  max_position: {args.seq_len}\n")
+        subprocess.run([binp / "drope-model", "init", "--config", model_cfg, "--out", tmp / "m"], check=True,
+                       capture_output=True)
+        run_cfg = tmp / "run.yaml"
+        run_cfg.write_text(f"""run:
+  name: bench
+  out_dir: {tmp / 'run'}
+  seed: 0
+  phase: pretrain
+model:
+  preset: {args.preset}
+  vocab_size: 256
+  max_position: {args.seq_len}
+data:
+  text: /usr/share/common-licenses
+  seq_len: {args.seq_len}
+  batch_size: {args.batch}
+optim:
+  lr: 1.0e-3
+  betas: [0.9, 0.95]
+  weight_decay: 0.1
+schedule:
+  type: constant
+  warmup: 0
+train:
+  steps: {args.steps}
+  log_every: 1
+  checkpoint_every: 0
+  clip: 1.0
+  dtype: {'bfloat16' if args.bf16 else 'float32'}
+""")
+        r = subprocess.run(["/usr/bin/time", "-f", "%M", binp / "drope-train", run_cfg, "--quiet"],
+                           capture_output=True, text=True,
+                           env={"OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"})
+        if r.returncode != 0:
+            raise SystemExit(f"drope-train failed:\n{r.stderr}")
+        rss = int(r.stderr.strip().splitlines()[-1]) / 1024
+        log = [json.loads(l) for l in (tmp / "run" / "log.jsonl").read_text().splitlines()]
+        steps = [l for l in log if "tokens_per_s" in l and l["step"] > args.warmup]
+        ours = {"impl": "drope-train", "tokens_per_s": sum(l["tokens_per_s"] for l in steps) / len(steps),
+                "peak_rss_mb": rss}
+        e = subprocess.run([sys.executable, __file__, "--eager-worker", str(tmp / "m"), "--seq-len", str(args.seq_len),
+                            "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
+                            "--threads", str(args.threads)] + (["--bf16"] if args.bf16 else []),
+                           capture_output=True, text=True)
+        if e.returncode != 0:
+            raise SystemExit(f"eager loop failed:\n{e.stderr}")
+        eager = json.loads(e.stdout.strip().splitlines()[-1])
+    print(f"{args.preset}, seq {args.seq_len}, batch {args.batch}, {args.steps} steps ({args.warmup} warm-up), "
+          f"{args.threads} threads, {'bf16 autocast' if args.bf16 else 'float32'}")
+    print("| impl | tokens/s | peak RSS MB |\n|---|---:|---:|")
+    for x in (ours, eager):
+        print(f"| {x['impl']} | {x['tokens_per_s']:.0f} | {x['peak_rss_mb']:.0f} |")
+    print(f"| ratio | {ours['tokens_per_s'] / eager['tokens_per_s']:.2f}x | {ours['peak_rss_mb'] / eager['peak_rss_mb']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
