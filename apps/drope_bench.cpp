@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
   att->add_option("--window", opt.window, "Sliding window W of the window case")->capture_default_str();
   att->add_option("--dtype", dtype, "Input dtype")->check(CLI::IsMember({"float32", "bfloat16", "float64"}))
       ->capture_default_str();
+  att->add_option("--device", opt.device, "cpu or cuda (memory: CUDA allocator peak instead of RSS)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   att->add_option("--repeats", opt.repeats, "Timed runs per measurement (median reported)")->capture_default_str();
   att->add_option("--warmup", opt.warmup, "Untimed runs first")->capture_default_str();
   att->add_option("--max-seconds", opt.max_seconds,

@@ -1,4 +1,5 @@
 // The attention benchmark's library code on a tiny configuration: structure only, no timing thresholds.
+#include <torch/cuda.h>
 #include <set>
 #include <string>
 
@@ -91,4 +92,11 @@ TEST(AttentionBench, SkipsOverMemoryBudgetAndRejectsBadOptions) {
   bad = tiny();
   bad.heads = 3;
   drope::test::expect_error([&] { drope::bench::run_attention_bench(bad); }, {"multiple"});
+  bad = tiny();
+  bad.device = "tpu";
+  drope::test::expect_error([&] { drope::bench::run_attention_bench(bad); }, {"--device must be cpu or cuda", "tpu"});
+  if (!torch::cuda::is_available()) {
+    bad.device = "cuda";
+    drope::test::expect_error([&] { drope::bench::run_attention_bench(bad); }, {"no CUDA device"});
+  }
 }

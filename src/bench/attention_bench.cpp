@@ -20,11 +20,17 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
+#include <torch/cuda.h>
 #include <torch/version.h>
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/ops/attention.h"
+
+#ifdef DROPE_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 namespace drope::bench {
 
@@ -107,6 +113,41 @@ std::string cpu_device() {
 
 size_t elt_size(at::ScalarType t) { return c10::elementSize(t); }
 
+// Peak CUDA caching-allocator bytes: reset the peak and return the current bytes, then the peak growth
+// in MiB. (-1 without CUDA support in this build.)
+double gpu_memory_reset(bool cuda) {
+#ifdef DROPE_WITH_CUDA
+  if (cuda) {
+    const auto dev = c10::cuda::current_device();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(dev);
+    const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(dev);
+    return double(st.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].current);
+  }
+#endif
+  (void)cuda;
+  return 0;
+}
+
+double gpu_memory_peak(double base) {
+#ifdef DROPE_WITH_CUDA
+  const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+  return (double(st.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].peak) - base) / kMiB;
+#else
+  (void)base;
+  return -1;
+#endif
+}
+
+std::string gpu_device() {
+#ifdef DROPE_WITH_CUDA
+  const auto* prop = at::cuda::getCurrentDeviceProperties();
+  return fmt::format("CUDA: {} ({} SMs, {:.0f} GiB)", prop->name, prop->multiProcessorCount,
+                     double(prop->totalGlobalMem) / double(1 << 30));
+#else
+  return "CUDA";
+#endif
+}
+
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -146,9 +187,9 @@ Setup make_setup(const AttentionBenchOptions& o, const std::string& name, int64_
 
 // The dense additive mask users build for SDPA today: 0 where visible, −inf where masked, ALiBi bias
 // −slope·(i − j) per head. (T, S), or (1, H, T, S) for ALiBi; dtype of the inputs.
-at::Tensor dense_mask(const Setup& s, at::ScalarType dtype) {
+at::Tensor dense_mask(const Setup& s, at::ScalarType dtype, const std::string& device) {
   const int64_t T = s.T, S = s.T;
-  auto opt = at::TensorOptions().dtype(at::kFloat);
+  auto opt = at::TensorOptions().dtype(at::kFloat).device(device);
   auto qpos = at::arange(0, T, opt).unsqueeze(1);
   auto kpos = at::arange(0, S, opt).unsqueeze(0);
   auto dist = qpos - kpos;  // (T, S) = i − j
@@ -157,7 +198,7 @@ at::Tensor dense_mask(const Setup& s, at::ScalarType dtype) {
   const double ninf = -std::numeric_limits<double>::infinity();
   at::Tensor m;
   if (s.mask_per_head) {
-    auto slopes = s.p.alibi_slopes.to(at::kFloat).view({1, s.H, 1, 1});
+    auto slopes = s.p.alibi_slopes.to(opt).view({1, s.H, 1, 1});
     m = (-slopes * dist.view({1, 1, T, S})).masked_fill_(allowed.logical_not().view({1, 1, T, S}), ninf);
   } else {
     m = at::zeros({T, S}, opt).masked_fill_(allowed.logical_not(), ninf);
@@ -170,7 +211,7 @@ struct Inputs {
 };
 
 Inputs make_inputs(const AttentionBenchOptions& o, const Setup& s) {
-  auto opt = at::TensorOptions().dtype(o.dtype);
+  auto opt = at::TensorOptions().dtype(o.dtype).device(o.device);
   Inputs in;
   in.q = at::randn({o.batch, s.H, s.T, o.head_dim}, opt);
   in.k = at::randn({o.batch, s.Hkv, s.T, o.head_dim}, opt);
@@ -278,15 +319,23 @@ at::Tensor measure(Ctx& c, const Setup& s, const std::string& impl, bool bwd, co
       last_out = fn(q, kk, v);
     }
   };
+  const bool cuda = o.device == "cuda";
+  // GPU work is asynchronous: wait for it before reading the clock.
+  auto sync = [&] {
+    if (cuda) torch::cuda::synchronize();
+  };
   const long long maxrss0 = maxrss_bytes();
   RssSampler sampler;
+  const double gpu_base = gpu_memory_reset(cuda);
   try {
     const auto t_start = Clock::now();
     for (int i = 0; i < o.warmup; ++i) once();
+    sync();
     std::vector<double> ms;
     for (int i = 0; i < o.repeats; ++i) {
       const auto t0 = Clock::now();
       once();
+      sync();
       ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       const double spent = std::chrono::duration<double>(Clock::now() - t_start).count();
       if (spent + ms.back() / 1000.0 > o.max_seconds && i + 1 < o.repeats) break;  // keep the budget
@@ -306,6 +355,7 @@ at::Tensor measure(Ctx& c, const Setup& s, const std::string& impl, bool bwd, co
     m.status = std::string("error: ") + e.what();
   }
   m.peak_rss_mb = sampler.stop();
+  if (cuda) m.peak_rss_mb = gpu_memory_peak(gpu_base);  // device memory is what matters on a GPU
   const long long maxrss1 = maxrss_bytes();
   if (maxrss0 >= 0 && maxrss1 >= 0) m.maxrss_growth_mb = double(maxrss1 - maxrss0) / kMiB;
   log(o, fmt::format("  {:<7} T={:<6} {:<10} {:<8} {}", s.name, s.T, impl, bwd ? "fwd+bwd" : "fwd",
@@ -317,6 +367,13 @@ at::Tensor measure(Ctx& c, const Setup& s, const std::string& impl, bool bwd, co
 
 void validate(const AttentionBenchOptions& o) {
   if (o.lengths.empty()) fail("attention bench: no lengths given");
+  if (o.device != "cpu" && o.device != "cuda") fail("attention bench: --device must be cpu or cuda, got '{}'", o.device);
+  if (o.device == "cuda" && !torch::cuda::is_available())
+    fail("attention bench: --device cuda, but no CUDA device is available on this machine");
+#ifndef DROPE_WITH_CUDA
+  if (o.device == "cuda" && o.dtype != at::kFloat && o.dtype != at::kDouble)
+    fail("attention bench: this build has no CUDA kernels (built without nvcc); 'ours' would run the reference");
+#endif
   for (auto T : o.lengths)
     if (T <= 0) fail("attention bench: lengths must be positive, got {}", T);
   if (o.batch <= 0 || o.heads <= 0 || o.head_dim <= 0) fail("attention bench: batch, heads and head dim must be positive");
@@ -361,7 +418,7 @@ AttentionBenchResult run_attention_bench(const AttentionBenchOptions& opt) {
   validate(opt);
   AttentionBenchResult r;
   r.options = opt;
-  r.device = cpu_device();
+  r.device = opt.device == "cuda" ? gpu_device() : cpu_device();
   r.torch_version = TORCH_VERSION;
   r.threads = at::get_num_threads();
   r.notes = {
@@ -405,7 +462,7 @@ AttentionBenchResult run_attention_bench(const AttentionBenchOptions& opt) {
         if (impl == "sdpa_mask") {
           const bool any = (opt.forward && estimated_bytes(opt, s, impl, false) <= opt.max_mem_gb * kGiB) ||
                            (opt.backward && estimated_bytes(opt, s, impl, true) <= opt.max_mem_gb * kGiB);
-          if (any) mask = dense_mask(s, opt.dtype);
+          if (any) mask = dense_mask(s, opt.dtype, opt.device);
         }
         const auto fn = make_fn(impl, s, mask);
         std::optional<double> fwd_ms;

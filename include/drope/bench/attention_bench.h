@@ -20,6 +20,7 @@ struct AttentionBenchOptions {
   int64_t head_dim = 64;
   int64_t window = 512;      // the sliding-window case
   at::ScalarType dtype = at::kFloat;
+  std::string device = "cpu";  // cpu | cuda (memory column: peak CUDA allocator bytes instead of RSS)
   int repeats = 5;           // timed runs per measurement; the median is reported
   int warmup = 1;            // untimed runs first
   double max_seconds = 120;  // budget per measurement (warmup + repeats), predicted from the previous length
