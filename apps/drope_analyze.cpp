@@ -3,6 +3,8 @@
 // prints/plots the scaled RoPE frequencies γ_m (Figure 6) and `attention` draws one head's attention map.
 #include <algorithm>
 #include <filesystem>
+#include <random>
+#include <tuple>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -14,7 +16,9 @@
 #include "drope/core/files.h"
 #include "drope/eval/logits.h"
 #include "drope/io/model_io.h"
+#include "drope/model/drope.h"
 #include "drope/model/rope_scaling.h"
+#include "drope/text/tokenizer.h"
 #include "drope/plot/plot.h"
 
 namespace {
@@ -135,7 +139,134 @@ int main(int argc, char** argv) {
   att->add_option("--head", head, "Query head index (0-based)")->required();
   att->add_flag("--log-color", log_color, "Colour by log10(α)");
   att->add_option("--out", out, "Output directory for attention_L<layer>_H<head>.{png,svg}")->required();
+
+  // needle-attention (Figures 7–8)
+  struct NeedleOpts {
+    std::vector<std::string> models, methods{"none"};
+    std::string tokenizer, haystack = "/usr/share/common-licenses/GPL-3", out;
+    int64_t length = 0, window = 32;
+    double depth = 50;
+    uint64_t seed = 0;
+  } nd;
+  auto* na = cli.add_subcommand("needle-attention",
+                                "Where the last query attends around a needle, per method (paper Figures 7–8)");
+  na->add_option("--model", nd.models, "Model directory (repeatable)")->required();
+  na->add_option("--method", nd.methods,
+                 "none | pi:S | ntk:S | dynamic-ntk:S | yarn:S | temperature:C (repeatable; default none)");
+  na->add_option("--tokenizer", nd.tokenizer, "Tokenizer (default: the model directory's; byte tokens if none)");
+  na->add_option("--length", nd.length, "Prompt tokens (default 2 × the model's training length)");
+  na->add_option("--depth", nd.depth, "Needle depth in % of the haystack (default 50)");
+  na->add_option("--window", nd.window, "Keys shown on each side of the needle (default 32)");
+  na->add_option("--haystack", nd.haystack, "Haystack text file (default GPL-3 from /usr/share/common-licenses)");
+  na->add_option("--seed", nd.seed, "Seed of the needle's key and value");
+  na->add_option("--out", nd.out, "Output directory for needle_attention.{png,svg,json,csv}")->required();
   CLI11_PARSE(cli, argc, argv);
+
+  if (na->parsed())
+    return drope::app::run([&] {
+      if (nd.depth < 0 || nd.depth > 100) drope::fail("--depth must be in [0, 100], got {}", nd.depth);
+      if (nd.window < 0) drope::fail("--window must be >= 0, got {}", nd.window);
+      const std::string hay = drope::read_file(nd.haystack);
+      if (hay.empty()) drope::fail("--haystack {}: the file is empty", nd.haystack);
+      if (drope::text::utf8_error_offset(hay) >= 0)
+        drope::fail("--haystack {}: invalid UTF-8 at byte {}", nd.haystack, drope::text::utf8_error_offset(hay));
+      // The needle as RULER writes it; key and value from the seed.
+      std::mt19937_64 rng(nd.seed);
+      const std::string key = fmt::format("item-{}", rng() % 100000), value = std::to_string(1000000 + rng() % 9000000);
+      const std::string needle = fmt::format(" One of the special magic numbers for {} is: {}. ", key, value);
+      const std::string question = fmt::format(
+          "\nWhat is the special magic number for {} mentioned in the provided text? The special magic number for {} "
+          "mentioned in the provided text is",
+          key, key);
+      // Methods first, so that a typo fails before any model is loaded.
+      std::vector<std::tuple<std::string, std::string, double>> methods;
+      for (const auto& m : nd.methods) {
+        const auto colon = m.find(':');
+        const std::string kind = m.substr(0, colon);
+        double v = 0;
+        if (kind != "none") {
+          if (colon == std::string::npos) drope::fail("--method {}: expected KIND:VALUE, e.g. yarn:2", m);
+          try {
+            v = std::stod(m.substr(colon + 1));
+          } catch (const std::exception&) {
+            drope::fail("--method {}: '{}' is not a number", m, m.substr(colon + 1));
+          }
+        }
+        if (kind == "temperature" && v < 0) drope::fail("--method {}: the temperature coefficient must be >= 0", m);
+        if (kind != "none" && kind != "temperature") {
+          if (!(kind == "pi" || kind == "ntk" || kind == "dynamic-ntk" || kind == "yarn" || kind == "dynamic-yarn"))
+            drope::fail("--method {}: unknown kind '{}' (none, pi, ntk, dynamic-ntk, yarn, dynamic-yarn, temperature)",
+                        m, kind);
+          if (!(v > 1)) drope::fail("--method {}: the factor must be > 1", m);
+        }
+        methods.emplace_back(m, kind, v);
+      }
+      std::vector<drope::analyze::NeedleAttention> runs;
+      for (const auto& dir : nd.models) {
+        auto base = drope::io::load_model(dir);
+        base->eval();
+        const auto& cfg = base->config();
+        // Tokens: the model's tokenizer, else bytes (models trained on text bytes have vocab >= 256).
+        std::unique_ptr<drope::text::Tokenizer> tok;
+        std::string tpath = nd.tokenizer;
+        if (tpath.empty() && (fs::exists(fs::path(dir) / "tokenizer.json") || fs::exists(fs::path(dir) / "tokenizer.model")))
+          tpath = dir;
+        if (!tpath.empty()) tok = drope::text::load_tokenizer(tpath);
+        else if (cfg.vocab_size < 256)
+          drope::fail("--model {}: no tokenizer and a vocabulary below 256 (no byte tokens); pass --tokenizer", dir);
+        auto encode = [&](const std::string& t) {
+          std::vector<int64_t> ids;
+          if (tok)
+            for (auto i : tok->encode(t)) ids.push_back(i);
+          else
+            for (unsigned char c : t) ids.push_back(c);
+          return ids;
+        };
+        const int64_t L = nd.length > 0 ? nd.length : 2 * cfg.max_position;
+        const auto q = encode(question), n = encode(needle);
+        const int64_t room = L - int64_t(q.size() + n.size());
+        if (room < 1) drope::fail("--length {} is too short for the needle and question ({} tokens)", L, q.size() + n.size());
+        if (L > 16384) drope::fail("--length {}: the analysis keeps full attention maps; use at most 16384", L);
+        std::vector<int64_t> h;
+        const auto hay_ids = encode(hay);
+        while (int64_t(h.size()) < room) h.insert(h.end(), hay_ids.begin(), hay_ids.end());
+        h.resize(size_t(room));
+        const int64_t at = int64_t(std::llround(nd.depth / 100.0 * double(room)));
+        std::vector<int64_t> ids(h.begin(), h.begin() + at);
+        ids.insert(ids.end(), n.begin(), n.end());
+        ids.insert(ids.end(), h.begin() + at, h.end());
+        ids.insert(ids.end(), q.begin(), q.end());
+        for (auto id : ids)
+          if (id >= cfg.vocab_size) drope::fail("--model {}: token id {} exceeds the vocabulary {}", dir, id, cfg.vocab_size);
+        const auto t = torch::tensor(ids, torch::kLong).view({1, -1});
+        for (const auto& [m, kind, v] : methods) {
+          drope::DecoderLM model = base;
+          if (kind == "temperature") {
+            drope::DecoderLM copy(cfg);
+            drope::copy_parameters(copy, base);
+            copy->set_softmax_temperature(v);
+            model = copy;
+          } else if (kind != "none") {
+            drope::RopeScalingConfig sc;
+            sc.type = kind;
+            sc.factor = v;
+            sc.original_max_position = cfg.max_position;
+            model = drope::with_rope_scaling(base, sc);
+          }
+          model->eval();
+          const std::string label = kind == "none" ? stem_of(dir) : fmt::format("{} {}", stem_of(dir), m);
+          runs.push_back(drope::analyze::needle_attention(model, t, at, at + int64_t(n.size()), nd.window, label));
+          const auto& r = runs.back();
+          fmt::print("{:<32} needle mass {:.4f} (uniform {:.4f}) over {} layers; prompt {} tokens, needle at {}\n",
+                     label, r.mean_needle_mass, r.uniform_mass, r.needle_mass.size(), r.prompt_tokens, at);
+        }
+      }
+      fs::create_directories(nd.out);
+      write_text(nd.out, "needle_attention.json", drope::analyze::needle_attention_json(runs));
+      write_text(nd.out, "needle_attention.csv", drope::analyze::needle_attention_csv(runs));
+      write_figure(drope::analyze::needle_attention_figure(runs), nd.out, "needle_attention");
+      return 0;
+    });
 
   return drope::app::run([&] {
     if (rs->parsed()) {

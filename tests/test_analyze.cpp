@@ -196,3 +196,32 @@ TEST(Analyze, AttentionMapAndLayerHeadChecks) {
   test::expect_error([&] { analyze::check_layer_head(m->config(), 2, 0); }, {"layer 2", "2 layers", "0..1"});
   test::expect_error([&] { analyze::check_layer_head(m->config(), 0, -1); }, {"head -1", "0..3"});
 }
+
+// Needle attention (Figures 7–8) equals the last rows of the per-head attention maps, averaged by hand.
+TEST(NeedleAttention, MatchesPerHeadAttentionMaps) {
+  auto cfg = drope::model_preset("micro");
+  drope::DecoderLM m(cfg);
+  m->reset_parameters(3);
+  m->to(torch::kDouble);
+  auto ids = torch::randint(cfg.vocab_size, {1, 40}, torch::kLong);
+  auto r = drope::analyze::needle_attention(m, ids, 12, 17, 4, "micro");
+  ASSERT_EQ(r.needle_mass.size(), size_t(cfg.num_layers));
+  ASSERT_EQ(r.key_offset.front(), -4);
+  ASSERT_EQ(r.key_offset.back(), 17 - 12 + 4 - 1);
+  EXPECT_DOUBLE_EQ(r.uniform_mass, 5.0 / 40.0);
+  double mean_mass = 0;
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    double mass = 0, first = 0;
+    for (int64_t h = 0; h < cfg.num_heads; ++h) {
+      auto a = drope::analyze::attention_map(m, ids, l, h);  // (T, T)
+      for (int64_t j = 12; j < 17; ++j) mass += a[39][j].item<double>() / double(cfg.num_heads);
+      first += a[39][8].item<double>() / double(cfg.num_heads);
+    }
+    EXPECT_NEAR(r.needle_mass[size_t(l)], mass, 1e-12) << l;
+    EXPECT_NEAR(r.per_layer[size_t(l)][0], first, 1e-12) << l;
+    mean_mass += mass / double(cfg.num_layers);
+  }
+  EXPECT_NEAR(r.mean_needle_mass, mean_mass, 1e-12);
+  drope::test::expect_error([&] { drope::analyze::needle_attention(m, ids, 30, 45, 4, "x"); },
+                            {"needle tokens [30, 45) outside the prompt of 40 tokens"});
+}

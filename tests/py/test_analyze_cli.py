@@ -109,3 +109,24 @@ def test_rope_scaling_out_keeps_json_stdout(tmp):
     assert len(rows) == 3 * 3 * 32
     yarn2 = [float(x["gamma"]) for x in rows if x["type"] == "yarn" and float(x["factor"]) == 2.0]
     assert yarn2[0] == pytest.approx(1.0) and yarn2[-1] == pytest.approx(0.5)
+
+
+def test_needle_attention(tmp, model_dir):
+    out = tmp / "na"
+    r = run_cli("drope-analyze", "needle-attention", "--model", model_dir, "--method", "none", "--method", "yarn:2",
+                "--method", "temperature:0.4", "--length", "300", "--depth", "25", "--window", "8", "--out", out)
+    runs = json.loads((out / "needle_attention.json").read_text())
+    assert [x["label"].split(" ")[-1] for x in runs][1:] == ["yarn:2", "temperature:0.4"]
+    for x in runs:
+        assert x["prompt_tokens"] == 300 and 0 <= x["mean_needle_mass"] <= 1
+        assert len(x["key_offset"]) == len(x["mean"]) == (x["needle_end"] - x["needle_begin"]) + 16
+    assert runs[0]["needle_mass"] != runs[1]["needle_mass"]  # YaRN changes the attention
+    for ext in ("png", "svg", "csv"):
+        assert (out / f"needle_attention.{ext}").is_file()
+    for extra, needle in ((["--method", "yarn"], "expected KIND:VALUE"), (["--method", "rope:2"], "unknown kind"),
+                          (["--depth", "120"], "--depth"), (["--length", "10"], "too short"),
+                          (["--haystack", tmp / "none.txt"], "none.txt")):
+        r = run_cli("drope-analyze", "needle-attention", "--model", model_dir, *extra, "--out", tmp / "bad",
+                    check=False)
+        expect_error(r, needle)
+    assert not (tmp / "bad").exists()

@@ -141,6 +141,28 @@ plot::Heatmap attention_heatmap(const torch::Tensor& map, const std::vector<std:
 // Printable labels for byte tokens (e.g. "a", "␣", "\n").
 std::vector<std::string> byte_labels(const torch::Tensor& ids);
 
+// ----- attention to a needle (Figures 7–8) --------------------------------------------------------
+
+// Where the last query of a prompt looks, around a needle at tokens [needle_begin, needle_end): the
+// attention of the final position averaged over heads, per layer and over layers, on keys
+// [needle_begin − window, needle_end + window), and the total mass on the needle per layer.
+struct NeedleAttention {
+  std::string label;
+  int64_t needle_begin = 0, needle_end = 0, prompt_tokens = 0;
+  std::vector<int64_t> key_offset;                 // key position − needle_begin, for each key in the window
+  std::vector<std::vector<double>> per_layer;      // [layer][key]: mean over heads
+  std::vector<double> mean;                        // [key]: mean over layers
+  std::vector<double> needle_mass;                 // [layer]: Σ over needle keys of the head-mean attention
+  double mean_needle_mass = 0;                     // over layers
+  double uniform_mass = 0;                         // (needle_end − needle_begin) / prompt_tokens: no preference
+};
+NeedleAttention needle_attention(DecoderLM& model, const torch::Tensor& ids, int64_t needle_begin, int64_t needle_end,
+                                 int64_t window, const std::string& label);
+std::string needle_attention_json(const std::vector<NeedleAttention>& runs);
+std::string needle_attention_csv(const std::vector<NeedleAttention>& runs);
+// Two panels: attention of the last query around the needle (mean over layers, log y), needle mass per layer.
+plot::Figure needle_attention_figure(const std::vector<NeedleAttention>& runs);
+
 // ----- RoPE scaling (Figure 6) --------------------------------------------------------------------
 
 // γ_m = ω'_m/ω_m of one method at one factor, from rope_frequencies (the function the model uses).
