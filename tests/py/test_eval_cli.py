@@ -27,12 +27,14 @@ def setup(tmp_path_factory):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(text_corpus(), trainer=trainers.BpeTrainer(
-        vocab_size=400, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        vocab_size=400, show_progress=False, special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     V = tok.get_vocab_size()
+    eos = tok.token_to_id("<|endoftext|>")
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5, tie_word_embeddings=True,
-                      attn_implementation="eager")
+                      bos_token_id=None, eos_token_id=eos, attn_implementation="eager")
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         for n, p in model.named_parameters():
@@ -72,7 +74,7 @@ def yarn_model(s, factor):
 
 def test_ppl_matches_hf_sliding_window_and_yarn(setup, tmp):
     s = setup
-    ids = s["tok"].encode(s["text"]).ids  # the tokenizer has no EOS: the stream is the document
+    ids = s["tok"].encode(s["text"]).ids  # (+ EOS after the document, beyond the 200 tokens scored)
     out = tmp / "res" / "ppl"
     run_cli("drope-eval", "ppl", "--model", s["mdir"], "--data", s["root"] / "eval.txt", "--lengths", "16,48",
             "--stride", "12", "--max-tokens", "200", "--out", out)
@@ -100,7 +102,8 @@ def test_generate_matches_hf_greedy_alone_and_batched(setup, tmp):
     for p in prompts:
         x = torch.tensor([s["tok"].encode(p).ids])
         with torch.no_grad():
-            y = s["model"].generate(x, max_new_tokens=12, do_sample=False, pad_token_id=0)
+            y = s["model"].generate(x, max_new_tokens=12, do_sample=False, pad_token_id=0,
+                                    eos_token_id=s["cfg"].eos_token_id)
         expect.append(y[0, x.shape[1]:].tolist())
     for bs in ("1", "2"):
         args = ["drope-eval", "generate", "--model", s["mdir"], "--max-new-tokens", "12", "--batch-size", bs,
@@ -177,3 +180,23 @@ def test_bad_inputs_fail_clearly_and_keep_results(setup, tmp):
         (nomodel / f).write_bytes((s["mdir"] / f).read_bytes())
     r = run_cli("drope-eval", "generate", "--model", nomodel, "--prompt", "hi", check=False)
     expect_error(r, "no tokenizer", "--tokenizer")
+
+
+def test_ppl_on_token_dataset_equals_text_input(setup, tmp):
+    """A `drope-data prepare` dataset (one document, no validation split) scores like the text it came from."""
+    s = setup
+    (tmp / "docs").mkdir()
+    (tmp / "docs" / "a.txt").write_text(s["text"], encoding="utf-8")
+    run_cli("drope-data", "prepare", "--input", tmp / "docs", "--tokenizer", s["mdir"], "--val-fraction", "0",
+            "--out", tmp / "data")
+    common = ["--lengths", "32", "--stride", "16", "--max-tokens", "150"]
+    run_cli("drope-eval", "ppl", "--model", s["mdir"], "--data", tmp / "data", "--split", "train", *common,
+            "--out", tmp / "ds")
+    run_cli("drope-eval", "ppl", "--model", s["mdir"], "--data", tmp / "docs" / "a.txt", *common, "--out", tmp / "tx")
+    a = json.loads((tmp / "ds.json").read_text())["results"][0]
+    b = json.loads((tmp / "tx.json").read_text())["results"][0]
+    assert a["ppl"] == pytest.approx(b["ppl"], rel=1e-9) and a["tokens"] == b["tokens"] == 149
+    for split, needle in (("val", "0 tokens"), ("test", "no split 'test'")):  # val is empty here
+        r = run_cli("drope-eval", "ppl", "--model", s["mdir"], "--data", tmp / "data", "--split", split, *common,
+                    "--out", tmp / "bad", check=False)
+        expect_error(r, needle)
