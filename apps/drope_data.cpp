@@ -19,7 +19,7 @@ using json = nlohmann::json;
 json parse_json_file(const std::string& path) {
   try {
     return json::parse(drope::read_file(path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range: a number that overflows
     drope::fail("{}: invalid JSON ({})", path, e.what());
   }
 }

@@ -1,6 +1,8 @@
 #include "drope/io/hf_config.h"
 
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +18,15 @@ namespace {
 template <typename T>
 T jget(const json& j, const char* key, T def, const std::string& path) {
   if (!j.contains(key) || j[key].is_null()) return def;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // Checked here: nlohmann converts floats to integers unchecked (1e300 → undefined behaviour).
+    const json& v = j[key];
+    if (v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+      return static_cast<T>(v.get<int64_t>());
+    if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() && std::fabs(v.get<double>()) < 0x1p53)
+      return static_cast<T>(v.get<double>());
+    fail("{}: key '{}' must be an integer, got {}", path, key, v.dump());
+  }
   try {
     return j[key].get<T>();
   } catch (const json::exception&) {

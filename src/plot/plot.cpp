@@ -467,7 +467,7 @@ void draw_panel(cairo_t* cr, const Panel& panel, double bx, double by, double bw
   int best = 0;
   double best_cost = INFINITY;
   for (int k = 0; k < 4; ++k) {
-    const auto [lx, ly] = corners[k];
+    const double lx = corners[k].first, ly = corners[k].second;  // no structured binding: a lambda uses them (clang)
     double cost = 0;
     for (const auto& s : panel.series)
       for (size_t i = 0; i < s.x.size(); ++i) {

@@ -266,7 +266,7 @@ class BpeTokenizer final : public Tokenizer {
     json root;
     try {
       root = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range: a number that overflows
       fail("{}: invalid JSON ({})", path_, e.what());
     }
     JsonIn in{path_};
@@ -543,7 +543,7 @@ class BpeTokenizer final : public Tokenizer {
       json cfg;
       try {
         cfg = json::parse(read_file(cfg_path));
-      } catch (const json::parse_error& e) {
+      } catch (const json::exception& e) {  // parse_error, or out_of_range: a number that overflows
         fail("{}: invalid JSON ({})", cfg_path, e.what());
       }
       if (!cfg.is_object()) fail("{}: expected an object", cfg_path);

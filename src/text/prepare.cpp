@@ -105,7 +105,7 @@ void jsonl_documents(const std::string& file, const DocFn& fn) {
     json j;
     try {
       j = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range: a number that overflows
       fail("{}:{}: invalid JSON ({})", file, n, e.what());
     }
     if (!j.is_object()) fail("{}:{}: expected a JSON object with a string field \"text\", got {}", file, n, j.type_name());

@@ -111,7 +111,7 @@ DatasetIndex read_index(const std::string& index_path) {
   json j;
   try {
     j = json::parse(read_file(index_path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range: a number that overflows
     fail("{}: invalid JSON ({})", index_path, e.what());
   }
   IndexIn in{index_path};

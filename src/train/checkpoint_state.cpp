@@ -15,9 +15,16 @@ TrainState parse_checkpoint_state(const std::string& text, const std::string& pa
   try {
     const auto j = nlohmann::json::parse(text);
     if (!j.is_object()) fail("{}: not a valid checkpoint state (expected a JSON object)", path);
-    st.step = j.at("step").get<int64_t>();
-    st.tokens = j.at("tokens").get<int64_t>();
-    st.phase_start = j.value("phase_start", int64_t(0));
+    // Integers only: converting a float such as 1e300 to int64 would be undefined behaviour.
+    auto integer = [&](const char* key, bool required) -> int64_t {
+      if (!j.contains(key) && !required) return 0;
+      const auto& v = j.at(key);
+      if (!v.is_number_integer()) fail("{}: '{}' must be an integer, got {}", path, key, v.dump());
+      return v.get<int64_t>();
+    };
+    st.step = integer("step", true);
+    st.tokens = integer("tokens", true);
+    st.phase_start = integer("phase_start", false);
     st.extra = j.value("extra", nlohmann::json::object());
     if (st.extra.is_null()) st.extra = nlohmann::json::object();  // written by older builds
   } catch (const nlohmann::json::exception& e) {
