@@ -41,6 +41,7 @@ for t in "${targets[@]}"; do
   dirs=("$work" "$seeds")
   [ -d "$regress" ] && dirs+=("$regress")
   log="$BUILD/fuzz-$t.log"
+  if [ $REPLAY -eq 1 ]; then log="$BUILD/fuzz-$t.replay.log"; fi
   opts=(-rss_limit_mb=2048 -timeout=20 -max_len=16384 -print_final_stats=1 "-artifact_prefix=$art")
   if [ $REPLAY -eq 1 ]; then
     opts+=(-runs=0)
@@ -50,8 +51,8 @@ for t in "${targets[@]}"; do
   start=$(date +%s)
   if ASAN_OPTIONS=detect_leaks=1 "$exe" "${opts[@]}" "${dirs[@]}" >"$log" 2>&1; then result=ok; else result=CRASH; failed=1; fi
   secs=$(( $(date +%s) - start ))
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+  execs=$(grep -ao 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   printf '%-20s %10s %12s %10s %s\n' "$t" "$secs" "${execs:-?}" "$(( ${execs:-0} / (secs > 0 ? secs : 1) ))" "$result"
-  if [ "$result" = CRASH ]; then grep -E 'ERROR|==ABORTING|invariant|does not name|uncaught|Test unit written' "$log" | head -5 || true; fi
+  if [ "$result" = CRASH ]; then grep -aE 'ERROR|==ABORTING|invariant|does not name|uncaught|Test unit written' "$log" | head -5 || true; fi
 done
 exit $failed
