@@ -145,7 +145,7 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted(tmp):
             hit = poll(p, cond)
             time.sleep(rng.uniform(0, 0.01))
         elif mode == "ckpt-write":  # while a checkpoint directory is being written
-            hit = poll(p, lambda: bool(temp_entries(ckpt_dir)))
+            hit = poll(p, lambda: bool(temp_entries(ckpt_dir)), period=0)  # busy: the window is milliseconds
         elif mode == "after-ckpt":  # right after a new checkpoint appears: keep-last pruning
             before = {c.name for c in checkpoints(run_dir)}
             hit = poll(p, lambda: bool({c.name for c in checkpoints(run_dir)} - before))
