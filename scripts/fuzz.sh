@@ -51,7 +51,7 @@ for t in "${targets[@]}"; do
   start=$(date +%s)
   if ASAN_OPTIONS=detect_leaks=1 "$exe" "${opts[@]}" "${dirs[@]}" >"$log" 2>&1; then result=ok; else result=CRASH; failed=1; fi
   secs=$(( $(date +%s) - start ))
-  execs=$(grep -ao 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+  execs=$(grep -ao 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1 || true)
   printf '%-20s %10s %12s %10s %s\n' "$t" "$secs" "${execs:-?}" "$(( ${execs:-0} / (secs > 0 ? secs : 1) ))" "$result"
   if [ "$result" = CRASH ]; then grep -aE 'ERROR|==ABORTING|invariant|does not name|uncaught|Test unit written' "$log" | head -5 || true; fi
 done
