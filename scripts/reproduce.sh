@@ -97,7 +97,7 @@ for m in "${METHODS[@]}"; do
       --tasks paper --trials "$TRIALS" --max-new-tokens 32 --haystack "$HAYSTACK" --seed 0 --batch-size 8 \
       --out "$out" >/dev/null
   fi
-  echo "$name: $(tail -n +3 "$out.md" | tr -s ' ' | tr '\n' ' ')"
+  echo "$name: $(tail -n1 "$out.md" | awk -F'|' '{gsub(/ /, "", $(NF-1)); print $(NF-1)}') (mean score)"
   NIAH+=("$out.json")
 done
 mark niah
@@ -127,8 +127,11 @@ IFS='|' read -r name model opts <<<"${METHODS[-1]}"
 # shellcheck disable=SC2086
 "$BIN/drope-eval" ppl --model "$model" --tokenizer "$DATA" $opts --label "$name" --data "$DATA" \
   --multipliers 1 2 4 8 --max-windows "$WINDOWS" --with "${PPL[@]:0:${#PPL[@]}-1}" --out "$RUN/ppl_vs_length" >/dev/null
-"$BIN/drope-eval" compare "${PPL[@]}" "${NIAH[@]}" --out "$RUN/results" \
-  --title "Reproduction ($SCALE): tiny models, C = $C, $STEPS steps" >/dev/null
+"$BIN/drope-eval" compare "${PPL[@]}" --out "$RUN/results-ppl" \
+  --title "Perplexity vs length (held-out split), tiny models trained at C = $C for $STEPS steps" >/dev/null
+"$BIN/drope-eval" compare "${NIAH[@]}" --out "$RUN/results-niah" \
+  --title "NIAH at 2C = $((2 * C)) (string_match_all ×100)" >/dev/null
+{ cat "$RUN/results-ppl.md"; echo; cat "$RUN/results-niah.md"; } >"$RUN/results.md"
 mark eval
 
 stage "report"
@@ -192,7 +195,6 @@ w(f"\nPaper (0.5B, 16K steps): RoPE 21.72, DroPE@14K 21.73 (+0.05 %), NoPE 23.77
   f"**{'yes' if means['drope'] < means['nope'] else 'no'}**.\n")
 
 # 3 + 4: from compare
-res = json.load(open(f"{run}/results.json")) if os.path.exists(f"{run}/results.json") else None
 w("## 3–4. NIAH at 2C and perplexity vs length (seed 0 models)\n")
 w(open(f"{run}/results.md").read())
 w(f"\nNIAH: {trials} trials per task at {2 * C} tokens (prompt + 32 generated), essay haystack = Austen's *Persuasion* "
