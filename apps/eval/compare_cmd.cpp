@@ -1,5 +1,7 @@
 // `drope-eval compare`: result files of several methods side by side (methods as rows, as the paper's
 // tables): every numeric entry of each file's "summary" object becomes a column.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "app_common.h"
@@ -47,6 +49,19 @@ void add_compare_command(CLI::App& cli, int& rc) {
           label = j["method"]["label"].get<std::string>();
         methods.emplace_back(label, j["summary"]);
       }
+      // JSON objects come back in key order ("ppl@1024" before "ppl@256"): order by name, then by the
+      // number after '@' so that lengths read left to right.
+      auto split = [](const std::string& c) {
+        const auto at = c.rfind('@');
+        if (at == std::string::npos) return std::make_pair(c, -1.0);
+        try {
+          return std::make_pair(c.substr(0, at), std::stod(c.substr(at + 1)));
+        } catch (const std::exception&) {
+          return std::make_pair(c, -1.0);
+        }
+      };
+      std::stable_sort(columns.begin(), columns.end(),
+                       [&](const std::string& a, const std::string& b) { return split(a) < split(b); });
       tasks::Table t;
       t.title = o->title.empty() ? fmt::format("{} — side by side", kind) : o->title;
       t.columns = {"method"};

@@ -151,6 +151,14 @@ def test_fit_temperature_then_auto_and_compare(setup, tmp):
     run_cli("drope-eval", "compare", tmp / "base.json", tmp / "auto.json", "--out", tmp / "cmp")
     md = (tmp / "cmp.md").read_text()
     assert "| base |" in md and "ppl@64" in md
+    # Length columns in numeric order.
+    for name, L in (("a", [256, 1024, 64]), ("b", [512])):
+        (tmp / f"{name}.json").write_text(json.dumps({"kind": "ppl", "method": {"label": name},
+                                                      "summary": {f"ppl@{x}": 1.0 for x in L}}))
+    run_cli("drope-eval", "compare", tmp / "a.json", tmp / "b.json", "--out", tmp / "cmp2")
+    assert (tmp / "cmp2.csv").read_text().splitlines()[0] == "method,ppl@64,ppl@256,ppl@512,ppl@1024"
+    expect_error(run_cli("drope-eval", "compare", tmp / "a.json", tmp / "fit.json", "--out", tmp / "cmp3",
+                         check=False), "fit.json")
 
 
 def test_bad_inputs_fail_clearly_and_keep_results(setup, tmp):
