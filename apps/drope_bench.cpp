@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   auto* gen = cli.add_subcommand("generate", "Prefill and decode tokens/s of greedy generation (KV cache)");
   gen->add_option("--model", g.model, "Model directory")->required();
   gen->add_option("--context", g.context, "Prompt tokens")->capture_default_str();
-  gen->add_option("--new-tokens", g.new_tokens, "Decoded tokens timed")->capture_default_str();
+  gen->add_option("--new-tokens", g.new_tokens, "Tokens generated per run (the first ends the prefill)")->capture_default_str();
   gen->add_option("--prefill-chunk", g.chunk, "Prompt tokens per prefill forward")->capture_default_str();
   gen->add_option("--threads", g.threads, "Intra-op threads (0 = LibTorch default)");
   gen->add_option("--seed", g.seed, "Seed of the random prompt");
@@ -88,21 +88,18 @@ int main(int argc, char** argv) {
       drope::eval::GenerateOptions o;
       o.prefill_chunk = g.chunk;
       o.stop_at_eos = false;
-      auto timed = [&](int64_t n) {
-        o.max_new_tokens = n;
-        auto t0 = std::chrono::steady_clock::now();
-        auto r = drope::eval::generate_tokens(model, {prompt}, o, -1);
-        return std::make_pair(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), r[0].tokens);
-      };
-      timed(1);  // warm-up (allocator, kernels)
-      // Best of `repeats` (the least disturbed run) for prefill + the first token, and for + new_tokens steps.
-      double t1 = 1e300, tn = 1e300;
+      // Best of `repeats` runs after a warm-up: prefill (prompt → first token) and decode (the one-token
+      // steps after it) timed inside generate_tokens.
+      o.max_new_tokens = g.new_tokens;
+      double prefill = 1e300, decode = 1e300;
       std::vector<int32_t> all;
-      for (int r = 0; r < g.repeats; ++r) {
-        t1 = std::min(t1, timed(1).first);
-        auto [t, toks] = timed(g.new_tokens + 1);
-        tn = std::min(tn, t);
-        all = toks;
+      for (int r = 0; r <= g.repeats; ++r) {
+        drope::eval::GenerateStats st;
+        o.stats = &st;
+        all = drope::eval::generate_tokens(model, {prompt}, o, -1)[0].tokens;
+        if (r == 0) continue;  // warm-up
+        prefill = std::min(prefill, st.prefill_seconds);
+        decode = std::min(decode, st.decode_seconds / double(std::max<int64_t>(1, st.decode_steps)));
       }
       struct rusage ru {};
       getrusage(RUSAGE_SELF, &ru);
@@ -110,10 +107,10 @@ int main(int argc, char** argv) {
                           {"context", g.context},
                           {"new_tokens", g.new_tokens},
                           {"threads", at::get_num_threads()},
-                          {"prefill_s", t1},
-                          {"prefill_tok_s", double(g.context) / t1},
-                          {"decode_s", tn - t1},
-                          {"decode_tok_s", double(g.new_tokens) / (tn - t1)},
+                          {"prefill_s", prefill},
+                          {"prefill_tok_s", double(g.context) / prefill},
+                          {"decode_s_per_token", decode},
+                          {"decode_tok_s", 1.0 / decode},
                           {"peak_rss_mb", double(ru.ru_maxrss) / 1024.0},
                           {"tokens", all}};
       fmt::print("{}\n", j.dump());

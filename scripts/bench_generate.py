@@ -3,8 +3,9 @@
 `generate` on the same random Llama model, side by side in one run on this machine.
 
 For each context length, each implementation runs in its own process (so that peak RSS is its own):
-prefill tokens/s = context / time(generate 1 token); decode tokens/s = N / (time(N + 1 tokens) − time(1)),
-each time the fastest of 3 runs after a warm-up.
+prefill tokens/s = context / (time from the call to the first generated token); decode tokens/s = 1 / (mean
+time per later token), timed inside the generation (drope: GenerateStats; HF: a streamer's timestamps),
+each the fastest of 3 runs after a warm-up.
 Prompts are random token ids; greedy decoding; both on CPU float32 with the same thread count.
 
   .venv/bin/python scripts/bench_generate.py --contexts 2048,8192,32768 --new-tokens 64 --threads 2
@@ -41,19 +42,34 @@ def hf_worker(model_dir, context, new_tokens, threads, seed):
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, model.config.vocab_size, (1, context), generator=g)
 
-    def timed(n):
+    class Clock:
+        # A generate() streamer: put() gets the prompt, then each new token as it is chosen.
+        def __init__(self):
+            self.times = []
+
+        def put(self, value):
+            self.times.append(time.perf_counter())
+
+        def end(self):
+            pass
+
+    def run():
+        c = Clock()
         t0 = time.perf_counter()
         with torch.no_grad():
-            out = model.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
-        return time.perf_counter() - t0, out
+            model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                           pad_token_id=0, streamer=c)
+        # times[0]: prompt, times[1]: first token (end of prefill), times[-1]: last token.
+        return c.times[1] - t0, (c.times[-1] - c.times[1]) / (len(c.times) - 2)
 
-    timed(1)
-    t1 = min(timed(1)[0] for _ in range(3))  # fastest of 3, as drope-bench generate
-    tn = min(timed(new_tokens + 1)[0] for _ in range(3))
+    run()  # warm-up
+    runs = [run() for _ in range(3)]  # fastest of 3, as drope-bench generate
+    t1 = min(r[0] for r in runs)
+    per_token = min(r[1] for r in runs)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"impl": "hf", "context": context, "new_tokens": new_tokens, "threads": threads,
-                      "prefill_s": t1, "prefill_tok_s": context / t1, "decode_s": tn - t1,
-                      "decode_tok_s": new_tokens / (tn - t1), "peak_rss_mb": rss,
+                      "prefill_s": t1, "prefill_tok_s": context / t1, "decode_s_per_token": per_token,
+                      "decode_tok_s": 1 / per_token, "peak_rss_mb": rss,
                       "attn_implementation": model.config._attn_implementation}))
 
 

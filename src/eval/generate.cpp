@@ -1,6 +1,7 @@
 #include "drope/eval/generate.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "drope/core/error.h"
 #include "drope/eval/perplexity.h"
@@ -79,8 +80,14 @@ std::vector<TokenGeneration> generate_tokens(DecoderLM& model, const std::vector
     const size_t B = end - begin;
     std::vector<KVCache> rows(B);
     std::vector<int32_t> next(B);
+    auto t0 = std::chrono::steady_clock::now();
     for (size_t b = 0; b < B; ++b) next[b] = greedy_token(prefill(model, prompts[begin + b], opt.prefill_chunk, rows[b]));
     KVCache cache = B == 1 ? std::move(rows[0]) : merge(rows, opt.max_new_tokens);
+    auto t1 = std::chrono::steady_clock::now();
+    if (opt.stats) {
+      opt.stats->prefill_seconds += std::chrono::duration<double>(t1 - t0).count();
+      for (size_t b = 0; b < B; ++b) opt.stats->prompt_tokens += int64_t(prompts[begin + b].size());
+    }
     cache.length_hint.clear();
     std::vector<bool> done(B, false);
     size_t live = B;
@@ -116,7 +123,9 @@ std::vector<TokenGeneration> generate_tokens(DecoderLM& model, const std::vector
       auto logits = torch::matmul(h.squeeze(1), model->lm_head_weight().t());            // (B, V)
       auto best = logits.argmax(-1);
       for (size_t b = 0; b < B; ++b) next[b] = int32_t(best[int64_t(b)].item<int64_t>());
+      if (opt.stats) ++opt.stats->decode_steps;
     }
+    if (opt.stats) opt.stats->decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
   return out;
 }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <ATen/core/grad_mode.h>
+
 namespace drope::ops {
 
 namespace {
@@ -42,9 +44,11 @@ at::Tensor logits(const at::Tensor& q, const at::Tensor& k, const AttentionParam
   const auto cdt = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   auto qc = q.to(cdt);
   auto kc = k.to(cdt);
-  if (H != Hkv) kc = kc.repeat_interleave(H / Hkv, 1);  // (B, H, S, D)
   const double scale = p.scale > 0 ? p.scale : 1.0 / std::sqrt(double(D));
-  auto s = at::matmul(qc, kc.transpose(-2, -1)) * scale;  // (B, H, T, S)
+  // GQA without copying keys: the G = H / H_kv query heads of kv head j are heads jG..jG+G−1, so q viewed as
+  // (B, H_kv, G·T, D) meets each kv head once: (B, H_kv, G·T, S) = (B, H, T, S).
+  const int64_t B = q.size(0);
+  auto s = at::matmul(qc.reshape({B, Hkv, (H / Hkv) * T, D}), kc.transpose(-2, -1)).view({B, H, T, S}) * scale;
   const int64_t off = p.q_offset < 0 ? S - T : p.q_offset;
   auto opt = qc.options();
   if (p.alibi_slopes.defined()) {
@@ -72,8 +76,8 @@ AttentionOutput reference_attention(const at::Tensor& q, const at::Tensor& k, co
   auto lse = at::logsumexp(s, -1);                   // (B, H, T)
   auto probs = at::exp(s - lse.unsqueeze(-1));       // fully masked rows give NaN, as softmax would
   auto vc = v.to(s.scalar_type());
-  if (H != Hkv) vc = vc.repeat_interleave(H / Hkv, 1);
-  auto out = at::matmul(probs, vc).to(q.scalar_type());  // (B, H, T, D)
+  const int64_t B = q.size(0), T = q.size(2), S = k.size(2), D = q.size(3);
+  auto out = at::matmul(probs.reshape({B, Hkv, (H / Hkv) * T, S}), vc).view({B, H, T, D}).to(q.scalar_type());
   return {out, lse.to(at::kFloat)};
 }
 
@@ -87,7 +91,10 @@ void check_attention_shapes(const at::Tensor& q, const at::Tensor& k, const at::
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p) {
   check_shapes(q, k, v, p);
-  if (uses_fused_attention(q, k, v, p)) return fused_attention_autograd(q, k, v, p);
+  // CPU, one query per row (decoding from a KV cache), no gradients: two grouped matrix products read each
+  // cached key and value once, where the kernel's per-(batch, head) items would read them G times.
+  const bool decode = q.size(2) == 1 && q.device().is_cpu() && !(at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad()));
+  if (!decode && uses_fused_attention(q, k, v, p)) return fused_attention_autograd(q, k, v, p);
   return reference_attention(q, k, v, p).out;
 }
 

@@ -13,12 +13,20 @@
 
 namespace drope::eval {
 
+// Wall-clock split of a generate_tokens call (for benchmarks).
+struct GenerateStats {
+  double prefill_seconds = 0;  // prompt forwards, through the first token of every row
+  double decode_seconds = 0;   // the one-token steps after that
+  int64_t prompt_tokens = 0, decode_steps = 0;
+};
+
 struct GenerateOptions {
   int64_t max_new_tokens = 128;
   std::vector<std::string> stop;   // generation ends once the decoded text contains one (it is cut off)
   bool stop_at_eos = true;         // end at the tokenizer's EOS (when it has one)
   int64_t prefill_chunk = 2048;    // prompt tokens per forward during prefill
   int64_t batch_size = 1;          // prompts decoded together
+  GenerateStats* stats = nullptr;  // if set, receives the timing split
 };
 
 struct Generation {
