@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <fstream>
 #include <cstdio>
 #include <random>
 
@@ -101,8 +102,18 @@ int main(int argc, char** argv) {
         prefill = std::min(prefill, st.prefill_seconds);
         decode = std::min(decode, st.decode_seconds / double(std::max<int64_t>(1, st.decode_steps)));
       }
-      struct rusage ru {};
-      getrusage(RUSAGE_SELF, &ru);
+      // VmHWM, not ru_maxrss: Linux carries ru_maxrss across execve, so a child of a big parent (the
+      // Python benchmark driver) would report the parent's peak.
+      double hwm_kb = -1;
+      {
+        std::ifstream st("/proc/self/status");
+        std::string k;
+        while (st >> k)
+          if (k == "VmHWM:") {
+            st >> hwm_kb;
+            break;
+          }
+      }
       nlohmann::json j = {{"impl", "drope"},
                           {"context", g.context},
                           {"new_tokens", g.new_tokens},
@@ -111,7 +122,7 @@ int main(int argc, char** argv) {
                           {"prefill_tok_s", double(g.context) / prefill},
                           {"decode_s_per_token", decode},
                           {"decode_tok_s", 1.0 / decode},
-                          {"peak_rss_mb", double(ru.ru_maxrss) / 1024.0},
+                          {"peak_rss_mb", hwm_kb / 1024.0},
                           {"tokens", all}};
       fmt::print("{}\n", j.dump());
       if (!g.json.empty()) drope::write_file_atomic(g.json, j.dump(2) + "\n");

@@ -13,7 +13,6 @@ Prompts are random token ids; greedy decoding; both on CPU float32 with the same
 import argparse
 import json
 import pathlib
-import resource
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,14 @@ def make_model(path, args):
                       num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
                       max_position_embeddings=max(args.contexts) + args.new_tokens + 8, tie_word_embeddings=True)
     LlamaForCausalLM(cfg).save_pretrained(path)
+
+
+def vm_hwm_mb():
+    """Peak RSS of this process. Not ru_maxrss: Linux carries it across execve from the parent."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def hf_worker(model_dir, context, new_tokens, threads, seed):
@@ -66,7 +73,7 @@ def hf_worker(model_dir, context, new_tokens, threads, seed):
     runs = [run() for _ in range(3)]  # fastest of 3, as drope-bench generate
     t1 = min(r[0] for r in runs)
     per_token = min(r[1] for r in runs)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = vm_hwm_mb()
     print(json.dumps({"impl": "hf", "context": context, "new_tokens": new_tokens, "threads": threads,
                       "prefill_s": t1, "prefill_tok_s": context / t1, "decode_s_per_token": per_token,
                       "decode_tok_s": 1 / per_token, "peak_rss_mb": rss,
