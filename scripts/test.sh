@@ -3,7 +3,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
+# ASan + UBSan over the torch-free unit tests in build-asan/ (LibTorch is not instrumented); 0 skips.
+# First, so that ctest's summary line is the last thing the run prints.
+if [ "${DROPE_SANITIZE_TESTS:-1}" != 0 ]; then bash "$ROOT/scripts/sanitize.sh"; fi
 cd "${DROPE_BUILD_DIR:-$ROOT/build}"
 ctest --output-on-failure -j "${DROPE_TEST_JOBS:-2}" "$@"
-# ASan + UBSan over the torch-free unit tests in build-asan/ (LibTorch is not instrumented); 0 skips.
-if [ "${DROPE_SANITIZE_TESTS:-1}" != 0 ]; then bash "$ROOT/scripts/sanitize.sh"; fi
