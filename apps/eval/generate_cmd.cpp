@@ -5,6 +5,7 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/eval/generate.h"
+#include "drope/text/jsonl.h"
 #include "eval/common.h"
 
 namespace drope::evalcli {
@@ -31,28 +32,11 @@ void add_generate_command(CLI::App& cli, int& rc) {
   cmd->callback([o, &rc] {
     rc = app::run([&] {
       std::vector<std::string> prompts = o->prompt;
-      if (!o->prompts_file.empty()) {
-        const auto content = read_file(o->prompts_file);
-        size_t pos = 0;
-        int line = 0;
-        while (pos < content.size()) {
-          size_t nl = content.find('\n', pos);
-          if (nl == std::string::npos) nl = content.size();
-          const auto text = content.substr(pos, nl - pos);
-          pos = nl + 1;
-          ++line;
-          if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-          nlohmann::json j;
-          try {
-            j = nlohmann::json::parse(text);
-          } catch (const nlohmann::json::exception& e) {
-            fail("{}:{}: invalid JSON ({})", o->prompts_file, line, e.what());
-          }
-          if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string())
-            fail("{}:{}: expected an object with a string field 'prompt'", o->prompts_file, line);
-          prompts.push_back(j["prompt"].get<std::string>());
-        }
-      }
+      if (!o->prompts_file.empty())
+        text::for_each_jsonl_object(o->prompts_file, [&](int64_t line, const nlohmann::json& j) {
+          prompts.push_back(text::jsonl_string(j, "prompt", o->prompts_file, line));
+          return true;
+        });
       if (prompts.empty()) fail("give --prompt or --prompts");
       auto em = load_eval_model(o->m, true);
       auto gens = eval::generate(em.model, *em.tokenizer, prompts, o->g, o->bos);

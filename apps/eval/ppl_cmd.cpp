@@ -10,6 +10,7 @@
 #include "drope/eval/perplexity.h"
 #include "drope/plot/plot.h"
 #include "drope/tasks/report.h"
+#include "drope/text/jsonl.h"
 #include "drope/text/shards.h"
 #include "eval/common.h"
 
@@ -34,27 +35,11 @@ void add_data_options(CLI::App* cmd, DataOptions& d) {
 }
 
 std::vector<std::string> jsonl_texts(const std::string& path, const std::string& key) {
-  const auto content = read_file(path);
   std::vector<std::string> docs;
-  size_t pos = 0;
-  int64_t line_no = 0;
-  while (pos < content.size()) {
-    size_t nl = content.find('\n', pos);
-    if (nl == std::string::npos) nl = content.size();
-    std::string line = content.substr(pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}:{}: invalid JSON ({})", path, line_no, e.what());
-    }
-    if (!j.is_object() || !j.contains(key) || !j[key].is_string())
-      fail("{}:{}: expected an object with a string field '{}'", path, line_no, key);
-    docs.push_back(j[key].get<std::string>());
-  }
+  text::for_each_jsonl_object(path, [&](int64_t line, const nlohmann::json& j) {
+    docs.push_back(text::jsonl_string(j, key, path, line));
+    return true;
+  });
   if (docs.empty()) fail("{}: no documents", path);
   return docs;
 }

@@ -14,6 +14,7 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/tasks/metrics.h"
+#include "drope/text/jsonl.h"
 
 namespace drope::tasks::longbench {
 
@@ -138,30 +139,6 @@ std::string names_of(bool e) {
   return s;
 }
 
-// Lines of a jsonl file as (line number, parsed object); blank lines are skipped.
-template <typename F>
-void for_each_record(const std::string& path, F&& f) {
-  const std::string text = read_file(path);
-  size_t pos = 0;
-  int64_t line = 0;
-  while (pos < text.size()) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    ++line;
-    std::string_view l(text.data() + pos, eol - pos);
-    pos = eol + 1;
-    if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    json j;
-    try {
-      j = json::parse(l);
-    } catch (const json::exception& e) {
-      fail("{}:{}: invalid JSON: {}", path, line, e.what());
-    }
-    if (!j.is_object()) fail("{}:{}: expected a JSON object, got {}", path, line, j.type_name());
-    if (!f(line, j)) break;
-  }
-}
-
 const json& require(const json& j, const char* key, const std::string& path, int64_t line) {
   auto it = j.find(key);
   if (it == j.end()) fail("{}:{}: missing key '{}'", path, line, key);
@@ -256,7 +233,7 @@ std::vector<const Dataset*> parse_tasks(const std::string& spec, bool e) {
 
 std::vector<Sample> read_samples(const std::string& path, const Dataset& ds, int64_t limit) {
   std::vector<Sample> out;
-  for_each_record(path, [&](int64_t line, const json& j) {
+  text::for_each_jsonl_object(path, [&](int64_t line, const json& j) {
     Sample s;
     s.line = line;
     require_string(j, "input", path, line);
@@ -336,7 +313,7 @@ std::string prediction_line(const Sample& s, const std::string& pred) {
 
 std::vector<Prediction> read_predictions(const std::string& path, bool need_length) {
   std::vector<Prediction> out;
-  for_each_record(path, [&](int64_t line, const json& j) {
+  text::for_each_jsonl_object(path, [&](int64_t line, const json& j) {
     Prediction p;
     p.line = line;
     p.pred = require_string(j, "pred", path, line);

@@ -9,6 +9,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/text/jsonl.h"
 #include "drope/text/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -97,25 +98,11 @@ void text_documents(const std::string& file, bool paragraphs, const DocFn& fn) {
 }
 
 void jsonl_documents(const std::string& file, const DocFn& fn) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail("{}: cannot open for reading", file);
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (blank(line)) continue;
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception& e) {  // parse_error, or out_of_range: a number that overflows
-      fail("{}:{}: invalid JSON ({})", file, n, e.what());
-    }
-    if (!j.is_object()) fail("{}:{}: expected a JSON object with a string field \"text\", got {}", file, n, j.type_name());
-    auto t = j.find("text");
-    if (t == j.end()) fail("{}:{}: missing field \"text\"", file, n);
-    if (!t->is_string()) fail("{}:{}: field \"text\" must be a string, got {}", file, n, t->type_name());
-    const auto& s = t->get_ref<const std::string&>();
+  for_each_jsonl_object(file, [&](int64_t n, const json& j) {
+    const auto& s = jsonl_string(j, "text", file, n);
     if (!blank(s)) fn(s, file, n);
-  }
-  if (in.bad()) fail("{}: read error", file);
+    return true;
+  });
 }
 
 void for_each_document(const std::vector<std::string>& files, bool paragraphs, const DocFn& fn) {

@@ -169,7 +169,7 @@ def test_bad_inputs_fail_clearly_and_keep_results(setup, tmp):
     bad = tmp / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n{"text": 3}\n')
     cases = [
-        (["--data", bad, "--lengths", "16"], [str(bad) + ":2", "'text'"]),
+        (["--data", bad, "--lengths", "16"], [str(bad) + ":2", 'field "text" must be a string']),
         (["--data", data, "--lengths", "16", "--temperature", "warm"], ["--temperature", "warm"]),
         (["--data", data, "--lengths", "16", "--factor", "2"], ["--factor 2 given without --rope-scaling"]),
         (["--data", data, "--lengths", "16", "--rope-scaling", "yarn"], ["needs --factor > 1"]),
