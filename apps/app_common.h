@@ -4,6 +4,6 @@
 #include <functional>
 
 namespace drope::app {
-// Runs `body`; drope::Error / c10::Error / std::exception → "error: ..." on stderr, exit code 1.
+// Runs `body` (after tuning glibc malloc for LibTorch's allocation pattern); drope::Error / c10::Error / std::exception → "error: ..." on stderr, exit code 1.
 int run(const std::function<int()>& body);
 }  // namespace drope::app

@@ -1,5 +1,7 @@
 #include "drope/model/positional.h"
 
+#include "drope/ops/layers.h"
+
 namespace drope {
 
 namespace {
@@ -59,11 +61,7 @@ std::unique_ptr<Positional> make_positional(const LayerPositional& layer, int64_
 }
 
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  auto x1 = x.narrow(-1, 0, half);
-  auto x2 = x.narrow(-1, half, half);
-  auto rotated = torch::cat({-x2, x1}, -1);
-  return x * cos.to(x.dtype()) + rotated * sin.to(x.dtype());
+  return ops::rotary(x, cos, sin);
 }
 
 std::pair<torch::Tensor, torch::Tensor> rotary_table(const std::vector<double>& inv_freq, double attention_factor,

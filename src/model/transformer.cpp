@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "drope/model/rope_scaling.h"
+#include "drope/ops/layers.h"
 
 namespace drope {
 
@@ -10,12 +11,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  auto h = x.to(x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat);
-  auto var = h.pow(2).mean(-1, /*keepdim=*/true);
-  h = h * torch::rsqrt(var + eps_);
-  return weight * h.to(x.scalar_type());
-}
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return ops::rms_norm(x, weight, eps_); }
 
 AttentionImpl::AttentionImpl(const ModelConfig& cfg, const LayerPositional& layer)
     : num_heads_(cfg.num_heads),
@@ -73,7 +69,7 @@ MlpImpl::MlpImpl(const ModelConfig& cfg) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+  return down_proj(ops::swiglu(gate_proj(x), up_proj(x)));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, const LayerPositional& layer) {

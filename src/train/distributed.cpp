@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdlib>
 
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -129,47 +131,6 @@ Distributed::~Distributed() = default;
 
 std::string Distributed::backend() const { return impl_->backend; }
 
-void Distributed::allreduce_mean(const std::vector<torch::Tensor>& grads, int64_t bucket_bytes) {
-  if (env_.world == 1) return;
-  torch::NoGradGuard ng;
-  // Buckets of same-dtype gradients flattened into one buffer each.
-  std::vector<std::vector<torch::Tensor>> buckets(1);
-  int64_t bytes = 0;
-  for (const auto& g : grads) {
-    if (!buckets.back().empty() && (bytes + g.nbytes() > (size_t)bucket_bytes ||
-                                    buckets.back().front().scalar_type() != g.scalar_type())) {
-      buckets.emplace_back();
-      bytes = 0;
-    }
-    buckets.back().push_back(g);
-    bytes += g.nbytes();
-  }
-  std::vector<torch::Tensor> flats;
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (auto& b : buckets) {
-    if (b.empty()) continue;
-    std::vector<torch::Tensor> parts;
-    for (auto& g : b) parts.push_back(g.reshape({-1}));
-    std::vector<torch::Tensor> flat{torch::cat(parts)};
-    works.push_back(impl_->pg->allreduce(flat));
-    flats.push_back(flat[0]);
-  }
-  for (size_t i = 0; i < works.size(); ++i) {
-    wait(env_, impl_->timeout_s, works[i], "gradient all-reduce");
-    flats[i].div_(env_.world);
-  }
-  size_t bi = 0;
-  for (auto& b : buckets) {
-    if (b.empty()) continue;
-    int64_t off = 0;
-    for (auto& g : b) {
-      g.copy_(flats[bi].narrow(0, off, g.numel()).view_as(g));
-      off += g.numel();
-    }
-    ++bi;
-  }
-}
-
 double Distributed::mean(double v) {
   if (env_.world == 1) return v;
   std::vector<torch::Tensor> t{torch::full({1}, v, torch::TensorOptions().dtype(torch::kDouble).device(impl_->device))};
@@ -188,6 +149,121 @@ void Distributed::broadcast(const std::vector<torch::Tensor>& tensors) {
 void Distributed::barrier() {
   if (env_.world == 1) return;
   wait(env_, impl_->timeout_s, impl_->pg->barrier(), "barrier");
+}
+
+// ---- GradSync ------------------------------------------------------------------------------------------
+
+struct GradSync::State {
+  Distributed* dist = nullptr;
+  std::vector<torch::Tensor> params;
+  std::vector<int64_t> bucket_of;                // param index → bucket
+  std::vector<std::vector<int64_t>> members;     // bucket → param indices
+  std::vector<int64_t> pending;                  // bucket → parameters not yet accumulated
+  std::vector<torch::Tensor> flat;               // bucket → buffer being reduced
+  std::vector<c10::intrusive_ptr<c10d::Work>> work;
+  int64_t next = 0;                              // next bucket to start
+  bool armed = false;
+  int64_t started_in_backward = 0;
+
+  // Flattens bucket b's gradients (zeros for parameters without one) and starts its all-reduce.
+  void start(int64_t b) {
+    torch::NoGradGuard ng;
+    std::vector<torch::Tensor> parts;
+    for (int64_t i : members[b]) {
+      const auto& g = params[i].grad();
+      parts.push_back(g.defined() ? g.reshape({-1}) : torch::zeros({params[i].numel()}, params[i].options()));
+    }
+    std::vector<torch::Tensor> v{torch::cat(parts)};
+    work[b] = dist->impl_->pg->allreduce(v);
+    flat[b] = v[0];
+  }
+  void accumulated(int64_t i) {
+    if (!armed) return;
+    const int64_t b = bucket_of[i];
+    if (pending[b] > 0) --pending[b];
+    while (next < int64_t(members.size()) && pending[next] == 0) {
+      start(next++);
+      ++started_in_backward;
+    }
+  }
+};
+
+namespace {
+struct AccumulatedHook final : torch::autograd::PostAccumulateGradHook {
+  AccumulatedHook(std::weak_ptr<GradSync::State> s, int64_t i) : state(std::move(s)), index(i) {}
+  void operator()(const torch::autograd::Variable&) override {
+    if (auto s = state.lock()) s->accumulated(index);
+  }
+  std::weak_ptr<GradSync::State> state;
+  int64_t index;
+};
+}  // namespace
+
+GradSync::GradSync(Distributed& dist, std::vector<torch::Tensor> params, int64_t bucket_bytes)
+    : state_(std::make_shared<State>()) {
+  auto& st = *state_;
+  st.dist = &dist;
+  st.params = std::move(params);
+  if (dist.world() == 1) return;
+  st.bucket_of.assign(st.params.size(), 0);
+  int64_t bytes = 0;
+  for (int64_t i = int64_t(st.params.size()) - 1; i >= 0; --i) {
+    const auto& p = st.params[i];
+    if (st.members.empty() || (bytes > 0 && bytes + int64_t(p.nbytes()) > bucket_bytes) ||
+        st.params[st.members.back().front()].scalar_type() != p.scalar_type()) {
+      st.members.emplace_back();
+      bytes = 0;
+    }
+    st.members.back().push_back(i);
+    st.bucket_of[i] = int64_t(st.members.size()) - 1;
+    bytes += int64_t(p.nbytes());
+  }
+  st.flat.resize(st.members.size());
+  st.work.resize(st.members.size());
+  st.pending.assign(st.members.size(), 0);
+  for (size_t i = 0; i < st.params.size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(st.params[i], std::make_unique<AccumulatedHook>(state_, int64_t(i)));
+}
+
+GradSync::~GradSync() {
+  for (const auto& p : state_->params)
+    if (state_->dist->world() > 1) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+}
+
+int64_t GradSync::buckets() const { return int64_t(state_->members.size()); }
+
+void GradSync::arm() {
+  auto& st = *state_;
+  if (st.dist->world() == 1) return;
+  for (size_t b = 0; b < st.members.size(); ++b) st.pending[b] = int64_t(st.members[b].size());
+  st.next = 0;
+  st.started_in_backward = 0;
+  st.armed = true;
+}
+
+void GradSync::finish() {
+  auto& st = *state_;
+  if (st.dist->world() == 1) return;
+  st.armed = false;
+  overlapped_ = st.started_in_backward;
+  const int64_t nb = int64_t(st.members.size());
+  for (; st.next < nb; ++st.next) st.start(st.next);  // parameters without gradients, or not armed
+  torch::NoGradGuard ng;
+  const auto& env = st.dist->env();
+  for (int64_t b = 0; b < nb; ++b) {
+    wait(env, st.dist->impl_->timeout_s, st.work[b], "gradient all-reduce");
+    st.flat[b].div_(env.world);
+    int64_t off = 0;
+    for (int64_t i : st.members[b]) {
+      auto& p = st.params[i];
+      const int64_t n = p.numel();
+      if (p.grad().defined()) p.mutable_grad().copy_(st.flat[b].narrow(0, off, n).view_as(p));
+      off += n;
+    }
+    st.work[b].reset();
+    st.flat[b] = torch::Tensor();
+  }
+  st.next = 0;
 }
 
 }  // namespace drope::train

@@ -104,6 +104,7 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   t.get_choice("device", c.train.device, {"auto", "cpu", "cuda"});
   t.get("peak_tflops", c.train.peak_tflops);
   t.get("dist_timeout_s", c.train.dist_timeout_s);
+  t.get("allreduce_bucket_mb", c.train.allreduce_bucket_mb);
   t.get("max_bad_steps", c.train.max_bad_steps);
   t.finish();
   c.schedule.steps = c.train.steps;
@@ -138,6 +139,8 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   need(c.schedule.min_lr_ratio >= 0 && c.schedule.min_lr_ratio <= 1, "schedule.min_lr_ratio must be in [0, 1]");
   need(c.schedule.decay_fraction > 0 && c.schedule.decay_fraction <= 1, "schedule.decay_fraction must be in (0, 1]");
   need(c.train.dist_timeout_s > 0, "train.dist_timeout_s must be > 0");
+  need(c.train.allreduce_bucket_mb > 0 && c.train.allreduce_bucket_mb <= 1 << 20,
+       "train.allreduce_bucket_mb must be in (0, 1048576]");
   need(c.train.max_bad_steps >= 1, "train.max_bad_steps must be >= 1");
   if (c.phase == "pretrain") need(c.has_model || !c.init.empty(), "phase pretrain needs a model: section or run.init");
   else need(!c.init.empty(), "phase " + c.phase + " needs run.init (a checkpoint or HF directory)");
@@ -186,8 +189,8 @@ std::string run_config_to_yaml(const RunConfig& c) {
     << t.checkpoint_every << YAML::Key << "keep_last" << YAML::Value << t.keep_last << YAML::Key << "clip"
     << YAML::Value << t.clip << YAML::Key << "dtype" << YAML::Value << t.dtype << YAML::Key << "device" << YAML::Value
     << t.device << YAML::Key << "peak_tflops" << YAML::Value << t.peak_tflops << YAML::Key << "dist_timeout_s"
-    << YAML::Value << t.dist_timeout_s << YAML::Key << "max_bad_steps" << YAML::Value << t.max_bad_steps
-    << YAML::EndMap;
+    << YAML::Value << t.dist_timeout_s << YAML::Key << "allreduce_bucket_mb" << YAML::Value << t.allreduce_bucket_mb
+    << YAML::Key << "max_bad_steps" << YAML::Value << t.max_bad_steps << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

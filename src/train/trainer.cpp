@@ -296,6 +296,8 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   int64_t tokens_since = 0, bad_steps = 0;
   const int64_t first_step = st.step;
   model->train();
+  const auto bucket_bytes = static_cast<int64_t>(cfg.train.allreduce_bucket_mb * (1 << 20));
+  auto sync = std::make_unique<GradSync>(dist, model->parameters(), bucket_bytes);
   while (st.step < cfg.train.steps) {
     const int64_t s = st.step;
     if (cfg.drop_at_step >= 0 && s == cfg.drop_at_step && model->config().positional.type != "nope") {
@@ -313,6 +315,8 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
         }
       }
       adamw.load_state(carry, steps_taken, "drop_at_step");
+      sync.reset();  // hooks on the old parameters go first
+      sync = std::make_unique<GradSync>(dist, model->parameters(), bucket_bytes);
       if (say) fmt::print("step {}: dropped positional embeddings (qk_norm {})\n", s, cfg.drope_qk_norm);
     }
     const double lr = schedule_lr(cfg.schedule, s - st.phase_start, cfg.optim.lr);
@@ -322,13 +326,11 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
       const int64_t pos = s * B + a * micro * W + dist.rank() * micro;
       auto loss = step_loss(sampler.batch(pos, micro)) / double(accum);
       if (contains(nan_loss_steps, s + 1)) loss = loss * std::numeric_limits<double>::quiet_NaN();
+      if (a == accum - 1) sync->arm();  // the last micro-batch's backward reduces gradients as they finish
       loss.backward();
       loss_sum += loss.item<double>();
     }
-    std::vector<torch::Tensor> grads;
-    for (auto& p : model->parameters())
-      if (p.grad().defined()) grads.push_back(p.grad());
-    dist.allreduce_mean(grads);
+    sync->finish();
     const double loss = dist.mean(loss_sum);
     double gnorm = cfg.train.clip > 0 ? torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.clip)
                                       : torch::nn::utils::clip_grad_norm_(model->parameters(), 1e30);
@@ -374,6 +376,10 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
       nlohmann::json j{{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm}, {"tokens", st.tokens},
                        {"tokens_per_s", tps}, {"elapsed_s", elapsed}};
       if (mfu >= 0) j["mfu"] = mfu;
+      if (W > 1) {  // how many gradient buckets started their all-reduce while backward was still running
+        j["allreduce_buckets"] = sync->buckets();
+        j["allreduce_overlapped"] = sync->overlapped();
+      }
       if (log_now) log_line(j);
       if (say) {
         if (tty) fmt::print("\r\033[K");

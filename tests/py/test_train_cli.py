@@ -70,6 +70,37 @@ def test_torchrun_two_ranks_match_one_process(tmp):
         np.testing.assert_allclose(wb[k], wa[k], atol=2e-5, rtol=0, err_msg=k)
 
 
+def test_allreduce_overlaps_backward_and_matches_one_process(tmp):
+    """Small buckets (several per step) and gradient accumulation: every bucket's all-reduce starts during
+    the last micro-batch's backward, and the result still equals one process with the same global batch."""
+    extra = "\n".join(["data: {text: /usr/share/common-licenses/GPL-3, seq_len: 32, batch_size: 8, micro_batch: 2}",
+                        ""])
+    cfgs = {}
+    for name in ("single", "multi"):
+        text = CFG.format(out=tmp / name, steps=4, ckpt=0)
+        text = text.replace("data: {text: /usr/share/common-licenses/GPL-3, seq_len: 32, batch_size: 8}", extra.strip())
+        text = text.replace("keep_last: 3}", "keep_last: 3, allreduce_bucket_mb: 0.02}")
+        cfgs[name] = tmp / f"{name}.yaml"
+        cfgs[name].write_text(text)
+    subprocess.run([str(BIN / "drope-train"), cfgs["single"], "--quiet"], check=True, env=env1(), timeout=240)
+    torchrun = pathlib.Path(sys.executable).parent / "torchrun"
+    r = subprocess.run([str(torchrun), "--no-python", "--nproc_per_node=2", "--master_port=29733",
+                        str(BIN / "drope-train"), str(cfgs["multi"]), "--quiet"],
+                       env=env1(), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    a, b = losses(tmp / "single"), losses(tmp / "multi")
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4]
+    for s in a:
+        assert abs(a[s] - b[s]) < 1e-5, (s, a[s], b[s])
+    steps = [json.loads(l) for l in (tmp / "multi" / "log.jsonl").read_text().splitlines() if '"loss"' in l]
+    for j in steps:
+        assert j["allreduce_buckets"] > 3, j
+        assert j["allreduce_overlapped"] == j["allreduce_buckets"], j
+    wa, wb = final_weights(tmp / "single"), final_weights(tmp / "multi")
+    for k in wa:
+        np.testing.assert_allclose(wb[k], wa[k], atol=2e-5, rtol=0, err_msg=k)
+
+
 def test_sigkill_then_resume_gives_identical_losses(tmp):
     ref = write_cfg(tmp, "ref", steps=10, ckpt=2)
     subprocess.run([str(BIN / "drope-train"), ref, "--quiet"], check=True, env=env1(), timeout=240)

@@ -1,5 +1,6 @@
 // Data-parallel plumbing over c10d: the torchrun / Slurm environment, a process group (Gloo on CPU,
-// NCCL on CUDA when built with it), bucketed gradient all-reduce, scalar reductions and barriers.
+// NCCL on CUDA when built with it), bucketed gradient all-reduce overlapped with backward (GradSync),
+// scalar reductions and barriers.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +38,6 @@ class Distributed {
   const DistEnv& env() const { return env_; }
   std::string backend() const;
 
-  // Averages gradients over ranks in place, in buckets of about `bucket_bytes`.
-  void allreduce_mean(const std::vector<torch::Tensor>& grads, int64_t bucket_bytes = 25 << 20);
   // Mean of a scalar over ranks.
   double mean(double v);
   // Copies rank 0's tensors to every rank.
@@ -46,9 +45,38 @@ class Distributed {
   void barrier();
 
  private:
+  friend class GradSync;
   struct Impl;
   DistEnv env_;
   std::unique_ptr<Impl> impl_;
+};
+
+// Gradient all-reduce overlapped with backward (as PyTorch DDP does). Parameters are grouped into buckets
+// of about `bucket_bytes` in reverse order (≈ the order backward finishes their gradients). During an
+// armed backward, a hook after each parameter's gradient accumulation counts it in; when a bucket is
+// complete its asynchronous all-reduce starts while backward goes on. Buckets start strictly in index
+// order on every rank, so the collectives match up. finish() starts what is left, waits, and writes the
+// averaged gradients back.
+class GradSync {
+ public:
+  GradSync(Distributed& dist, std::vector<torch::Tensor> params, int64_t bucket_bytes = 25 << 20);
+  ~GradSync();
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+
+  // Call before the backward of the step's last micro-batch (earlier micro-batches only accumulate).
+  void arm();
+  // Averages every parameter's gradient over ranks (all ranks must call it, armed or not).
+  void finish();
+  int64_t buckets() const;
+  // Buckets whose all-reduce started during backward in the last finished step.
+  int64_t overlapped() const { return overlapped_; }
+
+  struct State;  // shared with the autograd hooks (defined in distributed.cpp)
+
+ private:
+  std::shared_ptr<State> state_;
+  int64_t overlapped_ = 0;
 };
 
 }  // namespace drope::train

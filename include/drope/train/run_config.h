@@ -32,6 +32,7 @@ struct TrainLoopConfig {
   std::string device = "auto";   // auto | cpu | cuda
   double peak_tflops = 0;        // for MFU; 0 = unknown (CPU)
   double dist_timeout_s = 300;   // collective timeout: a dead peer gives an error, not a hang
+  double allreduce_bucket_mb = 25;  // gradient all-reduce bucket size (MiB), overlapped with backward
   int64_t max_bad_steps = 5;     // abort after this many non-finite (skipped) steps in a row
 };
 

@@ -3,21 +3,23 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include <ATen/Parallel.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 // Vector-typed helpers only ever run inlined into one of the entry points, so their ABI does not matter.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 #include "drope/kernels/attention_math.h"
+#include "drope/kernels/cpu_isa.h"
 
 // The hot loops are templates forced inline into one entry point per instruction set (AVX-512, AVX2+FMA,
 // baseline), chosen at run time, so the library needs no special compiler flags. SIMD code uses GCC/Clang
@@ -460,8 +462,7 @@ DROPE_INLINE void run_items(const Job<in_t, T>& job, int64_t begin, int64_t end)
   }
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define DROPE_X86_DISPATCH 1
+#ifdef DROPE_X86_DISPATCH
 template <typename in_t, typename T>
 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma"))) void run_items_avx512(const Job<in_t, T>& job,
                                                                                            int64_t begin, int64_t end) {
@@ -473,20 +474,6 @@ __attribute__((target("avx2,fma"))) void run_items_avx2(const Job<in_t, T>& job,
   run_items(job, begin, end);
 }
 
-enum class Isa { kBase, kAvx2, kAvx512 };
-
-// The widest instruction set this CPU runs.
-Isa cpu_isa() {
-  static const Isa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
-      return Isa::kAvx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-    return Isa::kBase;
-  }();
-  return isa;
-}
 #endif
 
 template <typename in_t, typename T>
@@ -494,44 +481,31 @@ void run_items_baseline(const Job<in_t, T>& job, int64_t begin, int64_t end) {
   run_items(job, begin, end);
 }
 
-// Calls f on sub-ranges covering [0, n) from several threads. With ATen's OpenMP pool visible to this
-// translation unit (built with -fopenmp) that is at::parallel_for; otherwise at::parallel_for would run
-// serially here, so this thread and helpers on ATen's inter-op pool take items one at a time.
+// Calls f(i, i + 1) for every i in [0, n) from all of LibTorch's intra-op threads.
 void parallel_items(int64_t n, const std::function<void(int64_t, int64_t)>& f) {
-#ifdef INTRA_OP_PARALLEL
-  at::parallel_for(0, n, 1, f);
-#else
-  const int64_t helpers = std::min<int64_t>(at::get_num_threads(), n) - 1;
-  if (helpers <= 0 || at::in_parallel_region()) return f(0, n);
-  struct State {
-    std::atomic<int64_t> next{0};
-    int64_t done = 0;
-    std::mutex mu;
-    std::condition_variable cv;
-    std::exception_ptr error;
-  };
-  auto st = std::make_shared<State>();
-  const auto* fp = &f;  // only used while items remain, i.e. before the caller returns
-  auto work = [st, fp, n] {
-    int64_t mine = 0;
-    for (int64_t i; (i = st->next.fetch_add(1)) < n; ++mine) {
+  // Items differ in cost (causal rows, window bands), so threads take them one at a time from a shared
+  // counter rather than in fixed chunks. The threads are LibTorch's own OpenMP team (this file is built
+  // with -fopenmp): a second pool would fight torch's spinning OpenMP workers for the same cores.
+  if (n <= 1 || at::get_num_threads() <= 1 || at::in_parallel_region()) return f(0, n);
+#ifdef _OPENMP
+  std::atomic<int64_t> next{0};
+  std::atomic_flag failed = ATOMIC_FLAG_INIT;
+  std::exception_ptr error;
+#pragma omp parallel
+  {
+    at::internal::ThreadIdGuard tid_guard(omp_get_thread_num());
+    for (int64_t i; (i = next.fetch_add(1)) < n;) {
       try {
-        (*fp)(i, i + 1);
+        f(i, i + 1);
       } catch (...) {
-        std::lock_guard<std::mutex> g(st->mu);
-        if (!st->error) st->error = std::current_exception();
+        if (!failed.test_and_set()) error = std::current_exception();
+        next.store(n);
       }
     }
-    if (mine == 0) return;
-    std::lock_guard<std::mutex> g(st->mu);
-    st->done += mine;
-    if (st->done == n) st->cv.notify_all();
-  };
-  for (int64_t h = 0; h < helpers; ++h) at::launch(work);
-  work();
-  std::unique_lock<std::mutex> lock(st->mu);
-  st->cv.wait(lock, [&] { return st->done == n; });
-  if (st->error) std::rethrow_exception(st->error);
+  }
+  if (error) std::rethrow_exception(error);
+#else
+  at::parallel_for(0, n, 1, f);
 #endif
 }
 

@@ -1,0 +1,32 @@
+// The decoder's memory-bound layers as differentiable ops: fused CPU kernels (drope/kernels/layers_cpu.h)
+// with their own backward where the inputs allow, otherwise the same math in plain ATen ops (CUDA,
+// bfloat16, per-row rotary tables). Both paths compute the same function; tests compare them.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace drope::ops {
+
+// RMSNorm over the last dim, computed in float32 (float64 for float64 inputs): w · x · (mean(x²) + eps)^-½.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// RoPE with rotate_half pairing (HF Llama): x·cos + rotate_half(x)·sin. x (B, H, T, D); cos/sin (T, D),
+// or per row (B, 1, T, D) (plain-ATen path).
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+// SwiGLU gate: silu(gate) · up.
+at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
+
+// While alive, the ops above take their plain-ATen path on this thread (for comparisons).
+class ForceCompositeLayers {
+ public:
+  ForceCompositeLayers();
+  ~ForceCompositeLayers();
+  ForceCompositeLayers(const ForceCompositeLayers&) = delete;
+  ForceCompositeLayers& operator=(const ForceCompositeLayers&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace drope::ops

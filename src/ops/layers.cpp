@@ -1,0 +1,99 @@
+#include "drope/ops/layers.h"
+
+#include <torch/torch.h>
+
+#include "drope/kernels/layers_cpu.h"
+
+namespace drope::ops {
+
+namespace {
+
+thread_local bool force_composite = false;
+
+at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  auto h = x.to(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+  auto var = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * at::rsqrt(var + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+at::Tensor rotary_composite(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, half);
+  auto rotated = at::cat({-x2, x1}, -1);
+  return x * cos.to(x.dtype()) + rotated * sin.to(x.dtype());
+}
+
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            double eps) {
+    auto [y, rstd] = kernels::rms_norm_forward_cpu(x, weight, eps);
+    ctx->save_for_backward({x, weight, rstd});
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    auto [dx, dw] = kernels::rms_norm_backward_cpu(grads[0], saved[0], saved[1], saved[2]);
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return kernels::rotary_cpu(x, cos, sin, /*inverse=*/false);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    return {kernels::rotary_cpu(grads[0], saved[0], saved[1], /*inverse=*/true), at::Tensor(), at::Tensor()};
+  }
+};
+
+class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
+    ctx->save_for_backward({gate, up});
+    return kernels::swiglu_forward_cpu(gate, up);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
+    auto [dg, du] = kernels::swiglu_backward_cpu(grads[0], saved[0], saved[1]);
+    return {dg, du};
+  }
+};
+
+}  // namespace
+
+ForceCompositeLayers::ForceCompositeLayers() : previous_(force_composite) { force_composite = true; }
+ForceCompositeLayers::~ForceCompositeLayers() { force_composite = previous_; }
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (force_composite || !kernels::layers_cpu_supported({x, weight}) || x.size(-1) != weight.numel())
+    return rms_norm_composite(x, weight, eps);
+  return RmsNormFunction::apply(x, weight, eps);
+}
+
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  if (force_composite || x.dim() != 4 || cos.dim() != 2 || cos.requires_grad() || sin.requires_grad() ||
+      x.size(-1) % 2 != 0 || !kernels::layers_cpu_supported({x}) || !cos.device().is_cpu())
+    return rotary_composite(x, cos, sin);
+  return RotaryFunction::apply(x, cos.to(x.dtype()), sin.to(x.dtype()));
+}
+
+at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) {
+  if (force_composite || !kernels::layers_cpu_supported({gate, up}) || gate.sizes() != up.sizes())
+    return at::silu(gate) * up;
+  return SwigluFunction::apply(gate, up);
+}
+
+}  // namespace drope::ops
