@@ -1,10 +1,15 @@
 // drope-bench: benchmarks (not tests). `drope-bench attention`: our fused attention op against LibTorch's
 // scaled_dot_product_attention (plain and with a dense additive mask) and the plain-ATen reference.
+// `drope-bench layers`: the fused RMSNorm / rotary kernels against the same math in ATen ops (what
+// an eager PyTorch model runs). `drope-bench generate`: KV-cache generation throughput.
 #include <sys/resource.h>
 
 #include <chrono>
 #include <fstream>
 #include <cstdio>
+#include <algorithm>
+#include <functional>
+#include <optional>
 #include <random>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +22,7 @@
 #include "drope/core/files.h"
 #include "drope/eval/generate.h"
 #include "drope/io/model_io.h"
+#include "drope/ops/layers.h"
 
 int main(int argc, char** argv) {
   CLI::App cli{"drope-bench: benchmarks of the drope ops"};
@@ -74,7 +80,90 @@ int main(int argc, char** argv) {
   gen->add_option("--seed", g.seed, "Seed of the random prompt");
   gen->add_option("--repeats", g.repeats, "Timed runs; the fastest is reported")->capture_default_str();
   gen->add_option("--json", g.json, "Write the numbers as JSON here (atomic)");
+
+  // `layers`: forward and forward+backward time of each fused layer kernel vs the plain-ATen composite.
+  struct LayerOpts {
+    int64_t batch = 8, seq = 512, hidden = 256, heads = 8, head_dim = 32;
+    int repeats = 20, threads = 0;
+    std::string dtype = "float32", json;
+  } lo;
+  auto* lay = cli.add_subcommand("layers", "Fused RMSNorm / rotary kernels vs the same math in ATen ops");
+  lay->add_option("--batch", lo.batch, "Batch size")->capture_default_str();
+  lay->add_option("--seq", lo.seq, "Sequence length")->capture_default_str();
+  lay->add_option("--hidden", lo.hidden, "RMSNorm width")->capture_default_str();
+  lay->add_option("--heads", lo.heads, "Heads (rotary)")->capture_default_str();
+  lay->add_option("--head-dim", lo.head_dim, "Head dim (rotary)")->capture_default_str();
+  lay->add_option("--dtype", lo.dtype, "dtype")->check(CLI::IsMember({"float32", "float64"}))->capture_default_str();
+  lay->add_option("--repeats", lo.repeats, "Timed runs (median reported)")->capture_default_str();
+  lay->add_option("--threads", lo.threads, "Intra-op threads (0 = LibTorch default)");
+  lay->add_option("--json", lo.json, "Also write the numbers as JSON here (atomic)");
   CLI11_PARSE(cli, argc, argv);
+
+  if (lay->parsed())
+    return drope::app::run([&] {
+      if (lo.batch < 1 || lo.seq < 1 || lo.hidden < 1 || lo.heads < 1 || lo.head_dim < 2 || lo.head_dim % 2 ||
+          lo.repeats < 1)
+        drope::fail("drope-bench layers: sizes and --repeats must be >= 1, --head-dim even");
+      if (lo.threads > 0) at::set_num_threads(lo.threads);
+      const auto opt = torch::TensorOptions().dtype(lo.dtype == "float64" ? torch::kDouble : torch::kFloat);
+      torch::manual_seed(0);
+      const int64_t B = lo.batch, T = lo.seq;
+      auto angle = torch::rand({T, lo.head_dim / 2}, opt) * 6;
+      auto cos = torch::cat({angle.cos(), angle.cos()}, -1), sin = torch::cat({angle.sin(), angle.sin()}, -1);
+      auto rms_w = torch::randn({lo.hidden}, opt);
+      struct Case {
+        std::string name;
+        std::vector<torch::Tensor> inputs;
+        std::function<torch::Tensor(const std::vector<torch::Tensor>&)> op;
+      };
+      std::vector<Case> cases = {
+          {"rms_norm", {torch::randn({B, T, lo.hidden}, opt), rms_w},
+           [](const std::vector<torch::Tensor>& t) { return drope::ops::rms_norm(t[0], t[1], 1e-5); }},
+          // q as the model passes it: a (B, T, H, D) projection viewed as (B, H, T, D).
+          {"rotary", {torch::randn({B, T, lo.heads, lo.head_dim}, opt).transpose(1, 2)},
+           [&](const std::vector<torch::Tensor>& t) { return drope::ops::rotary(t[0], cos, sin); }},
+      };
+      auto median_ms = [&](const std::function<void()>& f) {
+        f();  // warm-up
+        std::vector<double> ms;
+        for (int r = 0; r < lo.repeats; ++r) {
+          auto t0 = std::chrono::steady_clock::now();
+          f();
+          ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        }
+        std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+        return ms[ms.size() / 2];
+      };
+      nlohmann::json out = nlohmann::json::array();
+      fmt::print("batch {} x seq {}, hidden {}, heads {} x {}, {}, {} threads; median of {} runs (ms)\n", B, T,
+                  lo.hidden, lo.heads, lo.head_dim, lo.dtype, at::get_num_threads(), lo.repeats);
+      fmt::print("| op | fused fwd | ATen fwd | speed-up | fused fwd+bwd | ATen fwd+bwd | speed-up |\n"
+                 "|---|---:|---:|---:|---:|---:|---:|\n");
+      for (auto& c : cases) {
+        double t[2][2];  // [fused/aten][fwd/fwdbwd]
+        for (int composite = 0; composite < 2; ++composite) {
+          std::optional<drope::ops::ForceCompositeLayers> force;
+          if (composite) force.emplace();
+          t[composite][0] = median_ms([&] {
+            torch::NoGradGuard ng;
+            c.op(c.inputs);
+          });
+          std::vector<torch::Tensor> leaves;
+          for (auto& x : c.inputs) leaves.push_back(x.detach().requires_grad_(true));
+          auto g = torch::randn_like(c.op(leaves).detach());
+          t[composite][1] = median_ms([&] {
+            auto y = c.op(leaves);
+            torch::autograd::grad({y}, leaves, {g});
+          });
+        }
+        fmt::print("| {} | {:.3f} | {:.3f} | {:.2f}x | {:.3f} | {:.3f} | {:.2f}x |\n", c.name, t[0][0], t[1][0],
+                   t[1][0] / t[0][0], t[0][1], t[1][1], t[1][1] / t[0][1]);
+        out.push_back({{"op", c.name}, {"fused_fwd_ms", t[0][0]}, {"aten_fwd_ms", t[1][0]},
+                       {"fused_fwd_bwd_ms", t[0][1]}, {"aten_fwd_bwd_ms", t[1][1]}});
+      }
+      if (!lo.json.empty()) drope::write_file_atomic(lo.json, out.dump(2) + "\n");
+      return 0;
+    });
 
   if (gen->parsed())
     return drope::app::run([&] {

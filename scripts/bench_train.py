@@ -5,6 +5,7 @@ length, optimizer and thread count, side by side in one run on this machine. Eac
 process; tokens/s is the mean over the steps after `--warmup` steps; peak RSS per process.
 
   .venv/bin/python scripts/bench_train.py --preset tiny-256 --seq-len 512 --batch 8 --steps 30 --threads 2
+  .venv/bin/python scripts/bench_train.py --preset small-50m --vocab 32000 --seq-len 512 --batch 4 --steps 8 --warmup 2
 """
 import argparse
 import json
@@ -58,7 +59,8 @@ def eager_worker(model_dir, seq, batch, steps, warmup, threads, bf16):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="tiny-256")
+    ap.add_argument("--preset", default="tiny-256", help="model preset (tiny-256, small-50m, ...)")
+    ap.add_argument("--vocab", type=int, default=256, help="vocabulary size (the data are bytes: ids < 256)")
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=30)
@@ -77,7 +79,7 @@ def main():
         # The model shape from our preset, as an HF config.json for the eager side (byte vocabulary: our run
         # trains on this machine's text bytes).
         model_cfg = tmp / "model.yaml"
-        model_cfg.write_text(f"model:\n  preset: {args.preset}\n  vocab_size: 256\n  max_position: {args.seq_len}\n")
+        model_cfg.write_text(f"model:\n  preset: {args.preset}\n  vocab_size: {args.vocab}\n  max_position: {args.seq_len}\n")
         subprocess.run([binp / "drope-model", "init", "--config", model_cfg, "--out", tmp / "m"], check=True,
                        capture_output=True)
         run_cfg = tmp / "run.yaml"
@@ -88,7 +90,7 @@ def main():
   phase: pretrain
 model:
   preset: {args.preset}
-  vocab_size: 256
+  vocab_size: {args.vocab}
   max_position: {args.seq_len}
 data:
   text: /usr/share/common-licenses
@@ -125,7 +127,7 @@ train:
         if e.returncode != 0:
             raise SystemExit(f"eager loop failed:\n{e.stderr}")
         eager = json.loads(e.stdout.strip().splitlines()[-1])
-    print(f"{args.preset}, seq {args.seq_len}, batch {args.batch}, {args.steps} steps ({args.warmup} warm-up), "
+    print(f"{args.preset} (vocab {args.vocab}), seq {args.seq_len}, batch {args.batch}, {args.steps} steps ({args.warmup} warm-up), "
           f"{args.threads} threads, {'bf16 autocast' if args.bf16 else 'float32'}")
     print("| impl | tokens/s | peak RSS MB |\n|---|---:|---:|")
     for x in (ours, eager):

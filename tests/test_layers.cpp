@@ -1,4 +1,4 @@
-// The fused CPU layer kernels (RMSNorm, rotary, SwiGLU) against their plain-ATen definitions: forward and
+// The fused CPU layer kernels (RMSNorm, rotary) against their plain-ATen definitions: forward and
 // gradients in float64 and float32, strided inputs, several threads, and float64 central differences.
 #include <torch/torch.h>
 
@@ -111,16 +111,6 @@ TEST(FusedLayers, RotaryMatchesDefinition) {
   EXPECT_GT(max_diff(y, x), 0.1);
 }
 
-TEST(FusedLayers, SwigluMatchesDefinition) {
-  torch::manual_seed(2);
-  auto op = [](const std::vector<torch::Tensor>& t) { return ops::swiglu(t[0], t[1]); };
-  for (auto dtype : {torch::kDouble, torch::kFloat}) {
-    const double tol = dtype == torch::kDouble ? 1e-13 : 2e-6;
-    auto gate = torch::randn({4, 33, 48}, dtype) * 4, up = torch::randn({4, 33, 48}, dtype);
-    expect_fused_equals_composite(op, {gate, up}, torch::randn({4, 33, 48}, dtype), tol);
-  }
-}
-
 // Every element of every input: the fused op's analytic gradient of sum(out · g) against a float64 central
 // difference of the same op.
 template <typename Op>
@@ -154,5 +144,4 @@ TEST(FusedLayers, GradientsMatchCentralDifferences) {
   auto angle = torch::rand({4, 3}, torch::kDouble) * 6;
   auto cos = torch::cat({angle.cos(), angle.cos()}, -1), sin = torch::cat({angle.sin(), angle.sin()}, -1);
   expect_central_differences([&](const std::vector<torch::Tensor>& t) { return ops::rotary(t[0], cos, sin); }, {rnd({1, 2, 4, 6})});
-  expect_central_differences([](const std::vector<torch::Tensor>& t) { return ops::swiglu(t[0], t[1]); }, {rnd({3, 5}), rnd({3, 5})});
 }

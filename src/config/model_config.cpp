@@ -44,6 +44,8 @@ const std::map<std::string, ModelConfig>& presets() {
     t["tiny"] = make(1024, 128, 384, 4, 4, 2, 32, 1e4, true, 256);
     t["tiny-256"] = make(2048, 256, 768, 4, 8, 2, 32, 1e4, true, 512);
     t["micro"] = make(256, 64, 128, 2, 4, 2, 16, 1e4, true, 64);
+    // ~52M parameters (16.4M of them the tied 32K embedding): the mid-size CPU benchmark (drope-bench train).
+    t["small-50m"] = make(32000, 512, 1536, 12, 8, 2, 64, 1e4, true, 1024);
     return t;
   }();
   return table;

@@ -69,7 +69,7 @@ MlpImpl::MlpImpl(const ModelConfig& cfg) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return down_proj(ops::swiglu(gate_proj(x), up_proj(x)));
+  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, const LayerPositional& layer) {

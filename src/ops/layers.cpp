@@ -57,21 +57,6 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
   }
 };
 
-class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
- public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
-    ctx->save_for_backward({gate, up});
-    return kernels::swiglu_forward_cpu(gate, up);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
-    auto [dg, du] = kernels::swiglu_backward_cpu(grads[0], saved[0], saved[1]);
-    return {dg, du};
-  }
-};
-
 }  // namespace
 
 ForceCompositeLayers::ForceCompositeLayers() : previous_(force_composite) { force_composite = true; }
@@ -88,12 +73,6 @@ at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
       x.size(-1) % 2 != 0 || !kernels::layers_cpu_supported({x}) || !cos.device().is_cpu())
     return rotary_composite(x, cos, sin);
   return RotaryFunction::apply(x, cos.to(x.dtype()), sin.to(x.dtype()));
-}
-
-at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) {
-  if (force_composite || !kernels::layers_cpu_supported({gate, up}) || gate.sizes() != up.sizes())
-    return at::silu(gate) * up;
-  return SwigluFunction::apply(gate, up);
 }
 
 }  // namespace drope::ops

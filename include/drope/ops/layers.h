@@ -14,9 +14,6 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // or per row (B, 1, T, D) (plain-ATen path).
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
-// SwiGLU gate: silu(gate) · up.
-at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
-
 // While alive, the ops above take their plain-ATen path on this thread (for comparisons).
 class ForceCompositeLayers {
  public:

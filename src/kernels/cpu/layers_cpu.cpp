@@ -144,41 +144,6 @@ struct Rotary {
   }
 };
 
-// ---- SwiGLU --------------------------------------------------------------------------------------------
-
-template <typename T>
-struct SwigluForward {
-  const T* g;
-  const T* u;
-  T* h;
-  __attribute__((always_inline)) inline void operator()(int64_t b, int64_t e) const {
-    using A = acc_t<T>;
-#pragma omp simd
-    for (int64_t i = b; i < e; ++i) {
-      const A gi = A(g[i]);
-      h[i] = T(gi / (A(1) + std::exp(-gi)) * A(u[i]));
-    }
-  }
-};
-
-template <typename T>
-struct SwigluBackward {
-  const T* dh;
-  const T* g;
-  const T* u;
-  T* dg;
-  T* du;
-  __attribute__((always_inline)) inline void operator()(int64_t b, int64_t e) const {
-    using A = acc_t<T>;
-#pragma omp simd
-    for (int64_t i = b; i < e; ++i) {
-      const A gi = A(g[i]), sig = A(1) / (A(1) + std::exp(-gi)), d = A(dh[i]);
-      du[i] = T(d * gi * sig);
-      dg[i] = T(d * A(u[i]) * sig * (A(1) + gi * (A(1) - sig)));
-    }
-  }
-};
-
 template <typename F>
 void for_dtype(const at::Tensor& t, const F& f) {
   if (t.scalar_type() == at::kDouble) return f(double{});
@@ -251,30 +216,6 @@ at::Tensor rotary_cpu(const at::Tensor& x_in, const at::Tensor& cos_in, const at
     dispatch_rows(B * H * T, D, k);
   });
   return y;
-}
-
-at::Tensor swiglu_forward_cpu(const at::Tensor& gate_in, const at::Tensor& up_in) {
-  TORCH_CHECK(gate_in.sizes() == up_in.sizes(), "swiglu: gate and up shapes differ");
-  auto g = gate_in.contiguous(), u = up_in.contiguous();
-  auto h = at::empty_like(g);
-  for_dtype(g, [&](auto tag) {
-    using T = decltype(tag);
-    SwigluForward<T> k{g.data_ptr<T>(), u.data_ptr<T>(), h.data_ptr<T>()};
-    dispatch_rows(g.numel(), 1, k);
-  });
-  return h;
-}
-
-std::tuple<at::Tensor, at::Tensor> swiglu_backward_cpu(const at::Tensor& dh_in, const at::Tensor& gate_in,
-                                                       const at::Tensor& up_in) {
-  auto dh = dh_in.contiguous(), g = gate_in.contiguous(), u = up_in.contiguous();
-  auto dg = at::empty_like(g), du = at::empty_like(u);
-  for_dtype(g, [&](auto tag) {
-    using T = decltype(tag);
-    SwigluBackward<T> k{dh.data_ptr<T>(), g.data_ptr<T>(), u.data_ptr<T>(), dg.data_ptr<T>(), du.data_ptr<T>()};
-    dispatch_rows(g.numel(), 1, k);
-  });
-  return {dg, du};
 }
 
 }  // namespace drope::kernels
