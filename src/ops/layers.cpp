@@ -1,5 +1,8 @@
 #include "drope/ops/layers.h"
 
+#include <cstdlib>
+#include <string>
+
 #include <torch/torch.h>
 
 #include "drope/kernels/layers_cpu.h"
@@ -8,7 +11,11 @@ namespace drope::ops {
 
 namespace {
 
-thread_local bool force_composite = false;
+// DROPE_COMPOSITE_LAYERS=1 takes the plain-ATen path everywhere (for A/B timing of whole runs).
+thread_local bool force_composite = [] {
+  const char* v = std::getenv("DROPE_COMPOSITE_LAYERS");
+  return v && std::string(v) == "1";
+}();
 
 at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& weight, double eps) {
   auto h = x.to(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
