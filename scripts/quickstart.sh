@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on its embedded default, with the real CLIs: set up + build (idempotent), build the small
 # corpus (Jane Austen from a pinned Debian package, SentencePiece vocab 2048), pretrain a tiny RoPE model
-# at context C = 256 (drope-train), DroPE-recalibrate it with QK-norm (drope-train, phase drope), then
+# at context C = 256 for 600 steps (drope-train), DroPE-recalibrate its step-450 checkpoint with QK-norm for
+# the remaining 150 steps (drope-train, phase drope: the same budget as RoPE), then
 # evaluate RoPE, RoPE+PI, RoPE+NTK, RoPE+YaRN (eval-time, factor 2) and DroPE on perplexity and NIAH at
 # C and 2C (drope-eval ppl / niah) and print the side-by-side table (drope-eval compare).
 #
@@ -9,7 +10,7 @@
 # are model directories), eval/ (per-method ppl/niah .json/.csv/.md, ppl.png/svg: ppl vs length),
 # results.md (both tables, printed at the end), results-{ppl,niah}.{md,json,csv}, timing.txt.
 # Re-running reuses the corpus, finished training runs and finished evaluations; DROPE_FORCE=1 redoes
-# training and evaluation. About 10 minutes on 2 idle cores after the install.
+# training and evaluation. About 4 minutes on 2 idle cores after the install.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ "${DROPE_SKIP_SETUP:-0}" != 1 ]; then bash "$ROOT/scripts/setup.sh"; fi
@@ -47,19 +48,22 @@ train() {  # train CONFIG RUN_DIR STEPS
 PRE_STEPS=$(sed -n 's/^  steps: *//p' configs/train/quickstart-pretrain-rope.yaml)
 DROPE_STEPS=$(sed -n 's/^  steps: *//p' configs/train/quickstart-drope.yaml)
 ROPE_MODEL="$RUN/rope/checkpoints/$(printf 'step-%08d' "$PRE_STEPS")"
+# Equal budget: DroPE starts from the RoPE run's checkpoint DROPE_STEPS before its end.
+DROPE_INIT="$RUN/rope/checkpoints/$(printf 'step-%08d' $((PRE_STEPS - DROPE_STEPS)))"
 DROPE_MODEL="$RUN/drope/checkpoints/$(printf 'step-%08d' "$DROPE_STEPS")"
 
 stage "2/5 pretrain a tiny RoPE model at C = $C (configs/train/quickstart-pretrain-rope.yaml)"
 train configs/train/quickstart-pretrain-rope.yaml "$RUN/rope" "$PRE_STEPS"
 mark pretrain
 
-stage "3/5 DroPE: drop RoPE in every layer, add QK-norm, recalibrate at C = $C (configs/train/quickstart-drope.yaml)"
+stage "3/5 DroPE: from the RoPE run's step $((PRE_STEPS - DROPE_STEPS)), drop RoPE in every layer, add QK-norm, recalibrate $DROPE_STEPS steps at C = $C (equal budget; configs/train/quickstart-drope.yaml)"
+[ -f "$DROPE_INIT/model.safetensors" ] || { echo "quickstart: $DROPE_INIT is missing (the pretraining config must keep it: checkpoint_every, keep_last)" >&2; exit 1; }
 if [ -f "$DROPE_MODEL/model.safetensors" ]; then echo "already trained: $DROPE_MODEL"; else
   if compgen -G "$RUN/drope/checkpoints/step-*" >/dev/null; then
     "${LB[@]}" "$BIN/drope-train" configs/train/quickstart-drope.yaml --set run.out_dir="$RUN/drope" --resume
   else
     rm -rf "$RUN/drope"
-    "${LB[@]}" "$BIN/drope-train" configs/train/quickstart-drope.yaml --set run.out_dir="$RUN/drope" --set run.init="$ROPE_MODEL"
+    "${LB[@]}" "$BIN/drope-train" configs/train/quickstart-drope.yaml --set run.out_dir="$RUN/drope" --set run.init="$DROPE_INIT"
   fi
 fi
 mark drope
@@ -116,7 +120,7 @@ done
 mark niah
 
 "$BIN/drope-eval" compare "${PPL_JSON[@]}" --out "$RUN/results-ppl" \
-  --title "Perplexity (held-out split), tiny model trained at C = $C; eval-time scaling factor 2" >/dev/null
+  --title "Perplexity (held-out split), tiny models trained at C = $C for $PRE_STEPS steps (DroPE: $((PRE_STEPS - DROPE_STEPS)) RoPE + $DROPE_STEPS recalibration); eval-time scaling factor 2" >/dev/null
 "$BIN/drope-eval" compare "${NIAH_JSON[@]}" --out "$RUN/results-niah" \
   --title "NIAH score (string_match_all ×100, 8 trials per task)" >/dev/null
 { cat "$RUN/results-ppl.md"; echo; cat "$RUN/results-niah.md"; } >"$RUN/results.md"

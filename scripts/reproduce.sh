@@ -21,7 +21,7 @@ BIN="${DROPE_BUILD_DIR:-$ROOT/build}"
 RUN="${DROPE_RUN_DIR:-runs/reproduce}"
 SCALE="${DROPE_REPRO_SCALE:-full}"
 case "$SCALE" in
-  full)    STEPS=${DROPE_REPRO_STEPS:-360}; SEEDS=${DROPE_REPRO_SEEDS:-3}; TRIALS=${DROPE_REPRO_TRIALS:-40}; WINDOWS=48; BG="--seeds 3 --seqs 8" ;;
+  full)    STEPS=${DROPE_REPRO_STEPS:-600}; SEEDS=${DROPE_REPRO_SEEDS:-3}; TRIALS=${DROPE_REPRO_TRIALS:-40}; WINDOWS=48; BG="--seeds 3 --seqs 8" ;;
   reduced) STEPS=${DROPE_REPRO_STEPS:-120}; SEEDS=${DROPE_REPRO_SEEDS:-2}; TRIALS=${DROPE_REPRO_TRIALS:-10}; WINDOWS=16; BG="--seeds 2 --seqs 4" ;;
   *) echo "DROPE_REPRO_SCALE must be full or reduced, got '$SCALE'" >&2; exit 2 ;;
 esac
@@ -36,8 +36,14 @@ stage() { printf '\n\033[1m[reproduce %4ds] %s\033[0m\n' "$(( $(date +%s) - T0 )
 [ "${DROPE_FORCE:-0}" = 1 ] && rm -rf "$RUN"
 mkdir -p "$RUN/eval" "$RUN/train"
 echo "scale=$SCALE steps=$STEPS seeds=$SEEDS trials=$TRIALS drop_at=$DROP C=$C" >"$RUN/settings.txt"
-: >"$RUN/timing.txt"
-mark() { echo "$1 $(( $(date +%s) - T0 ))" >>"$RUN/timing.txt"; }
+# Stage durations, kept from the invocation that did the stage's work: a re-run that reuses finished
+# stages keeps the earlier times (timing/<stage> holds seconds); WORK=1 marks a stage that computed.
+mkdir -p "$RUN/timing"
+T_STAGE=$(date +%s); WORK=0
+mark() {
+  if [ "$WORK" = 1 ] || [ ! -f "$RUN/timing/$1" ]; then echo "$(( $(date +%s) - T_STAGE ))" >"$RUN/timing/$1"; fi
+  T_STAGE=$(date +%s); WORK=0
+}
 
 stage "corpus: all five Debian packages, SentencePiece vocab 4096"
 bash scripts/make_corpus.sh
@@ -47,6 +53,7 @@ stage "1/4 Fig. 3: positional-bias gradients at initialisation (drope-analyze bi
 if [ ! -f "$RUN/fig3/bias_grad.json" ]; then
   # shellcheck disable=SC2086
   "$BIN/drope-analyze" bias-grad --preset tiny $BG --out "$RUN/fig3" | tail -n 12
+  WORK=1
 else echo "reusing $RUN/fig3"; fi
 mark fig3
 
@@ -59,6 +66,7 @@ train() {  # train NAME SEED --set ...
               --set train.steps="$STEPS" "$@")
   if compgen -G "$dir/checkpoints/step-*" >/dev/null; then args+=(--resume); else rm -rf "$dir"; fi
   echo "== $name seed $seed"
+  WORK=1
   "${LB[@]}" "$BIN/drope-train" "${args[@]}" | { grep -E "^(step|done)" || true; }  # pipefail: a failed run stops
 }
 model_of() { echo "$RUN/train/$1/checkpoints/$(printf 'step-%08d' "$STEPS")"; }
@@ -96,6 +104,7 @@ for m in "${METHODS[@]}"; do
     "$BIN/drope-eval" niah --model "$model" --tokenizer "$DATA" $opts --label "$name" --lengths $((2 * C)) \
       --tasks paper --trials "$TRIALS" --max-new-tokens 32 --haystack "$HAYSTACK" --seed 0 --batch-size 8 \
       --out "$out" >/dev/null
+    WORK=1
   fi
   echo "$name: $(tail -n1 "$out.md" | awk -F'|' '{gsub(/ /, "", $(NF-1)); print $(NF-1)}') (mean score)"
   NIAH+=("$out.json")
@@ -108,6 +117,7 @@ for name in drope-s0 nope-s0; do
   if [ ! -f "$model/temperature.json" ]; then
     "$BIN/drope-eval" fit-temperature --model "$model" --tokenizer "$DATA" --data "$DATA" --multipliers 2 4 8 \
       --max-windows "$WINDOWS" --out "$RUN/eval/temperature-$name" | tail -n 3
+    WORK=1
   fi
 done
 METHODS+=("DroPE+temp|$(model_of drope-s0)|--temperature auto" "NoPE+temp|$(model_of nope-s0)|--temperature auto")
@@ -119,6 +129,7 @@ for m in "${METHODS[@]}"; do
     # shellcheck disable=SC2086
     "$BIN/drope-eval" ppl --model "$model" --tokenizer "$DATA" $opts --label "$name" --data "$DATA" \
       --multipliers 1 2 4 8 --max-windows "$WINDOWS" --out "$out" | grep "ppl=" || true
+    WORK=1
   fi
   PPL+=("$out.json")
 done
@@ -138,14 +149,17 @@ stage "report"
 python3 - "$RUN" "$STEPS" "$SEEDS" "$DROP" "$C" "$SCALE" "$TRIALS" <<'PY'
 import glob, json, math, os, statistics as st, sys
 run, steps, seeds, drop, C, scale, trials = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
-timing = dict(l.split() for l in open(f"{run}/timing.txt"))
+timing = {f: int(open(f"{run}/timing/{f}").read()) for f in os.listdir(f"{run}/timing")}
+total = sum(timing.values())
 L = []
 w = L.append
 w(f"# DroPE reproduction at small scale ({scale})\n")
 w(f"Tiny Llama-shape models (4 layers, hidden 128, vocab 4096, 1.3M parameters), context C = {C}, "
   f"{steps} steps × 8 sequences × {C} tokens = {steps * 8 * C / 1e6:.2f}M tokens each, WSD schedule, on the "
   f"Debian corpus (`scripts/make_corpus.sh`, 5 % document-level validation split). Wall time "
-  f"{int(timing.get('eval', 0)) / 60:.1f} min on this machine (training {(int(timing['train']) - int(timing['fig3'])) / 60:.1f} min). "
+  f"{total / 60:.1f} min on this machine (corpus {timing.get('corpus', 0) / 60:.1f}, Fig. 3 {timing.get('fig3', 0) / 60:.1f}, "
+  f"training {timing.get('train', 0) / 60:.1f}, NIAH {timing.get('niah', 0) / 60:.1f}, perplexity + temperature "
+  f"{timing.get('eval', 0) / 60:.1f} min; each stage timed in the run that computed it). "
   f"`scripts/reproduce.sh`, settings: `{open(run + '/settings.txt').read().strip()}`.\n")
 
 # 1. Fig. 3

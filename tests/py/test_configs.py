@@ -62,3 +62,16 @@ def test_broken_config_is_rejected(tmp):
     bad = tmp / "bad.yaml"
     bad.write_text((ROOT / "configs" / "train" / "tiny-pretrain-rope.yaml").read_text().replace("  lr:", "  lrr:"))
     expect_error(run_cli("drope-train", bad, "--print-config", check=False), "lrr")
+
+
+def test_quickstart_drope_has_the_same_budget_as_rope():
+    """The quickstart's DroPE run starts from the RoPE run's checkpoint at step N − M and trains M steps, so
+    both have N steps; that checkpoint must be one the pretraining run writes and keeps."""
+    pre = yaml.safe_load((ROOT / "configs/train/quickstart-pretrain-rope.yaml").read_text())
+    dro = yaml.safe_load((ROOT / "configs/train/quickstart-drope.yaml").read_text())
+    n, m = pre["train"]["steps"], dro["train"]["steps"]
+    every, keep = pre["train"]["checkpoint_every"], pre["train"]["keep_last"]
+    assert 0 < m < n and (n - m) % every == 0, (n, m, every)
+    assert (n - ((n - m) // every) * every) // every < keep, "the step N − M checkpoint would be pruned"
+    assert dro["run"]["init"].endswith(f"step-{n - m:08d}"), dro["run"]["init"]
+    assert dro["data"]["seq_len"] == pre["data"]["seq_len"] and dro["data"]["batch_size"] == pre["data"]["batch_size"]
