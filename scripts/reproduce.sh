@@ -189,8 +189,9 @@ def final_val(d):
 w("## 2. Table 7: validation perplexity at equal budget\n")
 w(f"Final validation perplexity (trainer's held-out batches at length C) per seed; DroPE = RoPE with positional "
   f"embeddings dropped and QK-norm added at step {drop} (7/8).\n")
-w("| model | seeds | mean | std | min – max | vs RoPE |")
-w("|---|---|---|---|---|---|")
+w("| model | seeds | mean | std | 95 % CI of the mean | min – max | vs RoPE |")
+w("|---|---|---|---|---|---|---|")
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}  # Student t, 97.5 %
 means = {}
 rows = []
 for name in ("rope", "nope", "drope"):
@@ -199,11 +200,13 @@ for name in ("rope", "nope", "drope"):
     rows.append((name, vals))
 for name, vals in rows:
     sd = st.stdev(vals) if len(vals) > 1 else 0.0
-    w(f"| {name} | {len(vals)} | {st.mean(vals):.2f} | {sd:.2f} | {min(vals):.2f} – {max(vals):.2f} | {100 * (st.mean(vals) / means['rope'] - 1):+.1f} % |")
+    half = T975.get(len(vals) - 1, 1.96) * sd / math.sqrt(len(vals)) if len(vals) > 1 else float("nan")
+    ci = f"{st.mean(vals) - half:.2f} – {st.mean(vals) + half:.2f}" if len(vals) > 1 else "–"
+    w(f"| {name} | {len(vals)} | {st.mean(vals):.2f} | {sd:.2f} | {ci} | {min(vals):.2f} – {max(vals):.2f} | {100 * (st.mean(vals) / means['rope'] - 1):+.1f} % |")
 for name in ("alibi", "rnope-swa"):
     vals = [final_val(d) for d in sorted(glob.glob(f"{run}/train/{name}-s*"))]
     if vals:
-        w(f"| {name} | {len(vals)} | {vals[0]:.2f} | – | – | {100 * (vals[0] / means['rope'] - 1):+.1f} % |")
+        w(f"| {name} | {len(vals)} | {vals[0]:.2f} | – | – | – | {100 * (vals[0] / means['rope'] - 1):+.1f} % |")
 w(f"\nPaper (0.5B, 16K steps): RoPE 21.72, DroPE@14K 21.73 (+0.05 %), NoPE 23.77 (+9.4 %). Here: DroPE within a "
   f"few percent of RoPE: **{'yes' if means['drope'] <= 1.05 * means['rope'] else 'no'}**; DroPE better than NoPE: "
   f"**{'yes' if means['drope'] < means['nope'] else 'no'}**.\n")
