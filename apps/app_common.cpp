@@ -14,14 +14,16 @@ namespace drope::app {
 
 namespace {
 // LibTorch on the CPU frees and re-allocates the same activation-sized buffers every step. glibc serves
-// blocks above its mmap threshold with fresh mmaps whose pages the kernel must zero on first touch (~6 %
-// of a training step here), and trims freed heap eagerly. Keep blocks up to 32 MiB on the heap and freed
-// memory for reuse, as PyTorch's caching allocators do on GPUs. A user's own GLIBC_TUNABLES /
-// MALLOC_*_ settings win.
+// blocks above its mmap threshold (at most 32 MiB) with fresh mmaps whose pages the kernel must zero on
+// first touch, and trims freed heap eagerly: with a 32K vocabulary the logits alone are hundreds of MB, and
+// a 50M-parameter training step spent a third of its time in page faults. Serve every block from the heap
+// and keep up to 1 GiB of freed memory for reuse, as PyTorch's caching allocators do on GPUs (measured:
+// +30 % tokens/s for small-50m, +15 % peak RSS). A user's own GLIBC_TUNABLES / MALLOC_*_ settings win.
 void tune_allocator() {
-  if (std::getenv("GLIBC_TUNABLES") || std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_"))
+  if (std::getenv("GLIBC_TUNABLES") || std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_") ||
+      std::getenv("MALLOC_MMAP_MAX_"))
     return;
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 }  // namespace

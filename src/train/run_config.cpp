@@ -106,6 +106,7 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   t.get("dist_timeout_s", c.train.dist_timeout_s);
   t.get("allreduce_bucket_mb", c.train.allreduce_bucket_mb);
   t.get("max_bad_steps", c.train.max_bad_steps);
+  t.get("chunked_loss", c.train.chunked_loss);
   t.finish();
   c.schedule.steps = c.train.steps;
   YamlMap s = top.map("schedule");
@@ -190,7 +191,8 @@ std::string run_config_to_yaml(const RunConfig& c) {
     << YAML::Value << t.clip << YAML::Key << "dtype" << YAML::Value << t.dtype << YAML::Key << "device" << YAML::Value
     << t.device << YAML::Key << "peak_tflops" << YAML::Value << t.peak_tflops << YAML::Key << "dist_timeout_s"
     << YAML::Value << t.dist_timeout_s << YAML::Key << "allreduce_bucket_mb" << YAML::Value << t.allreduce_bucket_mb
-    << YAML::Key << "max_bad_steps" << YAML::Value << t.max_bad_steps << YAML::EndMap;
+    << YAML::Key << "max_bad_steps" << YAML::Value << t.max_bad_steps << YAML::Key << "chunked_loss" << YAML::Value
+    << t.chunked_loss << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -20,6 +20,7 @@
 #include "drope/core/files.h"
 #include "drope/io/model_io.h"
 #include "drope/model/drope.h"
+#include "drope/ops/loss.h"
 #include "drope/train/checkpoint.h"
 #include "drope/train/data.h"
 #include "drope/train/distributed.h"
@@ -250,9 +251,13 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   auto step_loss = [&](const torch::Tensor& batch) {
     AutocastGuard autocast(bf16, device.type());
     auto b = batch.to(device);
+    auto labels = b.narrow(1, 1, T).reshape({-1});
+    if (cfg.train.chunked_loss) {  // the (micro·T, V) logits never exist at once
+      auto h = model->hidden(b.narrow(1, 0, T));  // (micro, T, C)
+      return ops::linear_cross_entropy(h.reshape({-1, h.size(-1)}), model->lm_head_weight(), labels);
+    }
     auto logits = model->forward(b.narrow(1, 0, T));  // (micro, T, V)
-    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
-                                                b.narrow(1, 1, T).reshape({-1}));
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), labels);
   };
   auto validate = [&]() {
     torch::NoGradGuard ng;

@@ -175,3 +175,22 @@ def test_train_on_prepared_token_shards(tmp):
     bad.write_text(cfg.read_text().replace("vocab_size: 600", "vocab_size: 100"))
     r = run_cli("drope-train", bad, check=False)
     assert r.returncode != 0 and "vocabulary 600" in r.stderr, r.stderr
+
+
+def test_chunked_loss_matches_full_logits(tmp):
+    """train.chunked_loss (the default: LM head + cross-entropy in row chunks, ops::linear_cross_entropy)
+    trains the same model as the full-logits loss: same losses and final weights within float32 rounding."""
+    runs = {}
+    for name, chunked in (("chunked", "true"), ("full", "false")):
+        p = write_cfg(tmp, name, steps=6)
+        p.write_text(p.read_text().replace("keep_last: 3}", f"keep_last: 3, chunked_loss: {chunked}}}"))
+        subprocess.run([str(BIN / "drope-train"), p, "--quiet"], check=True, env=env1(), timeout=240)
+        runs[name] = tmp / name
+        assert f"chunked_loss: {chunked}" in (tmp / name / "config.yaml").read_text()
+    a, b = losses(runs["chunked"]), losses(runs["full"])
+    assert sorted(a) == sorted(b) == list(range(1, 7))
+    for s in a:
+        assert abs(a[s] - b[s]) < 1e-5, (s, a[s], b[s])
+    wa, wb = final_weights(runs["chunked"]), final_weights(runs["full"])
+    for k in wa:
+        np.testing.assert_allclose(wa[k], wb[k], atol=2e-5, rtol=0, err_msg=k)

@@ -34,6 +34,7 @@ struct TrainLoopConfig {
   double dist_timeout_s = 300;   // collective timeout: a dead peer gives an error, not a hang
   double allreduce_bucket_mb = 25;  // gradient all-reduce bucket size (MiB), overlapped with backward
   int64_t max_bad_steps = 5;     // abort after this many non-finite (skipped) steps in a row
+  bool chunked_loss = true;      // LM head + cross-entropy in row chunks (ops::linear_cross_entropy), no full logits
 };
 
 struct RunConfig {
