@@ -112,41 +112,51 @@ DROPE_INLINE auto hsum(V v) {
   return s;
 }
 
-// C (kRows × NV·W) = [C +] A (kRows × K, row stride lda) · B (K × NV·W, row stride ldb), accumulators in registers.
-template <typename T, int NV>
+// C (R × NV·W) = [C +] A (R × K, row stride lda) · B (K × NV·W, row stride ldb), accumulators in registers.
+// TransA: A is stored transposed, element (r, k) at A[k · lda + r].
+template <typename T, int NV, bool TransA, int R = kRows>
 DROPE_INLINE void gemm_rows(int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc,
                             bool accumulate) {
   using V = typename Simd<T>::V;
   constexpr int W = Simd<T>::W;
-  V c[kRows][NV];
-  for (int r = 0; r < kRows; ++r)
+  V c[R][NV];
+  for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) c[r][v] = accumulate ? vload(C + r * ldc + v * W) : V{};
   for (int64_t k = 0; k < K; ++k) {
     V b[NV];
     for (int v = 0; v < NV; ++v) b[v] = vload(B + k * ldb + v * W);
-    for (int r = 0; r < kRows; ++r) {
-      const T a = A[r * lda + k];
+    for (int r = 0; r < R; ++r) {
+      const T a = TransA ? A[k * lda + r] : A[r * lda + k];
       for (int v = 0; v < NV; ++v) c[r][v] += a * b[v];
     }
   }
-  for (int r = 0; r < kRows; ++r)
+  for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) vstore(C + r * ldc + v * W, c[r][v]);
 }
 
-// C (M × N) = [C +] A (M × K) · B (K × N), row-major; M % kRows == 0, N % W == 0.
-template <typename T>
+// C (M × N) = [C +] op(A) (M × K) · B (K × N), row-major; M % kRows == 0, N % W == 0. op(A) = A (row stride
+// lda), or with TransA the transpose of a (K × M) matrix of row stride lda (no copy).
+template <typename T, bool TransA = false>
 DROPE_INLINE void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C,
                        int64_t ldc, bool accumulate) {
   constexpr int W = Simd<T>::W;
-  for (int64_t i = 0; i < M; i += kRows) {
-    const T* a = A + i * lda;
+  int64_t i = 0;
+  if (N <= 2 * W)  // narrow C (head dims ≤ 2 vectors): twice the rows per step keeps 16 accumulators busy
+    for (; i + 2 * kRows <= M; i += 2 * kRows) {
+      const T* a = TransA ? A + i : A + i * lda;
+      T* c = C + i * ldc;
+      if (N == 2 * W) gemm_rows<T, 2, TransA, 2 * kRows>(K, a, lda, B, ldb, c, ldc, accumulate);
+      else if (N == W) gemm_rows<T, 1, TransA, 2 * kRows>(K, a, lda, B, ldb, c, ldc, accumulate);
+    }
+  for (; i < M; i += kRows) {
+    const T* a = TransA ? A + i : A + i * lda;
     T* c = C + i * ldc;
     int64_t n = 0;
-    for (; n + 4 * W <= N; n += 4 * W) gemm_rows<T, 4>(K, a, lda, B + n, ldb, c + n, ldc, accumulate);
+    for (; n + 4 * W <= N; n += 4 * W) gemm_rows<T, 4, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate);
     switch ((N - n) / W) {
-      case 3: gemm_rows<T, 3>(K, a, lda, B + n, ldb, c + n, ldc, accumulate); break;
-      case 2: gemm_rows<T, 2>(K, a, lda, B + n, ldb, c + n, ldc, accumulate); break;
-      case 1: gemm_rows<T, 1>(K, a, lda, B + n, ldb, c + n, ldc, accumulate); break;
+      case 3: gemm_rows<T, 3, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate); break;
+      case 2: gemm_rows<T, 2, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate); break;
+      case 1: gemm_rows<T, 1, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate); break;
       default: break;
     }
   }
@@ -170,13 +180,6 @@ DROPE_INLINE void load_cols(const in_t* src, int64_t stride, int64_t n, int64_t 
     for (int64_t d = 0; d < D; ++d) dst[d * cols + r] = static_cast<T>(src[r * stride + d]);
 }
 
-// dst (cols × rows) ← transpose of src (rows × cols).
-template <typename T>
-DROPE_INLINE void transpose(const T* src, int64_t rows, int64_t cols, T* dst) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
-}
-
 // Everything one kernel launch needs; the work items are tiles of one (batch, head) pair.
 template <typename in_t, typename T>
 struct Job {
@@ -194,7 +197,7 @@ struct Job {
 // Scratch elements of grad_kv_tile (with room for the key tile that dQ needs).
 template <typename in_t, typename T>
 int64_t scratch_kv(const Job<in_t, T>& job) {
-  return 2 * job.D * kBlockK + 3 * kBlockK * job.Dp + 2 * kBlockQ * job.Dp + 4 * kBlockQ * kBlockK;
+  return 2 * job.D * kBlockK + 3 * kBlockK * job.Dp + 2 * kBlockQ * job.Dp + 2 * kBlockQ * kBlockK;
 }
 
 // Scratch elements one work item of the job needs.
@@ -216,22 +219,37 @@ int64_t scratch_size(const Job<in_t, T>& job) {
 DROPE_INLINE int64_t zigzag(int64_t r, int64_t n) { return r % 2 == 0 ? r / 2 : n - 1 - r / 2; }
 
 // Turns the raw dots of one query row of a key tile [j0, j0 + kBlockK) into masked, scaled, biased logits in
-// place; returns whether any key of the tile is visible to the row.
+// place; returns 0 when no key of the tile is visible to the row, 2 when every key is, else 1. With row_max,
+// also stores the row's largest logit there.
 template <typename T>
-DROPE_INLINE bool row_logits(const AttnParams<T>& p, T* s, int64_t i, int64_t j0, int64_t nk, T slope) {
+DROPE_INLINE int row_logits(const AttnParams<T>& p, T* s, int64_t i, int64_t j0, int64_t nk, T slope,
+                             T* row_max = nullptr) {
   using V = typename Simd<T>::V;
   constexpr int W = Simd<T>::W;
   const int64_t a = std::max<int64_t>(visible_lo(p, i) - j0, 0), b = std::min<int64_t>(visible_hi(p, i) - j0, nk);
-  if (a >= b) return false;
-  const V lane = iota(T(0)), ninf = V{} + neg_inf<T>();
-  const T fa = T(a), fb = T(b), di = T(i - j0);
-  for (int64_t c = 0; c < kBlockK; c += W) {
-    const V jj = lane + T(c);
-    V x = attn_logit(vload(s + c), p.scale, slope, di - jj);
-    x = (jj < fa) | (jj >= fb) ? ninf : x;
-    vstore(s + c, x);
+  if (a >= b) return 0;
+  const V ninf = V{} + neg_inf<T>();
+  V vmax = ninf;
+  const bool all = a == 0 && b == kBlockK;
+  if (slope == T(0) && all) {  // every key visible, no bias: only the scale
+    for (int64_t c = 0; c < kBlockK; c += W) {
+      const V x = vload(s + c) * p.scale;
+      vmax = x > vmax ? x : vmax;
+      vstore(s + c, x);
+    }
+  } else {
+    const V lane = iota(T(0));
+    const T fa = T(a), fb = T(b), di = T(i - j0);
+    for (int64_t c = 0; c < kBlockK; c += W) {
+      const V jj = lane + T(c);
+      V x = attn_logit(vload(s + c), p.scale, slope, di - jj);
+      x = (jj < fa) | (jj >= fb) ? ninf : x;
+      vmax = x > vmax ? x : vmax;
+      vstore(s + c, x);
+    }
   }
-  return true;
+  if (row_max) *row_max = hmax(vmax);
+  return all ? 2 : 1;
 }
 
 // Forward of one query tile: online softmax over the key tiles of its band.
@@ -269,16 +287,12 @@ DROPE_INLINE void forward_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, 
     for (int64_t r = 0; r < Mq; ++r) {
       T* s = S + r * kBlockK;
       alpha[r] = T(1);
-      if (r >= nq || !row_logits(p, s, i0 + r, j0, nk, slope)) {
+      T tile_max;
+      if (r >= nq || !row_logits(p, s, i0 + r, j0, nk, slope, &tile_max)) {
         std::fill(s, s + kBlockK, T(0));
         continue;
       }
-      V vmax = vload(s);
-      for (int64_t c = W; c < kBlockK; c += W) {
-        const V x = vload(s + c);
-        vmax = x > vmax ? x : vmax;
-      }
-      alpha[r] = online_softmax_rescale(&m[r], hmax(vmax));
+      alpha[r] = online_softmax_rescale(&m[r], tile_max);
       V vsum = V{};
       for (int64_t c = 0; c < kBlockK; c += W) {
         const V e = vexp(vload(s + c) - m[r]);
@@ -324,13 +338,22 @@ DROPE_INLINE void probs_and_grads(const AttnParams<T>& p, T* S, T* dP, int64_t M
   for (int64_t r = 0; r < Mq; ++r) {
     T* s = S + r * kBlockK;
     T* dp = dP + r * kBlockK;
-    if (r >= nq || !row_logits(p, s, query_pos(p, t0 + r), j0, nk, slope)) {
+    const int visible = r < nq ? row_logits(p, s, query_pos(p, t0 + r), j0, nk, slope) : 0;
+    if (!visible) {
       std::fill(s, s + kBlockK, T(0));
       std::fill(dp, dp + kBlockK, T(0));
       continue;
     }
     const T row_lse = lse[r], row_dot = rowdot[r];
     const V zero = V{}, ninf = V{} + neg_inf<T>();
+    if (visible == 2) {  // no masked key in this row of the tile
+      for (int64_t c = 0; c < kBlockK; c += W) {
+        const V prob = vexp(vload(s + c) - row_lse);
+        vstore(dp + c, softmax_grad(prob, vload(dp + c), row_dot));
+        vstore(s + c, prob);
+      }
+      continue;
+    }
     for (int64_t c = 0; c < kBlockK; c += W) {
       const V x = vload(s + c);
       const auto visible = x != ninf;
@@ -357,9 +380,7 @@ DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb,
   T* dO = Q + kBlockQ * Dp;        // (kBlockQ, Dp)
   T* S = dO + kBlockQ * Dp;        // (kBlockQ, kBlockK)
   T* dP = S + kBlockQ * kBlockK;   // (kBlockQ, kBlockK)
-  T* Pt = dP + kBlockQ * kBlockK;  // (kBlockK, kBlockQ)
-  T* dSt = Pt + kBlockK * kBlockQ;  // (kBlockK, kBlockQ)
-  T* Ks = dSt + kBlockK * kBlockQ;  // (kBlockK, Dp), only with dq_acc
+  T* Ks = dP + kBlockQ * kBlockK;  // (kBlockK, Dp), only with dq_acc
   load_cols(job.k + b * p.k_stride[0] + hk * p.k_stride[1] + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Kt);
   if (dq_acc)
     load_rows(job.k + b * p.k_stride[0] + hk * p.k_stride[1] + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Dp,
@@ -379,10 +400,8 @@ DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb,
       gemm(Mq, kBlockK, D, dO, Dp, Vt, kBlockK, dP, kBlockK, false);  // dP = dout · vᵀ
       probs_and_grads(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0,
                       job.rowdot + bh * p.q_len + t0);
-      transpose(S, Mq, kBlockK, Pt);
-      transpose(dP, Mq, kBlockK, dSt);
-      gemm(Mk, Dp, Mq, Pt, Mq, dO, Dp, dV, Dp, true);  // dV += Pᵀ · dout
-      gemm(Mk, Dp, Mq, dSt, Mq, Q, Dp, dK, Dp, true);  // dK += dSᵀ · q
+      gemm<T, true>(Mk, Dp, Mq, S, kBlockK, dO, Dp, dV, Dp, true);   // dV += Pᵀ · dout
+      gemm<T, true>(Mk, Dp, Mq, dP, kBlockK, Q, Dp, dK, Dp, true);  // dK += dSᵀ · q
       if (dq_acc) gemm(Mq, Dp, Mk, dP, kBlockK, Ks, Dp, dq_acc + ((h - hk * G) * p.q_len + t0) * Dp, Dp, true);
     }
   }
