@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   cli.add_flag("--print-config", print_config, "Print the resolved config and exit");
   CLI11_PARSE(cli, argc, argv);
   return drope::app::run([&] {
+    drope::train::install_stop_handlers();  // first: before LibTorch or oneDNN start threads
     auto cfg = drope::train::load_run_config(config, sets);
     drope::train::TrainOptions opt;
     opt.run_yaml = drope::train::run_config_to_yaml(cfg);
@@ -29,7 +30,6 @@ int main(int argc, char** argv) {
     }
     opt.resume = resume || drope::train::read_dist_env().restart_count > 0;
     opt.quiet = quiet;
-    drope::train::install_stop_handlers();
     drope::train::run_training(cfg, opt);
     return 0;
   });

@@ -145,3 +145,40 @@ TEST(FusedLayers, GradientsMatchCentralDifferences) {
   auto cos = torch::cat({angle.cos(), angle.cos()}, -1), sin = torch::cat({angle.sin(), angle.sin()}, -1);
   expect_central_differences([&](const std::vector<torch::Tensor>& t) { return ops::rotary(t[0], cos, sin); }, {rnd({1, 2, 4, 6})});
 }
+
+TEST(FusedLayers, LinearOnOneDnnMatchesFloat64) {
+  // The wheel's oneDNN op must be found: without it linear() silently falls back to MKL (correct, but 2×
+  // slower on AMD CPUs), which this guards against.
+  EXPECT_TRUE(ops::onednn_linear_available());
+  torch::manual_seed(11);
+  auto x = torch::randn({3, 37, 48}), w = torch::randn({40, 48}) * 0.2, b = torch::randn({40}), g = torch::randn({3, 37, 40});
+  auto x64 = x.to(torch::kDouble).requires_grad_(true), w64 = w.to(torch::kDouble).requires_grad_(true),
+       b64 = b.to(torch::kDouble).requires_grad_(true);
+  auto want = torch::linear(x64, w64, b64);
+  auto want_g = torch::autograd::grad({(want * g.to(torch::kDouble)).sum()}, {x64, w64, b64});
+  for (bool with_bias : {true, false}) {
+    for (int threads : {1, 2}) {
+      with_threads(threads, [&] {
+        auto xx = x.clone().requires_grad_(true), ww = w.clone().requires_grad_(true), bb = b.clone().requires_grad_(true);
+        auto y = ops::linear(xx, ww, with_bias ? bb : torch::Tensor());
+        ASSERT_EQ(y.sizes(), (std::vector<int64_t>{3, 37, 40}));
+        auto ref = with_bias ? want : want - b64;
+        EXPECT_LT(max_diff(y.to(torch::kDouble), ref.detach()), 1e-5);
+        std::vector<torch::Tensor> in{xx, ww};
+        if (with_bias) in.push_back(bb);
+        auto gr = torch::autograd::grad({(y * g).sum()}, in);
+        EXPECT_LT(max_diff(gr[0].to(torch::kDouble), want_g[0]), 1e-4);
+        EXPECT_LT(max_diff(gr[1].to(torch::kDouble), want_g[1]), 1e-4);
+        if (with_bias) EXPECT_LT(max_diff(gr[2].to(torch::kDouble), want_g[2]), 1e-4);
+      });
+    }
+  }
+  // Frozen weight: only the input gets a gradient; matmul_nt with transposed views.
+  auto xx = x.reshape({-1, 48}).clone().requires_grad_(true);
+  auto y = ops::linear(xx, w);
+  auto dx = torch::autograd::grad({y.sum()}, {xx})[0];
+  EXPECT_LT(max_diff(dx, torch::ones({111, 40}).mm(w)), 1e-4);
+  const auto x2 = x.reshape({-1, 48}), g2 = g.reshape({-1, 40});
+  EXPECT_LT(max_diff(ops::matmul_nt(x2.t(), g2.t()).to(torch::kDouble), x2.t().to(torch::kDouble).mm(g2.to(torch::kDouble))),
+            1e-4);
+}

@@ -7,6 +7,11 @@
 
 namespace drope {
 
+namespace {
+// A Linear module's function through ops::linear (oneDNN GEMMs for float32 on the CPU).
+torch::Tensor linear_of(const torch::nn::Linear& l, const torch::Tensor& x) { return ops::linear(x, l->weight, l->bias); }
+}  // namespace
+
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
@@ -34,9 +39,9 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg, const LayerPositional& laye
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const PositionContext& ctx, torch::Tensor* probs_out,
                                      KVCache* cache, size_t layer) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto q = q_proj(x);  // (B, T, H·D)
-  auto k = k_proj(x);  // (B, T, Hkv·D)
-  auto v = v_proj(x);
+  auto q = linear_of(q_proj, x);  // (B, T, H·D)
+  auto k = linear_of(k_proj, x);  // (B, T, Hkv·D)
+  auto v = linear_of(v_proj, x);
   // QK-norm over the whole projection (DroPE reference) happens before splitting into heads.
   if (q_norm && !per_head_norm_) q = q_norm(q);
   if (k_norm && !per_head_norm_) k = k_norm(k);
@@ -57,7 +62,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const PositionConte
   if (probs_out) *probs_out = ops::reference_attention_probs(q, k, p);
   auto o = ops::attention(q, k, v, p);                           // (B, H, T, D)
   o = o.transpose(1, 2).reshape({B, T, num_heads_ * head_dim_});
-  return o_proj(o);
+  return linear_of(o_proj, o);
 }
 
 MlpImpl::MlpImpl(const ModelConfig& cfg) {
@@ -69,7 +74,7 @@ MlpImpl::MlpImpl(const ModelConfig& cfg) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+  return linear_of(down_proj, torch::silu(linear_of(gate_proj, x)) * linear_of(up_proj, x));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, const LayerPositional& layer) {
@@ -240,7 +245,7 @@ torch::Tensor DecoderLMImpl::lm_head_weight() { return lm_head ? lm_head->weight
 
 torch::Tensor DecoderLMImpl::forward(const torch::Tensor& ids, const ForwardOptions& opt) {
   auto h = hidden(ids, opt);
-  return torch::matmul(h, lm_head_weight().t());  // (B, T, V)
+  return ops::linear(h, lm_head_weight());  // (B, T, V)
 }
 
 int64_t DecoderLMImpl::num_parameters() const {

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include <ATen/autocast_mode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/torch.h>
 
 #include "drope/kernels/layers_cpu.h"
@@ -64,7 +66,67 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
   }
 };
 
+// LibTorch's oneDNN linear (registered by the wheel's CPU library; absent in builds without mkldnn).
+const c10::OperatorHandle* onednn_linear_op() {
+  static const c10::OperatorHandle* op = []() -> const c10::OperatorHandle* {
+    const char* env = std::getenv("DROPE_ONEDNN_LINEAR");
+    if ((env && std::string(env) == "0") || !at::hasMKLDNN()) return nullptr;
+    auto h = c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
+    return h ? new c10::OperatorHandle(*h) : nullptr;
+  }();
+  return op;
+}
+
+bool onednn_usable(const at::Tensor& a, const at::Tensor& b) {
+  return !force_composite && onednn_linear_op() && a.device().is_cpu() && b.device().is_cpu() &&
+         a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat && !at::autocast::is_autocast_enabled(at::kCPU);
+}
+
+// a (M, K) · b (N, K)ᵀ on oneDNN; a and b may be strided views (transposes are read in place).
+at::Tensor onednn_nt(const at::Tensor& a, const at::Tensor& b) {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  torch::jit::Stack stack{a, b, c10::IValue(), c10::IValue(std::string("none")),
+                          c10::IValue(c10::List<std::optional<at::Scalar>>()), c10::IValue(std::string(""))};
+  onednn_linear_op()->callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+class LinearFunction : public torch::autograd::Function<LinearFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight) {
+    ctx->save_for_backward({x, weight});
+    return onednn_nt(x, weight);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& dy = grads[0];
+    if (!dy.defined()) return {at::Tensor(), at::Tensor()};
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) dx = onednn_nt(dy, saved[1].t());      // dy · W
+    if (ctx->needs_input_grad(1)) dw = onednn_nt(dy.t(), saved[0].t());  // dyᵀ · x
+    return {dx, dw};
+  }
+};
+
 }  // namespace
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!onednn_usable(x, weight) || (bias.defined() && bias.scalar_type() != at::kFloat) || x.dim() < 1 ||
+      weight.dim() != 2 || x.size(-1) != weight.size(1) || x.numel() == 0)
+    return torch::linear(x, weight, bias);
+  auto sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  auto y = LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight).view(sizes);
+  return bias.defined() ? y + bias : y;
+}
+
+at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b) {
+  if (!onednn_usable(a, b) || a.numel() == 0 || b.numel() == 0) return at::mm(a, b.t());
+  return onednn_nt(a, b);
+}
+
+bool onednn_linear_available() { return onednn_linear_op() != nullptr; }
 
 ForceCompositeLayers::ForceCompositeLayers() : previous_(force_composite) { force_composite = true; }
 ForceCompositeLayers::~ForceCompositeLayers() { force_composite = previous_; }

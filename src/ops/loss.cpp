@@ -5,6 +5,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include "drope/ops/layers.h"
+
 namespace drope::ops {
 
 namespace {
@@ -36,12 +38,11 @@ Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
   out.loss = at::zeros({}, hidden.options().dtype(acc));
   if (grad_hidden) out.dhidden = at::empty_like(hidden);
   if (grad_weight) out.dweight = at::zeros_like(weight);
-  const bool direct_dw = grad_weight && gemm == weight.scalar_type();
   for (int64_t r = 0; r < N; r += chunk_rows) {
     const int64_t n = std::min(chunk_rows, N - r);
     const auto h = hidden.narrow(0, r, n).to(gemm);
     const auto y = labels.narrow(0, r, n);
-    auto logits = at::mm(h, w.t());
+    auto logits = matmul_nt(h, w);
     if (logits.scalar_type() != acc) logits = logits.to(acc);
     const auto keep = y.ne(ignore_index);
     const auto yc = at::where(keep, y, at::zeros_like(y)).unsqueeze(1);
@@ -54,9 +55,8 @@ Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
     p.scatter_add_(1, yc, at::full({n, 1}, -1.0, p.options()));
     p.mul_((keep.to(acc) * scale).unsqueeze(1));
     const auto pg = p.to(gemm);
-    if (grad_hidden) out.dhidden.narrow(0, r, n).copy_(at::mm(pg, w));
-    if (direct_dw) out.dweight.addmm_(pg.t(), h);
-    else if (grad_weight) out.dweight.add_(at::mm(pg.t(), h));
+    if (grad_hidden) out.dhidden.narrow(0, r, n).copy_(matmul_nt(pg, w.t()));  // p · W
+    if (grad_weight) out.dweight.add_(matmul_nt(pg.t(), h.t()));             // pᵀ · h
   }
   return out;
 }

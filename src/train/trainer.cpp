@@ -1,5 +1,6 @@
 #include "drope/train/trainer.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include <ATen/autocast_mode.h>
 #include <nlohmann/json.hpp>
@@ -32,7 +34,6 @@ namespace drope::train {
 namespace {
 
 std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
 
 // Test-only fault injection (documented in README "Training"): DROPE_FAULT_NAN_AT_STEP=4,5 makes the
 // loss of those steps (1-based) NaN; DROPE_FAULT_NAN_WEIGHTS_AT_STEP=n poisons one weight after step n.
@@ -134,8 +135,20 @@ void truncate_log(const std::string& path, int64_t step) {
 }  // namespace
 
 void install_stop_handlers() {
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
+  // SIGTERM / SIGINT are blocked in this thread and every thread it starts later (LibTorch's OpenMP team,
+  // oneDNN's), and a dedicated thread takes them with sigwait. A handler would run on whichever compute
+  // thread the kernel picks, on that thread's current stack: oneDNN runs some kernels on stacks it
+  // allocates on the heap, and a signal frame pushed there corrupted the heap (seen as an abort in about
+  // one SIGTERM in seven). Call this before any other thread exists.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  if (const int e = pthread_sigmask(SIG_BLOCK, &set, nullptr); e != 0) fail("cannot block SIGTERM/SIGINT: {}", std::strerror(e));
+  std::thread([set] {
+    int sig = 0;
+    while (sigwait(&set, &sig) == 0) g_stop = true;
+  }).detach();
   // A file-size limit (RLIMIT_FSIZE) must make write() fail with EFBIG, a clean error, not kill us.
   std::signal(SIGXFSZ, SIG_IGN);
 }

@@ -14,6 +14,19 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // or per row (B, 1, T, D) (plain-ATen path).
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// x (…, K) · weightᵀ (+ bias): weight (N, K), bias (N) or undefined → (…, N). float32 on the CPU runs
+// forward and backward GEMMs on oneDNN (LibTorch's mkldnn::_linear_pointwise, which picks the widest ISA
+// of the machine; MKL's sgemm takes AVX2 paths on AMD CPUs: 2× slower on this machine's AVX-512 EPYC);
+// everything else (CUDA, bfloat16, autocast, float64) is torch::linear. DROPE_ONEDNN_LINEAR=0 turns
+// oneDNN off.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+// a (M, K) · b (N, K)ᵀ without autograd, on the same GEMM linear() would use.
+at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b);
+
+// Whether linear() takes the oneDNN path for float32 CPU tensors in this process.
+bool onednn_linear_available();
+
 // While alive, the ops above take their plain-ATen path on this thread (for comparisons).
 class ForceCompositeLayers {
  public:

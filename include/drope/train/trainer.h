@@ -27,7 +27,9 @@ struct TrainOutcome {
 
 TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt);
 
-// Installs SIGTERM/SIGINT handlers that ask the loop to finish the current step, save and exit.
+// Makes SIGTERM/SIGINT ask the loop to finish the current step, save and exit: blocks them in the calling
+// thread (and so in every thread started later) and takes them on a dedicated sigwait thread. Call it first
+// thing in main, before any other thread exists.
 void install_stop_handlers();
 
 }  // namespace drope::train
