@@ -237,6 +237,14 @@ DROPE_INLINE int row_logits(const AttnParams<T>& p, T* s, int64_t i, int64_t j0,
       vmax = x > vmax ? x : vmax;
       vstore(s + c, x);
     }
+  } else if (all) {  // every key visible, ALiBi bias
+    const V lane = iota(T(0));
+    const T di = T(i - j0);
+    for (int64_t c = 0; c < kBlockK; c += W) {
+      const V x = attn_logit(vload(s + c), p.scale, slope, di - (lane + T(c)));
+      vmax = x > vmax ? x : vmax;
+      vstore(s + c, x);
+    }
   } else {
     const V lane = iota(T(0));
     const T fa = T(a), fb = T(b), di = T(i - j0);
