@@ -31,23 +31,38 @@ TEST(Schedule, CosineWsdConstantWithWarmup) {
   EXPECT_DOUBLE_EQ(schedule_lr(k, 99, 1.0), 1.0);
 }
 
-TEST(AdamW, MatchesLibTorchAdamWBitwise) {
-  torch::manual_seed(0);
-  auto w = torch::randn({5, 4}, torch::requires_grad());
-  auto w_ref = w.detach().clone().requires_grad_(true);
-  AdamWConfig cfg;
-  cfg.lr = 1e-2;
-  cfg.weight_decay = 0.1;
-  AdamW ours({{"layer.weight", w}}, cfg);
-  torch::optim::AdamW ref({w_ref}, torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
-  for (int s = 0; s < 5; ++s) {
-    auto g = torch::randn({5, 4});
-    w.mutable_grad() = g.clone();
-    w_ref.mutable_grad() = g.clone();
-    ours.step(1e-2);
-    ref.step();
+TEST(AdamW, MatchesLibTorchAdamW) {
+  // Fused (LibTorch's _fused_adamw_, the default) and separate-ops updates against torch::optim::AdamW, with a
+  // decayed matrix and a non-decayed vector.
+  for (bool unfused : {false, true}) {
+    torch::manual_seed(0);
+    auto w = torch::randn({5, 4}, torch::requires_grad()), b = torch::randn({4}, torch::requires_grad());
+    auto w_ref = w.detach().clone().requires_grad_(true), b_ref = b.detach().clone().requires_grad_(true);
+    AdamWConfig cfg;
+    cfg.lr = 1e-2;
+    cfg.weight_decay = 0.1;
+    AdamW ours({{"layer.weight", w}, {"layer.bias", b}}, cfg);
+    ours.set_force_unfused(unfused);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(std::vector<torch::Tensor>{w_ref},
+                        std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
+    groups.emplace_back(std::vector<torch::Tensor>{b_ref},
+                        std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
+    torch::optim::AdamW ref(std::move(groups), torch::optim::AdamWOptions(1e-2));
+    for (int s = 0; s < 6; ++s) {
+      auto g = torch::randn({5, 4}), gb = torch::randn({4});
+      w.mutable_grad() = g.clone();
+      w_ref.mutable_grad() = g.clone();
+      b.mutable_grad() = gb.clone();
+      b_ref.mutable_grad() = gb.clone();
+      ours.step(1e-2);
+      ref.step();
+    }
+    SCOPED_TRACE(unfused ? "separate ops" : "fused");
+    EXPECT_LT((w - w_ref).abs().max().item<double>(), 1e-6);
+    EXPECT_LT((b - b_ref).abs().max().item<double>(), 1e-6);
   }
-  EXPECT_LT((w - w_ref).abs().max().item<double>(), 1e-7);
+  AdamW ours({}, AdamWConfig{});
   // No decay on vectors and embeddings by default.
   EXPECT_FALSE(ours.decays("model.norm.weight", torch::ones({4})));
   EXPECT_FALSE(ours.decays("model.embed_tokens.weight", torch::ones({4, 4})));

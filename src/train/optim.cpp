@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <ATen/ops/_fused_adamw.h>
+
 #include "drope/core/error.h"
 
 namespace drope::train {
@@ -28,18 +30,44 @@ void AdamW::zero_grad() {
 void AdamW::step(double lr) {
   torch::NoGradGuard ng;
   ++step_;
-  const double bc1 = 1.0 - std::pow(cfg_.beta1, double(step_));
-  const double bc2 = 1.0 - std::pow(cfg_.beta2, double(step_));
-  const double step_size = lr / bc1;
-  const double bc2_sqrt = std::sqrt(bc2);
-  for (auto& s : slots_) {
-    const auto& g = s.param.grad();
-    if (!g.defined()) continue;
-    if (s.decay && cfg_.weight_decay != 0.0) s.param.mul_(1.0 - lr * cfg_.weight_decay);
-    s.exp_avg.lerp_(g, 1.0 - cfg_.beta1);
-    s.exp_avg_sq.mul_(cfg_.beta2).addcmul_(g, g, 1.0 - cfg_.beta2);
-    auto denom = (s.exp_avg_sq.sqrt() / bc2_sqrt).add_(cfg_.eps);
-    s.param.addcdiv_(s.exp_avg, denom, -step_size);
+  // LibTorch's fused AdamW kernel (one pass over param, grad and both moments; CPU and CUDA) per decay
+  // group, when every tensor of the group is dense, contiguous and of one dtype and device. Otherwise the
+  // same update in separate ops (torch.optim.AdamW's single-tensor form).
+  for (const bool decay : {true, false}) {
+    std::vector<at::Tensor> params, grads, m, v, steps;
+    bool fusable = true;
+    for (auto& s : slots_) {
+      if (s.decay != decay || !s.param.grad().defined()) continue;
+      const auto& g = s.param.grad();
+      params.push_back(s.param);
+      grads.push_back(g);
+      m.push_back(s.exp_avg);
+      v.push_back(s.exp_avg_sq);
+      fusable = fusable && !g.is_sparse() && g.is_contiguous() && s.param.is_contiguous() &&
+                g.scalar_type() == s.param.scalar_type() && g.device() == s.param.device() &&
+                s.param.scalar_type() == params.front().scalar_type() && s.param.device() == params.front().device() &&
+                at::isFloatingType(s.param.scalar_type());
+    }
+    if (params.empty()) continue;
+    const double wd = decay ? cfg_.weight_decay : 0.0;
+    if (fusable && !force_unfused_) {
+      for (const auto& p : params)
+        steps.push_back(at::full({}, double(step_), p.options().dtype(at::kFloat)));
+      at::_fused_adamw_(params, grads, m, v, {}, steps, lr, cfg_.beta1, cfg_.beta2, wd, cfg_.eps, /*amsgrad=*/false,
+                        /*maximize=*/false);
+      continue;
+    }
+    const double bc1 = 1.0 - std::pow(cfg_.beta1, double(step_));
+    const double bc2 = 1.0 - std::pow(cfg_.beta2, double(step_));
+    const double step_size = lr / bc1;
+    const double bc2_sqrt = std::sqrt(bc2);
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (wd != 0.0) params[i].mul_(1.0 - lr * wd);
+      m[i].lerp_(grads[i], 1.0 - cfg_.beta1);
+      v[i].mul_(cfg_.beta2).addcmul_(grads[i], grads[i], 1.0 - cfg_.beta2);
+      auto denom = (v[i].sqrt() / bc2_sqrt).add_(cfg_.eps);
+      params[i].addcdiv_(m[i], denom, -step_size);
+    }
   }
 }
 

@@ -36,6 +36,8 @@ class AdamW {
   void load_state(const std::map<std::string, torch::Tensor>& tensors, int64_t steps, const std::string& source);
   // Whether weight decay applies to parameter `name` of shape `t`.
   bool decays(const std::string& name, const torch::Tensor& t) const;
+  // Take the separate-ops update even where LibTorch's fused kernel applies (for comparisons).
+  void set_force_unfused(bool on) { force_unfused_ = on; }
 
  private:
   struct Slot {
@@ -46,6 +48,7 @@ class AdamW {
   std::vector<Slot> slots_;
   AdamWConfig cfg_;
   int64_t step_ = 0;
+  bool force_unfused_ = false;
 };
 
 struct ScheduleConfig {
