@@ -2,7 +2,8 @@
 """Training-throughput benchmark (not a test): `drope-train` against the eager PyTorch loop people use
 (HF transformers LlamaForCausalLM + torch.optim.AdamW, SDPA attention), same model shape, batch, sequence
 length, optimizer and thread count, side by side in one run on this machine. Each side runs in its own
-process; tokens/s = tokens of the steps after `--warmup` steps / their wall time (each side timed the same way); peak RSS per process.
+process; tokens/s = tokens of the steps after `--warmup` steps / their wall time (both sides timed the same
+way); peak RSS per process.
 
   .venv/bin/python scripts/bench_train.py --preset tiny-256 --seq-len 512 --batch 8 --steps 30 --threads 2
   .venv/bin/python scripts/bench_train.py --preset small-50m --vocab 32000 --seq-len 512 --batch 4 --steps 8 --warmup 2

@@ -34,7 +34,7 @@ void AdamW::step(double lr) {
   // group, when every tensor of the group is dense, contiguous and of one dtype and device. Otherwise the
   // same update in separate ops (torch.optim.AdamW's single-tensor form).
   for (const bool decay : {true, false}) {
-    std::vector<at::Tensor> params, grads, m, v, steps;
+    std::vector<at::Tensor> params, grads, m, v;
     bool fusable = true;
     for (auto& s : slots_) {
       if (s.decay != decay || !s.param.grad().defined()) continue;
@@ -51,8 +51,9 @@ void AdamW::step(double lr) {
     if (params.empty()) continue;
     const double wd = decay ? cfg_.weight_decay : 0.0;
     if (fusable && !force_unfused_) {
-      for (const auto& p : params)
-        steps.push_back(at::full({}, double(step_), p.options().dtype(at::kFloat)));
+      // The kernel only reads the step count: one tensor serves every parameter of the group.
+      const auto step = at::full({}, double(step_), params.front().options().dtype(at::kFloat));
+      const std::vector<at::Tensor> steps(params.size(), step);
       at::_fused_adamw_(params, grads, m, v, {}, steps, lr, cfg_.beta1, cfg_.beta2, wd, cfg_.eps, /*amsgrad=*/false,
                         /*maximize=*/false);
       continue;
