@@ -8,7 +8,9 @@
 
 #include <c10/util/Exception.h>
 
+#include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
+#include "drope/kernels/cpu_isa.h"
 
 namespace drope::app {
 
@@ -26,11 +28,18 @@ void tune_allocator() {
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
+// Runs from the executable's .preinit_array: after libc is up, before any shared library's constructors, so
+// before libgomp reads OMP_NUM_THREADS / GOMP_SPINCOUNT (it does so once, when it is loaded). Setting them
+// in main() would be too late, and re-executing the process would cost a second LibTorch load.
+void preinit(int, char**, char**) { configure_openmp_env(); }
+__attribute__((section(".preinit_array"), used)) void (*preinit_entry)(int, char**, char**) = preinit;
+
 }  // namespace
 
 int run(const std::function<int()>& body) {
   tune_allocator();
   try {
+    kernels::cpu_isa();  // a bad DROPE_CPU_ISA is refused before any work starts
     return body();
   } catch (const drope::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -7,6 +7,10 @@ way); peak RSS per process.
 
   .venv/bin/python scripts/bench_train.py --preset tiny-256 --seq-len 512 --batch 8 --steps 30 --threads 2
   .venv/bin/python scripts/bench_train.py --preset small-50m --vocab 32000 --seq-len 512 --batch 4 --steps 8 --warmup 2
+
+`--isa avx2` (or baseline, avx512) runs both sides at that instruction-set level, emulating a CPU without the
+wider ones: drope's kernels (DROPE_CPU_ISA) and LibTorch's own dispatch (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA,
+MKL_ENABLE_INSTRUCTIONS). The level each side actually ran at is printed.
 """
 import argparse
 import json
@@ -19,6 +23,16 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MALLOC_AS_DROPE = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1073741824"
+# Environment that caps drope's kernels and LibTorch (ATen kernels, oneDNN, MKL) at one instruction-set level.
+ISA_ENV = {
+    "avx512": {"DROPE_CPU_ISA": "avx512", "ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+               "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
+    "avx2": {"DROPE_CPU_ISA": "avx2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "baseline": {"DROPE_CPU_ISA": "baseline", "ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
+                 "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
+}
+PASS_THROUGH = ("DROPE_", "ATEN_CPU_CAPABILITY", "ONEDNN_", "DNNL_", "MKL_", "GLIBC_TUNABLES", "OMP_")
 
 
 def vm_hwm_mb():
@@ -57,7 +71,7 @@ def eager_worker(model_dir, seq, batch, steps, warmup, threads, bf16):
         times.append(time.perf_counter() - t0)
     timed = times[warmup:]
     print(json.dumps({"impl": "pytorch-eager (HF Llama, SDPA)", "tokens_per_s": batch * seq * len(timed) / sum(timed),
-                      "peak_rss_mb": vm_hwm_mb()}))
+                      "peak_rss_mb": vm_hwm_mb(), "aten_isa": torch.backends.cpu.get_cpu_capability()}))
 
 
 def main():
@@ -71,12 +85,16 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides")
     ap.add_argument("--bin", default=str(ROOT / "build"))
+    ap.add_argument("--isa", choices=["native"] + list(ISA_ENV), default="native",
+                    help="instruction-set level of both sides (default: what this CPU has)")
     ap.add_argument("--eager-worker", nargs=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.eager_worker:
         return eager_worker(args.eager_worker[0], args.seq_len, args.batch, args.steps, args.warmup, args.threads,
                             args.bf16)
     binp = pathlib.Path(args.bin)
+    isa_env = ISA_ENV.get(args.isa, {})
+    base_env = {**os.environ, **isa_env}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         # The model shape from our preset, as an HF config.json for the eager side (byte vocabulary: our run
@@ -115,7 +133,8 @@ train:
 """)
         r = subprocess.run(["/usr/bin/time", "-f", "%M", binp / "drope-train", run_cfg, "--quiet"],
                            capture_output=True, text=True,
-                           env={"OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"})
+                           env={**{k: v for k, v in base_env.items() if k.startswith(PASS_THROUGH)},
+                                "OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"})
         if r.returncode != 0:
             raise SystemExit(f"drope-train failed:\n{r.stderr}")
         rss = int(r.stderr.strip().splitlines()[-1]) / 1024
@@ -134,14 +153,16 @@ train:
             e = subprocess.run([sys.executable, __file__, "--eager-worker", str(tmp / "m"), "--seq-len", str(args.seq_len),
                                 "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
                                 "--threads", str(args.threads)] + (["--bf16"] if args.bf16 else []),
-                               capture_output=True, text=True, env={**os.environ, **extra_env})
+                               capture_output=True, text=True, env={**base_env, **extra_env})
             if e.returncode != 0:
                 raise SystemExit(f"eager loop failed:\n{e.stderr}")
             eager = json.loads(e.stdout.strip().splitlines()[-1])
             eager["impl"] += label
             eagers.append(eager)
     print(f"{args.preset} (vocab {args.vocab}), seq {args.seq_len}, batch {args.batch}, {args.steps} steps ({args.warmup} warm-up), "
-          f"{args.threads} threads, {'bf16 autocast' if args.bf16 else 'float32'}")
+          f"{args.threads} threads, {'bf16 autocast' if args.bf16 else 'float32'}, "
+          f"ISA {args.isa}{' (' + ', '.join(f'{k}={v}' for k, v in isa_env.items()) + ')' if isa_env else ''}; "
+          f"eager ATen ran at {eagers[0].get('aten_isa', '?')}")
     print("| impl | tokens/s | peak RSS MB | drope-train speed-up | drope-train memory |\n|---|---:|---:|---:|---:|")
     print(f"| {ours['impl']} | {ours['tokens_per_s']:.0f} | {ours['peak_rss_mb']:.0f} | | |")
     for x in eagers:

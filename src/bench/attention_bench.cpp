@@ -17,6 +17,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
@@ -25,6 +26,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/kernels/cpu_isa.h"
 #include "drope/ops/attention.h"
 
 #ifdef DROPE_WITH_CUDA
@@ -108,7 +110,10 @@ std::string cpu_device() {
       break;
     }
   }
-  return fmt::format("CPU: {} ({} logical cores)", model, std::thread::hardware_concurrency());
+  const auto isa = kernels::cpu_isa(), native = kernels::cpu_isa_native();
+  return fmt::format("CPU: {} ({} logical cores); drope kernels {}{}, ATen {}", model, std::thread::hardware_concurrency(),
+                     kernels::isa_name(isa), isa == native ? "" : fmt::format(" (native {})", kernels::isa_name(native)),
+                     at::get_cpu_capability());
 }
 
 size_t elt_size(at::ScalarType t) { return c10::elementSize(t); }

@@ -15,12 +15,16 @@
 #include <sstream>
 #include <thread>
 
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <ATen/autocast_mode.h>
 #include <nlohmann/json.hpp>
 
+#include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/io/model_io.h"
+#include "drope/kernels/cpu_isa.h"
 #include "drope/model/drope.h"
 #include "drope/ops/loss.h"
 #include "drope/train/checkpoint.h"
@@ -257,6 +261,9 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
                cfg.name, cfg.phase, model->num_parameters() / 1e6, model->config().num_layers,
                model->config().positional.type, train_src->describe(), train_src->num_blocks(), T, B, accum, micro, W,
                dist.backend(), device.str());
+  if (say && device.is_cpu())
+    fmt::print("{} | intra-op threads {} | kernels {} (native {}), ATen {}\n", describe_cpu_budget(), at::get_num_threads(),
+               kernels::isa_name(kernels::cpu_isa()), kernels::isa_name(kernels::cpu_isa_native()), at::get_cpu_capability());
 
   BlockSampler sampler(*train_src, cfg.seed, cfg.data.shuffle);
   BlockSampler val_sampler(*val_src, 0, false);

@@ -22,8 +22,10 @@
 #include "drope/kernels/cpu_isa.h"
 
 // The hot loops are templates forced inline into one entry point per instruction set (AVX-512, AVX2+FMA,
-// baseline), chosen at run time, so the library needs no special compiler flags. SIMD code uses GCC/Clang
-// vector extensions of 64 bytes, which the compiler lowers to the widest registers of each target.
+// baseline SSE2), chosen at run time (cpu_isa()), so the library needs no special compiler flags. SIMD code
+// uses GCC/Clang vector extensions whose width VB (bytes) is a template parameter: each entry point uses its
+// target's register width (64, 32 or 16 bytes). A vector wider than the target's registers has no machine
+// mode: GCC keeps it in memory and splits every operation, which made the AVX2 path 20x slower.
 #define DROPE_INLINE inline __attribute__((always_inline))
 
 namespace drope::kernels {
@@ -34,68 +36,73 @@ constexpr int64_t kBlockQ = 128;  // query rows per tile
 constexpr int64_t kBlockK = 64;  // keys per tile
 constexpr int64_t kRows = 4;     // rows per micro-kernel step; tiles are padded to a multiple of it
 constexpr int64_t kMinParallelWork = int64_t(1) << 21;  // B·H·T·S·D below which threads cost more than they save
+constexpr int kMaxVecBytes = 64;  // the widest vector of any path: head dims are padded to it
 
-typedef float vf __attribute__((vector_size(64)));
-typedef double vd __attribute__((vector_size(64)));
-typedef int32_t vfi __attribute__((vector_size(64)));
-
-template <typename T>
-struct Simd;
-template <>
-struct Simd<float> {
-  using V = vf;
-  static constexpr int W = 16;
-};
-template <>
-struct Simd<double> {
-  using V = vd;
-  static constexpr int W = 8;
+// Vector of T that is VB bytes wide, its lane count, and the number of vector registers of that target
+// (AVX-512: 32; AVX2 and SSE: 16), which sizes the register blocking of the micro-kernels.
+template <typename T, int VB>
+struct Simd {
+  typedef T V __attribute__((vector_size(VB)));
+  static constexpr int W = VB / int(sizeof(T));
+  static constexpr int kRegs = VB == 64 ? 32 : 16;
 };
 
-DROPE_INLINE vf vload(const float* p) {
-  vf v;
+// Vector-width of each instruction set's entry point.
+constexpr int kVecAvx512 = 64, kVecAvx2 = 32, kVecBase = 16;
+
+template <typename V, typename T>
+DROPE_INLINE V vload(const T* p) {
+  V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-DROPE_INLINE vd vload(const double* p) {
-  vd v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
+template <typename V, typename T>
+DROPE_INLINE void vstore(T* p, V v) {
+  std::memcpy(p, &v, sizeof v);
 }
-DROPE_INLINE void vstore(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
-DROPE_INLINE void vstore(double* p, vd v) { std::memcpy(p, &v, sizeof v); }
 
 // Lane indices 0, 1, …, W − 1.
-DROPE_INLINE vf iota(float) {
-  return vf{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+template <typename V>
+DROPE_INLINE V iota() {
+  V v{};
+  for (int l = 0; l < int(sizeof(V) / sizeof(v[0])); ++l) v[l] = l;
+  return v;
 }
-DROPE_INLINE vd iota(double) { return vd{0, 1, 2, 3, 4, 5, 6, 7}; }
 
-// exp of each lane (Cephes expf polynomial, ~1 ulp); arguments below −87.3 give 0.
-DROPE_INLINE vf vexp(vf x) {
-  const vf lo = vf{} - 87.3365447f, hi = vf{} + 88.3762626f, zero = vf{};
+// exp of each lane of a float vector (Cephes expf polynomial, ~1 ulp); arguments below −87.3 give 0.
+template <typename V>
+DROPE_INLINE V vexp_f32(V x) {
+  using VI = decltype(x < x);  // int32 lanes of the same width
+  const V lo = V{} - 87.3365447f, hi = V{} + 88.3762626f, zero = V{};
   const auto under = x < lo;
   x = x > hi ? hi : x;
   x = under ? zero : x;
   const float magic = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer
-  const vf n = (x * 1.44269504088896341f + magic) - magic;
-  const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  vf y = 1.9875691500E-4f * r + 1.3981999507E-3f;
+  const V n = (x * 1.44269504088896341f + magic) - magic;
+  const V r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  V y = 1.9875691500E-4f * r + 1.3981999507E-3f;
   y = y * r + 8.3334519073E-3f;
   y = y * r + 4.1665795894E-2f;
   y = y * r + 1.6666665459E-1f;
   y = y * r + 5.0000001201E-1f;
   y = y * (r * r) + r + 1.0f;
-  const vfi e = __builtin_convertvector(n, vfi) << 23;
-  const vf out = (vf)((vfi)y + e);
+  const VI e = __builtin_convertvector(n, VI) << 23;
+  const V out = (V)((VI)y + e);
   return under ? zero : out;
 }
 
-// exp of each lane through libm (float64 results must be exact to ~1e-15).
-DROPE_INLINE vd vexp(vd x) {
-  vd out;
-  for (int l = 0; l < 8; ++l) out[l] = std::exp(x[l]);
+// exp of each lane of a double vector through libm (float64 results must be exact to ~1e-15).
+template <typename V>
+DROPE_INLINE V vexp_f64(V x) {
+  V out;
+  for (int l = 0; l < int(sizeof(V) / sizeof(double)); ++l) out[l] = std::exp(x[l]);
   return out;
+}
+
+template <typename V>
+DROPE_INLINE V vexp(V x) {
+  if constexpr (sizeof(x[0]) == sizeof(float)) return vexp_f32(x);
+  else return vexp_f64(x);
 }
 
 template <typename V>
@@ -114,17 +121,18 @@ DROPE_INLINE auto hsum(V v) {
 
 // C (R × NV·W) = [C +] A (R × K, row stride lda) · B (K × NV·W, row stride ldb), accumulators in registers.
 // TransA: A is stored transposed, element (r, k) at A[k · lda + r].
-template <typename T, int NV, bool TransA, int R = kRows>
+template <typename T, int VB, int NV, bool TransA, int R = kRows>
 DROPE_INLINE void gemm_rows(int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc,
                             bool accumulate) {
-  using V = typename Simd<T>::V;
-  constexpr int W = Simd<T>::W;
+  using V = typename Simd<T, VB>::V;
+  constexpr int W = Simd<T, VB>::W;
+  static_assert(R * NV + NV + 1 <= Simd<T, VB>::kRegs, "micro-kernel needs more vector registers than the target has");
   V c[R][NV];
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) c[r][v] = accumulate ? vload(C + r * ldc + v * W) : V{};
+    for (int v = 0; v < NV; ++v) c[r][v] = accumulate ? vload<V>(C + r * ldc + v * W) : V{};
   for (int64_t k = 0; k < K; ++k) {
     V b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = vload(B + k * ldb + v * W);
+    for (int v = 0; v < NV; ++v) b[v] = vload<V>(B + k * ldb + v * W);
     for (int r = 0; r < R; ++r) {
       const T a = TransA ? A[k * lda + r] : A[r * lda + k];
       for (int v = 0; v < NV; ++v) c[r][v] += a * b[v];
@@ -135,30 +143,37 @@ DROPE_INLINE void gemm_rows(int64_t K, const T* A, int64_t lda, const T* B, int6
 }
 
 // C (M × N) = [C +] op(A) (M × K) · B (K × N), row-major; M % kRows == 0, N % W == 0. op(A) = A (row stride
-// lda), or with TransA the transpose of a (K × M) matrix of row stride lda (no copy).
-template <typename T, bool TransA = false>
+// lda), or with TransA the transpose of a (K × M) matrix of row stride lda (no copy). The register blocking
+// follows the target: with 32 vector registers, 4 rows × 4 vectors (8 rows for narrow C); with 16, 4 rows ×
+// 2 vectors, so that accumulators, B vectors and the broadcast A value all stay in registers.
+template <typename T, int VB, bool TransA = false>
 DROPE_INLINE void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C,
                        int64_t ldc, bool accumulate) {
-  constexpr int W = Simd<T>::W;
+  constexpr int W = Simd<T, VB>::W;
+  constexpr bool kWide = Simd<T, VB>::kRegs >= 32;
+  constexpr int kNV = kWide ? 4 : 2;  // vectors per micro-kernel step
   int64_t i = 0;
-  if (N <= 2 * W)  // narrow C (head dims ≤ 2 vectors): twice the rows per step keeps 16 accumulators busy
-    for (; i + 2 * kRows <= M; i += 2 * kRows) {
-      const T* a = TransA ? A + i : A + i * lda;
-      T* c = C + i * ldc;
-      if (N == 2 * W) gemm_rows<T, 2, TransA, 2 * kRows>(K, a, lda, B, ldb, c, ldc, accumulate);
-      else if (N == W) gemm_rows<T, 1, TransA, 2 * kRows>(K, a, lda, B, ldb, c, ldc, accumulate);
-    }
+  if constexpr (kWide) {
+    if (N <= 2 * W)  // narrow C (head dims ≤ 2 vectors): twice the rows per step keeps 16 accumulators busy
+      for (; i + 2 * kRows <= M; i += 2 * kRows) {
+        const T* a = TransA ? A + i : A + i * lda;
+        T* c = C + i * ldc;
+        if (N == 2 * W) gemm_rows<T, VB, 2, TransA, 2 * kRows>(K, a, lda, B, ldb, c, ldc, accumulate);
+        else if (N == W) gemm_rows<T, VB, 1, TransA, 2 * kRows>(K, a, lda, B, ldb, c, ldc, accumulate);
+      }
+  }
   for (; i < M; i += kRows) {
     const T* a = TransA ? A + i : A + i * lda;
     T* c = C + i * ldc;
     int64_t n = 0;
-    for (; n + 4 * W <= N; n += 4 * W) gemm_rows<T, 4, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate);
-    switch ((N - n) / W) {
-      case 3: gemm_rows<T, 3, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate); break;
-      case 2: gemm_rows<T, 2, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate); break;
-      case 1: gemm_rows<T, 1, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate); break;
-      default: break;
-    }
+    for (; n + kNV * W <= N; n += kNV * W)
+      gemm_rows<T, VB, kNV, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate);
+    const int64_t rest = (N - n) / W;
+    if constexpr (kNV > 3)
+      if (rest == 3) gemm_rows<T, VB, 3, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate);
+    if constexpr (kNV > 2)
+      if (rest == 2) gemm_rows<T, VB, 2, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate);
+    if (rest == 1) gemm_rows<T, VB, 1, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate);
   }
 }
 
@@ -221,11 +236,11 @@ DROPE_INLINE int64_t zigzag(int64_t r, int64_t n) { return r % 2 == 0 ? r / 2 : 
 // Turns the raw dots of one query row of a key tile [j0, j0 + kBlockK) into masked, scaled, biased logits in
 // place; returns 0 when no key of the tile is visible to the row, 2 when every key is, else 1. With row_max,
 // also stores the row's largest logit there.
-template <typename T>
+template <typename T, int VB>
 DROPE_INLINE int row_logits(const AttnParams<T>& p, T* s, int64_t i, int64_t j0, int64_t nk, T slope,
                              T* row_max = nullptr) {
-  using V = typename Simd<T>::V;
-  constexpr int W = Simd<T>::W;
+  using V = typename Simd<T, VB>::V;
+  constexpr int W = Simd<T, VB>::W;
   const int64_t a = std::max<int64_t>(visible_lo(p, i) - j0, 0), b = std::min<int64_t>(visible_hi(p, i) - j0, nk);
   if (a >= b) return 0;
   const V ninf = V{} + neg_inf<T>();
@@ -233,24 +248,24 @@ DROPE_INLINE int row_logits(const AttnParams<T>& p, T* s, int64_t i, int64_t j0,
   const bool all = a == 0 && b == kBlockK;
   if (slope == T(0) && all) {  // every key visible, no bias: only the scale
     for (int64_t c = 0; c < kBlockK; c += W) {
-      const V x = vload(s + c) * p.scale;
+      const V x = vload<V>(s + c) * p.scale;
       vmax = x > vmax ? x : vmax;
       vstore(s + c, x);
     }
   } else if (all) {  // every key visible, ALiBi bias
-    const V lane = iota(T(0));
+    const V lane = iota<V>();
     const T di = T(i - j0);
     for (int64_t c = 0; c < kBlockK; c += W) {
-      const V x = attn_logit(vload(s + c), p.scale, slope, di - (lane + T(c)));
+      const V x = attn_logit(vload<V>(s + c), p.scale, slope, di - (lane + T(c)));
       vmax = x > vmax ? x : vmax;
       vstore(s + c, x);
     }
   } else {
-    const V lane = iota(T(0));
+    const V lane = iota<V>();
     const T fa = T(a), fb = T(b), di = T(i - j0);
     for (int64_t c = 0; c < kBlockK; c += W) {
       const V jj = lane + T(c);
-      V x = attn_logit(vload(s + c), p.scale, slope, di - jj);
+      V x = attn_logit(vload<V>(s + c), p.scale, slope, di - jj);
       x = (jj < fa) | (jj >= fb) ? ninf : x;
       vmax = x > vmax ? x : vmax;
       vstore(s + c, x);
@@ -261,10 +276,10 @@ DROPE_INLINE int row_logits(const AttnParams<T>& p, T* s, int64_t i, int64_t j0,
 }
 
 // Forward of one query tile: online softmax over the key tiles of its band.
-template <typename in_t, typename T>
+template <typename in_t, typename T, int VB>
 DROPE_INLINE void forward_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, T* buf) {
-  using V = typename Simd<T>::V;
-  constexpr int W = Simd<T>::W;
+  using V = typename Simd<T, VB>::V;
+  constexpr int W = Simd<T, VB>::W;
   const auto& p = job.p;
   const int64_t D = job.D, Dp = job.Dp, b = bh / p.heads, h = bh % p.heads, hk = kv_head_of(p, h);
   const int64_t t0 = qb * kBlockQ, nq = std::min(kBlockQ, p.q_len - t0), Mq = round_up(nq, kRows);
@@ -291,19 +306,19 @@ DROPE_INLINE void forward_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, 
     const int64_t nk = std::min(kBlockK, hi - j0);
     load_cols(kp + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Kt);
     load_rows(vp + j0 * p.v_stride[2], p.v_stride[2], nk, D, kBlockK, Dp, Vs);
-    gemm(Mq, kBlockK, D, Q, Dp, Kt, kBlockK, S, kBlockK, false);  // (Mq, kBlockK) raw dots
+    gemm<T, VB>(Mq, kBlockK, D, Q, Dp, Kt, kBlockK, S, kBlockK, false);  // (Mq, kBlockK) raw dots
     for (int64_t r = 0; r < Mq; ++r) {
       T* s = S + r * kBlockK;
       alpha[r] = T(1);
       T tile_max;
-      if (r >= nq || !row_logits(p, s, i0 + r, j0, nk, slope, &tile_max)) {
+      if (r >= nq || !row_logits<T, VB>(p, s, i0 + r, j0, nk, slope, &tile_max)) {
         std::fill(s, s + kBlockK, T(0));
         continue;
       }
       alpha[r] = online_softmax_rescale(&m[r], tile_max);
       V vsum = V{};
       for (int64_t c = 0; c < kBlockK; c += W) {
-        const V e = vexp(vload(s + c) - m[r]);
+        const V e = vexp(vload<V>(s + c) - m[r]);
         vstore(s + c, e);
         vsum += e;
       }
@@ -311,7 +326,7 @@ DROPE_INLINE void forward_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, 
       if (alpha[r] != T(1))
         for (int64_t d = 0; d < Dp; ++d) O[r * Dp + d] *= alpha[r];
     }
-    gemm(Mq, Dp, kBlockK, S, kBlockK, Vs, Dp, O, Dp, true);  // O += P · V
+    gemm<T, VB>(Mq, Dp, kBlockK, S, kBlockK, Vs, Dp, O, Dp, true);  // O += P · V
   }
   in_t* op = job.o + b * p.o_stride[0] + h * p.o_stride[1] + t0 * p.o_stride[2];
   T* lsep = job.lse_out + bh * p.q_len + t0;
@@ -338,15 +353,15 @@ DROPE_INLINE void rowdot_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb) {
 
 // Probabilities P and logit gradients dS of one (query tile, key tile) pair, in place of the raw dots S and
 // dP = dout·vᵀ; rows and keys outside the band get zeros.
-template <typename T>
+template <typename T, int VB>
 DROPE_INLINE void probs_and_grads(const AttnParams<T>& p, T* S, T* dP, int64_t Mq, int64_t nq, int64_t t0, int64_t j0,
                                   int64_t nk, T slope, const T* lse, const T* rowdot) {
-  using V = typename Simd<T>::V;
-  constexpr int W = Simd<T>::W;
+  using V = typename Simd<T, VB>::V;
+  constexpr int W = Simd<T, VB>::W;
   for (int64_t r = 0; r < Mq; ++r) {
     T* s = S + r * kBlockK;
     T* dp = dP + r * kBlockK;
-    const int visible = r < nq ? row_logits(p, s, query_pos(p, t0 + r), j0, nk, slope) : 0;
+    const int visible = r < nq ? row_logits<T, VB>(p, s, query_pos(p, t0 + r), j0, nk, slope) : 0;
     if (!visible) {
       std::fill(s, s + kBlockK, T(0));
       std::fill(dp, dp + kBlockK, T(0));
@@ -356,17 +371,17 @@ DROPE_INLINE void probs_and_grads(const AttnParams<T>& p, T* S, T* dP, int64_t M
     const V zero = V{}, ninf = V{} + neg_inf<T>();
     if (visible == 2) {  // no masked key in this row of the tile
       for (int64_t c = 0; c < kBlockK; c += W) {
-        const V prob = vexp(vload(s + c) - row_lse);
-        vstore(dp + c, softmax_grad(prob, vload(dp + c), row_dot));
+        const V prob = vexp(vload<V>(s + c) - row_lse);
+        vstore(dp + c, softmax_grad(prob, vload<V>(dp + c), row_dot));
         vstore(s + c, prob);
       }
       continue;
     }
     for (int64_t c = 0; c < kBlockK; c += W) {
-      const V x = vload(s + c);
+      const V x = vload<V>(s + c);
       const auto visible = x != ninf;
       const V prob = visible ? vexp(x - row_lse) : zero;  // softmax_prob on SIMD lanes
-      const V grad = softmax_grad(prob, vload(dp + c), row_dot);
+      const V grad = softmax_grad(prob, vload<V>(dp + c), row_dot);
       vstore(s + c, prob);
       vstore(dp + c, visible ? grad : zero);
     }
@@ -375,7 +390,7 @@ DROPE_INLINE void probs_and_grads(const AttnParams<T>& p, T* S, T* dP, int64_t M
 
 // dK and dV of one key tile, accumulated over every query head of its KV group and every query tile that
 // sees it. With dq_acc (G, T, Dp) also adds the tile's contribution to the group's dQ (unscaled).
-template <typename in_t, typename T>
+template <typename in_t, typename T, int VB>
 DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb, T* buf, T* dq_acc) {
   const auto& p = job.p;
   const int64_t D = job.D, Dp = job.Dp, b = bhk / p.kv_heads, hk = bhk % p.kv_heads, G = p.heads / p.kv_heads;
@@ -404,13 +419,13 @@ DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb,
       const int64_t nq = std::min(kBlockQ, t_hi - t0), Mq = round_up(nq, kRows);
       load_rows(job.q + b * p.q_stride[0] + h * p.q_stride[1] + t0 * p.q_stride[2], p.q_stride[2], nq, D, Mq, Dp, Q);
       load_rows(job.dout + (bh * p.q_len + t0) * D, D, nq, D, Mq, Dp, dO);
-      gemm(Mq, kBlockK, D, Q, Dp, Kt, kBlockK, S, kBlockK, false);    // raw dots
-      gemm(Mq, kBlockK, D, dO, Dp, Vt, kBlockK, dP, kBlockK, false);  // dP = dout · vᵀ
-      probs_and_grads(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0,
+      gemm<T, VB>(Mq, kBlockK, D, Q, Dp, Kt, kBlockK, S, kBlockK, false);    // raw dots
+      gemm<T, VB>(Mq, kBlockK, D, dO, Dp, Vt, kBlockK, dP, kBlockK, false);  // dP = dout · vᵀ
+      probs_and_grads<T, VB>(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0,
                       job.rowdot + bh * p.q_len + t0);
-      gemm<T, true>(Mk, Dp, Mq, S, kBlockK, dO, Dp, dV, Dp, true);   // dV += Pᵀ · dout
-      gemm<T, true>(Mk, Dp, Mq, dP, kBlockK, Q, Dp, dK, Dp, true);  // dK += dSᵀ · q
-      if (dq_acc) gemm(Mq, Dp, Mk, dP, kBlockK, Ks, Dp, dq_acc + ((h - hk * G) * p.q_len + t0) * Dp, Dp, true);
+      gemm<T, VB, true>(Mk, Dp, Mq, S, kBlockK, dO, Dp, dV, Dp, true);   // dV += Pᵀ · dout
+      gemm<T, VB, true>(Mk, Dp, Mq, dP, kBlockK, Q, Dp, dK, Dp, true);  // dK += dSᵀ · q
+      if (dq_acc) gemm<T, VB>(Mq, Dp, Mk, dP, kBlockK, Ks, Dp, dq_acc + ((h - hk * G) * p.q_len + t0) * Dp, Dp, true);
     }
   }
   in_t* dkp = job.dk + (bhk * p.kv_len + j0) * D;
@@ -424,20 +439,20 @@ DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb,
 
 // dQ, dK and dV of one (batch, KV head) pair in one sweep over its key tiles (no recomputation of the
 // logits for dQ; needs enough pairs to keep every thread busy).
-template <typename in_t, typename T>
+template <typename in_t, typename T, int VB>
 DROPE_INLINE void grad_pair(const Job<in_t, T>& job, int64_t bhk, T* buf) {
   const auto& p = job.p;
   const int64_t D = job.D, Dp = job.Dp, G = p.heads / p.kv_heads;
   T* dq_acc = buf + scratch_kv(job);  // (G, T, Dp) and kRows rows of padding
   std::fill(dq_acc, dq_acc + (G * p.q_len + kRows) * Dp, T(0));
-  for (int64_t kb = 0; kb * kBlockK < p.kv_len; ++kb) grad_kv_tile(job, bhk, kb, buf, dq_acc);
+  for (int64_t kb = 0; kb * kBlockK < p.kv_len; ++kb) grad_kv_tile<in_t, T, VB>(job, bhk, kb, buf, dq_acc);
   in_t* dqp = job.dq + bhk * G * p.q_len * D;  // heads of one group are consecutive
   for (int64_t r = 0; r < G * p.q_len; ++r)
     for (int64_t d = 0; d < D; ++d) dqp[r * D + d] = static_cast<in_t>(dq_acc[r * Dp + d] * p.scale);
 }
 
 // dQ of one query tile over the key tiles of its band.
-template <typename in_t, typename T>
+template <typename in_t, typename T, int VB>
 DROPE_INLINE void grad_q_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, T* buf) {
   const auto& p = job.p;
   const int64_t D = job.D, Dp = job.Dp, b = bh / p.heads, h = bh % p.heads, hk = kv_head_of(p, h);
@@ -463,10 +478,10 @@ DROPE_INLINE void grad_q_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, T
     load_cols(kp + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Kt);
     load_cols(vp + j0 * p.v_stride[2], p.v_stride[2], nk, D, kBlockK, Vt);
     load_rows(kp + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Dp, Ks);
-    gemm(Mq, kBlockK, D, Q, Dp, Kt, kBlockK, S, kBlockK, false);
-    gemm(Mq, kBlockK, D, dO, Dp, Vt, kBlockK, dP, kBlockK, false);
-    probs_and_grads(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0, job.rowdot + bh * p.q_len + t0);
-    gemm(Mq, Dp, Mk, dP, kBlockK, Ks, Dp, dQ, Dp, true);  // dQ += dS · k
+    gemm<T, VB>(Mq, kBlockK, D, Q, Dp, Kt, kBlockK, S, kBlockK, false);
+    gemm<T, VB>(Mq, kBlockK, D, dO, Dp, Vt, kBlockK, dP, kBlockK, false);
+    probs_and_grads<T, VB>(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0, job.rowdot + bh * p.q_len + t0);
+    gemm<T, VB>(Mq, Dp, Mk, dP, kBlockK, Ks, Dp, dQ, Dp, true);  // dQ += dS · k
   }
   in_t* dqp = job.dq + (bh * p.q_len + t0) * D;
   for (int64_t r = 0; r < nq; ++r)
@@ -474,17 +489,17 @@ DROPE_INLINE void grad_q_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, T
 }
 
 // Runs work items [begin, end) of the job on the calling thread.
-template <typename in_t, typename T>
+template <typename in_t, typename T, int VB>
 DROPE_INLINE void run_items(const Job<in_t, T>& job, int64_t begin, int64_t end) {
   std::vector<T> buf(scratch_size(job));
   for (int64_t idx = begin; idx < end; ++idx) {
     const int64_t pair = idx / job.blocks, blk = zigzag(idx % job.blocks, job.blocks);
     switch (job.kind) {
-      case Job<in_t, T>::kForward: forward_tile(job, pair, blk, buf.data()); break;
+      case Job<in_t, T>::kForward: forward_tile<in_t, T, VB>(job, pair, blk, buf.data()); break;
       case Job<in_t, T>::kRowDot: rowdot_tile(job, pair, blk); break;
-      case Job<in_t, T>::kGradKV: grad_kv_tile(job, pair, blk, buf.data(), static_cast<T*>(nullptr)); break;
-      case Job<in_t, T>::kGradQ: grad_q_tile(job, pair, blk, buf.data()); break;
-      case Job<in_t, T>::kGradKVQ: grad_pair(job, pair, buf.data()); break;
+      case Job<in_t, T>::kGradKV: grad_kv_tile<in_t, T, VB>(job, pair, blk, buf.data(), static_cast<T*>(nullptr)); break;
+      case Job<in_t, T>::kGradQ: grad_q_tile<in_t, T, VB>(job, pair, blk, buf.data()); break;
+      case Job<in_t, T>::kGradKVQ: grad_pair<in_t, T, VB>(job, pair, buf.data()); break;
     }
   }
 }
@@ -493,19 +508,19 @@ DROPE_INLINE void run_items(const Job<in_t, T>& job, int64_t begin, int64_t end)
 template <typename in_t, typename T>
 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma"))) void run_items_avx512(const Job<in_t, T>& job,
                                                                                            int64_t begin, int64_t end) {
-  run_items(job, begin, end);
+  run_items<in_t, T, kVecAvx512>(job, begin, end);
 }
 
 template <typename in_t, typename T>
 __attribute__((target("avx2,fma"))) void run_items_avx2(const Job<in_t, T>& job, int64_t begin, int64_t end) {
-  run_items(job, begin, end);
+  run_items<in_t, T, kVecAvx2>(job, begin, end);
 }
 
 #endif
 
 template <typename in_t, typename T>
 void run_items_baseline(const Job<in_t, T>& job, int64_t begin, int64_t end) {
-  run_items(job, begin, end);
+  run_items<in_t, T, kVecBase>(job, begin, end);
 }
 
 // Calls f(i, i + 1) for every i in [0, n) from all of LibTorch's intra-op threads.
@@ -539,9 +554,10 @@ void parallel_items(int64_t n, const std::function<void(int64_t, int64_t)>& f) {
 // Runs every work item of the job on the CPU's widest instruction set, spread over threads unless small.
 template <typename in_t, typename T>
 void launch(const Job<in_t, T>& job, int64_t pairs) {
+  const Isa isa = cpu_isa();  // outside the parallel region: an invalid DROPE_CPU_ISA throws here
   const auto run = [&](int64_t begin, int64_t end) {
 #ifdef DROPE_X86_DISPATCH
-    switch (cpu_isa()) {
+    switch (isa) {
       case Isa::kAvx512: return run_items_avx512(job, begin, end);
       case Isa::kAvx2: return run_items_avx2(job, begin, end);
       case Isa::kBase: break;
@@ -604,7 +620,7 @@ CpuAttentionForward forward_impl(const at::Tensor& q, const at::Tensor& k, const
   job.p = make_params<T>(q, k, v, a, slopes);
   job.serial = too_small_for_threads(job.p);
   job.D = q.size(3);
-  job.Dp = round_up(job.D, Simd<T>::W);
+  job.Dp = round_up(job.D, kMaxVecBytes / int64_t(sizeof(T)));
   job.blocks = (job.p.q_len + kBlockQ - 1) / kBlockQ;
   const auto acc_dtype = c10::CppTypeToScalarType<T>::value;
   at::Tensor out = at::empty_like(q);                                                 // (B, H, T, D)
@@ -627,7 +643,7 @@ CpuAttentionGrads backward_impl(const at::Tensor& q, const at::Tensor& k, const 
   job.p = make_params<T>(q, k, v, a, slopes);
   job.serial = too_small_for_threads(job.p);
   job.D = q.size(3);
-  job.Dp = round_up(job.D, Simd<T>::W);
+  job.Dp = round_up(job.D, kMaxVecBytes / int64_t(sizeof(T)));
   auto rowdot = at::empty_like(lse);  // (B, H, T)
   auto dq = at::empty_like(q);        // (B, H, T, D)
   auto dk = at::empty_like(k);        // (B, H_kv, S, D)

@@ -37,9 +37,10 @@ __attribute__((target("avx2,fma"))) void body_avx2(const F& f, int64_t b, int64_
 
 template <typename F>
 void dispatch_rows(int64_t rows, int64_t row_elements, const F& f) {
+  const Isa isa = cpu_isa();  // outside the parallel region: an invalid DROPE_CPU_ISA throws here
   at::parallel_for(0, rows, grain_rows(row_elements), [&](int64_t b, int64_t e) {
 #ifdef DROPE_X86_DISPATCH
-    switch (cpu_isa()) {
+    switch (isa) {
       case Isa::kAvx512: return body_avx512(f, b, e);
       case Isa::kAvx2: return body_avx2(f, b, e);
       case Isa::kBase: break;

@@ -1,0 +1,39 @@
+// How many CPUs this process may really use, and OpenMP settings that stay fast when it must share them.
+// Containers cap CPU time with a cgroup quota (cpu.max) or an affinity mask smaller than the machine; the
+// OpenMP runtime sizes its team from the affinity mask only and spin-waits for ~300k iterations between
+// parallel regions, so on an oversubscribed or shared machine threads burn the time slices of the threads
+// they wait for (measured: a training run 2.5x slower beside two busy processes).
+#pragma once
+
+#include <string>
+
+namespace drope {
+
+struct CpuBudget {
+  int affinity = 1;      // CPUs in this process's affinity mask
+  double quota = 0;      // CPUs granted by the cgroup CPU quota (v2 cpu.max or v1 cfs), 0 when unlimited
+  int threads = 1;       // threads to use: min(affinity, floor(quota)), at least 1
+};
+
+// Reads the affinity mask and the cgroup quota of this process (/proc/self/cgroup, /sys/fs/cgroup).
+// Allocation-free and stream-free: safe before C++ static initialisation.
+CpuBudget cpu_budget();
+
+// CPUs of a cgroup v2 cpu.max text ("max 100000" → 0 = unlimited, "150000 100000" → 1.5); 0 when malformed.
+double parse_cpu_max(const char* text);
+
+// Threads for an affinity count and a quota (0 = unlimited).
+int threads_for(int affinity, double quota);
+
+// OpenMP spin count drope's tools set when the user set neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY.
+constexpr long kDefaultSpinCount = 10000;
+
+// Before the OpenMP runtime reads its environment (see apps/app_common.cpp: it runs from .preinit_array):
+// sets OMP_NUM_THREADS to cpu_budget().threads and GOMP_SPINCOUNT to kDefaultSpinCount, each only when the
+// user has not set it (nor OMP_WAIT_POLICY, for the spin count), and not at all with DROPE_OMP_DEFAULTS=0.
+void configure_openmp_env();
+
+// One line describing the thread budget and OpenMP settings in force, for logs.
+std::string describe_cpu_budget();
+
+}  // namespace drope

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Benchmarks (not tests) at every instruction-set level this CPU runs, side by side in one run: drope's CPU
+# kernels and LibTorch's own dispatch capped together (DROPE_CPU_ISA, ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA,
+# MKL_ENABLE_INSTRUCTIONS), so that an AVX-512 machine also measures what an AVX2 or SSE-only user gets.
+#   bash scripts/bench_isa.sh [--quick]      → runs/bench-isa/<level>-*.txt and a summary on stdout
+# Levels the CPU lacks are listed as such (they cannot be emulated upwards).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="${DROPE_BIN:-$ROOT/build}"
+PY="$ROOT/.venv/bin/python"
+OUT="$ROOT/runs/bench-isa"
+QUICK=0; [ "${1:-}" = "--quick" ] && QUICK=1
+mkdir -p "$OUT"
+
+isa_env() {  # the environment of one level
+  case "$1" in
+    avx512) echo "DROPE_CPU_ISA=avx512 ATEN_CPU_CAPABILITY=avx512 ONEDNN_MAX_CPU_ISA=AVX512_CORE MKL_ENABLE_INSTRUCTIONS=AVX512" ;;
+    avx2) echo "DROPE_CPU_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2" ;;
+    baseline) echo "DROPE_CPU_ISA=baseline ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 MKL_ENABLE_INSTRUCTIONS=SSE4_2" ;;
+  esac
+}
+lens="1024,2048,4096,8192"; steps=12; steps50=8
+[ $QUICK = 1 ] && { lens="1024,2048"; steps=6; steps50=4; }
+for isa in avx512 avx2 baseline; do
+  if ! env DROPE_CPU_ISA=$isa "$BIN/drope-bench" attention --lengths 16 --cases causal --impls ours --repeats 1 \
+       --warmup 0 --quiet >/dev/null 2>"$OUT/$isa-check.txt"; then
+    echo "== $isa: not run ($(head -1 "$OUT/$isa-check.txt"))"
+    continue
+  fi
+  echo "== $isa ($(isa_env $isa))"
+  env $(isa_env $isa) OMP_NUM_THREADS=2 "$BIN/drope-bench" attention --lengths "$lens" --cases causal,window,alibi,gqa \
+    --impls ours,sdpa,sdpa_mask --heads 8 --head-dim 64 --window 512 --repeats 3 --warmup 1 --quiet \
+    | tee "$OUT/$isa-attention.txt"
+  env $(isa_env $isa) OMP_NUM_THREADS=2 "$BIN/drope-bench" layers | tee "$OUT/$isa-layers.txt"
+  "$PY" "$ROOT/scripts/bench_train.py" --isa $isa --preset tiny-256 --seq-len 512 --batch 8 --steps $steps --warmup 2 \
+    --threads 2 --bin "$BIN" | tee "$OUT/$isa-train-tiny.txt"
+  "$PY" "$ROOT/scripts/bench_train.py" --isa $isa --preset small-50m --vocab 32000 --seq-len 512 --batch 4 \
+    --steps $steps50 --warmup 2 --threads 2 --bin "$BIN" | tee "$OUT/$isa-train-50m.txt"
+done

@@ -1,0 +1,134 @@
+#include "drope/core/cpu_budget.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace drope {
+
+namespace {
+
+// Reads up to cap − 1 bytes of a small file into buf (NUL-terminated); false when it cannot. Non-blocking
+// open: a FIFO planted at a cgroup path must not hang start-up.
+bool read_small(const char* path, char* buf, size_t cap) {
+  const int fd = ::open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  size_t n = 0;
+  while (n + 1 < cap) {
+    const ssize_t r = ::read(fd, buf + n, cap - 1 - n);
+    if (r <= 0) break;
+    n += size_t(r);
+  }
+  ::close(fd);
+  buf[n] = '\0';
+  return n > 0;
+}
+
+// Smallest cgroup v2 quota on the path from this process's cgroup up to the root, 0 when none.
+double cgroup_v2_quota() {
+  char self[4096];
+  if (!read_small("/proc/self/cgroup", self, sizeof self)) return 0;
+  const char* line = std::strstr(self, "0::");  // the unified hierarchy's line
+  if (!line) return 0;
+  char dir[4096];
+  std::snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", line + 3);
+  if (char* nl = std::strchr(dir, '\n')) *nl = '\0';
+  double best = 0;
+  for (;;) {
+    char path[4200], text[128];
+    std::snprintf(path, sizeof path, "%s/cpu.max", dir);
+    if (read_small(path, text, sizeof text)) {
+      const double q = parse_cpu_max(text);
+      if (q > 0 && (best == 0 || q < best)) best = q;
+    }
+    char* slash = std::strrchr(dir, '/');
+    if (!slash || slash == dir || std::strcmp(dir, "/sys/fs/cgroup") == 0) break;
+    *slash = '\0';
+  }
+  return best;
+}
+
+// cgroup v1 CFS quota (cpu.cfs_quota_us / cpu.cfs_period_us of the cpu controller's mount), 0 when none.
+double cgroup_v1_quota() {
+  for (const char* base : {"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"}) {
+    char path[256], q[64], p[64];
+    std::snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", base);
+    if (!read_small(path, q, sizeof q)) continue;
+    std::snprintf(path, sizeof path, "%s/cpu.cfs_period_us", base);
+    if (!read_small(path, p, sizeof p)) continue;
+    const double quota = std::strtod(q, nullptr), period = std::strtod(p, nullptr);
+    if (quota > 0 && period > 0 && std::isfinite(quota / period)) return quota / period;
+  }
+  return 0;
+}
+
+bool env_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v;
+}
+
+}  // namespace
+
+double parse_cpu_max(const char* text) {
+  if (!text) return 0;
+  char* end = nullptr;
+  if (std::strncmp(text, "max", 3) == 0) return 0;
+  const double quota = std::strtod(text, &end);
+  if (end == text) return 0;
+  const double period = std::strtod(end, nullptr);
+  if (!(quota > 0) || !(period > 0) || !std::isfinite(quota / period)) return 0;
+  return quota / period;
+}
+
+int threads_for(int affinity, double quota) {
+  int n = affinity > 0 ? affinity : 1;
+  if (quota > 0 && quota < n) n = quota < 1 ? 1 : int(std::floor(quota));
+  return n;
+}
+
+CpuBudget cpu_budget() {
+  CpuBudget b;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) b.affinity = CPU_COUNT(&set);
+  if (b.affinity < 1) b.affinity = 1;
+  b.quota = cgroup_v2_quota();
+  if (b.quota == 0) b.quota = cgroup_v1_quota();
+  b.threads = threads_for(b.affinity, b.quota);
+  return b;
+}
+
+void configure_openmp_env() {
+  const char* off = std::getenv("DROPE_OMP_DEFAULTS");
+  if (off && std::strcmp(off, "0") == 0) return;
+  if (!env_set("OMP_NUM_THREADS")) {
+    char n[32];
+    std::snprintf(n, sizeof n, "%d", cpu_budget().threads);
+    setenv("OMP_NUM_THREADS", n, 0);
+  }
+  if (!env_set("GOMP_SPINCOUNT") && !env_set("OMP_WAIT_POLICY")) {
+    char n[32];
+    std::snprintf(n, sizeof n, "%ld", kDefaultSpinCount);
+    setenv("GOMP_SPINCOUNT", n, 0);
+  }
+}
+
+std::string describe_cpu_budget() {
+  const CpuBudget b = cpu_budget();
+  char line[256];
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  char quota[32] = "none";
+  if (b.quota > 0) std::snprintf(quota, sizeof quota, "%.2f", b.quota);
+  std::snprintf(line, sizeof line, "cpus: affinity %d, cgroup quota %s -> %d threads; OMP_NUM_THREADS=%s GOMP_SPINCOUNT=%s OMP_WAIT_POLICY=%s",
+                b.affinity, quota, b.threads, omp ? omp : "-", spin ? spin : "-", wait ? wait : "-");
+  return line;
+}
+
+}  // namespace drope
