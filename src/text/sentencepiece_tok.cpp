@@ -1,5 +1,6 @@
 // SentencePiece models through Debian's libsentencepiece, reached only through libdrope_sentencepiece.so
-// (sentencepiece_module/bridge.h says why): loading, encoding, decoding and training.
+// (sentencepiece_module/bridge.h says why): loading, encoding, decoding and training. A model file is
+// checked by check_sentencepiece_model before the library sees it.
 #include <dlfcn.h>
 
 #include <filesystem>
@@ -11,6 +12,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/text/sentencepiece_model.h"
 #include "drope/text/tokenizer.h"
 #include "sentencepiece_module/bridge.h"
 
@@ -97,6 +99,7 @@ class SentencePieceTokenizer final : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(std::string path) : path_(std::move(path)) {
     const std::string bytes = read_file(path_);
+    check_sentencepiece_model(bytes, path_);
     std::string err;
     drope_spm* m = nullptr;
     if (spm().load(bytes.data(), bytes.size(), &m, append_bytes, &err) != 0)
