@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include "drope/core/error.h"
+#include "drope/core/files.h"
 
 namespace drope::app {
 
@@ -30,6 +31,7 @@ void tune_allocator() {
 
 int run(const std::function<int()>& body) {
   tune_allocator();
+  drope::ignore_file_size_signal();
   try {
     return body();
   } catch (const drope::Error& e) {
