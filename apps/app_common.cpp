@@ -10,6 +10,7 @@
 
 #include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
+#include "drope/core/files.h"
 #include "drope/kernels/cpu_isa.h"
 
 namespace drope::app {
@@ -38,6 +39,7 @@ __attribute__((section(".preinit_array"), used)) void (*preinit_entry)(int, char
 
 int run(const std::function<int()>& body) {
   tune_allocator();
+  drope::ignore_file_size_signal();
   try {
     kernels::cpu_isa();  // a bad DROPE_CPU_ISA is refused before any work starts
     return body();

@@ -40,6 +40,7 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 // Runs `body`; an error prints one "error: ..." line and exits 1 (drope::app::run without LibTorch).
 int run(const std::function<int()>& body) {
+  drope::ignore_file_size_signal();
   try {
     return body();
   } catch (const std::exception& e) {

@@ -46,8 +46,11 @@ void print_info(drope::DecoderLM& m) {
   fmt::print("parameters: {} ({:.2f}M)\n", m->num_parameters(), m->num_parameters() / 1e6);
 }
 
-void save(drope::DecoderLM& m, const std::string& out, const std::string& dtype) {
-  const bool hf = drope::io::save_model(m, out, {parse_dtype(dtype)});
+void save(drope::DecoderLM& m, const std::string& out, const std::string& dtype, bool force) {
+  drope::io::SaveOptions o;
+  o.dtype = parse_dtype(dtype);
+  o.replace_any = force;
+  const bool hf = drope::io::save_model(m, out, o);
   fmt::print("saved {} ({})\n", out, hf ? "drope.yaml + HF config.json + model.safetensors"
                                          : "drope.yaml + model.safetensors; HF cannot express this model");
 }
@@ -59,7 +62,8 @@ int main(int argc, char** argv) {
   cli.require_subcommand(1);
   std::string model_dir, config, preset, out, dtype = "float32", qk_norm = "none";
   uint64_t seed = 0;
-  bool per_head = false;
+  bool per_head = false, force = false;
+  const char* force_help = "Replace --out even if it is a non-empty directory that is not a drope model";
 
   auto* info = cli.add_subcommand("info", "Print a model's shape, layer plan and parameter count");
   info->add_option("--model", model_dir, "Model directory");
@@ -72,11 +76,13 @@ int main(int argc, char** argv) {
   init->add_option("--seed", seed, "Initialisation seed");
   init->add_option("--out", out, "Output directory")->required();
   init->add_option("--dtype", dtype, "Stored dtype: float32 | bfloat16 | float16");
+  init->add_flag("--force", force, force_help);
 
   auto* convert = cli.add_subcommand("convert", "Import a model directory (HF or drope) and write it back");
   convert->add_option("--model", model_dir, "Input model directory")->required();
   convert->add_option("--out", out, "Output directory")->required();
   convert->add_option("--dtype", dtype, "Stored dtype: float32 | bfloat16 | float16");
+  convert->add_flag("--force", force, force_help);
 
   auto* drop = cli.add_subcommand("drop", "DroPE: remove positional embeddings from every layer, keep weights");
   drop->add_option("--model", model_dir, "Input model directory")->required();
@@ -84,6 +90,7 @@ int main(int argc, char** argv) {
   drop->add_option("--qk-norm", qk_norm, "none | qk | q | k")->check(CLI::IsMember({"none", "qk", "q", "k"}));
   drop->add_flag("--per-head", per_head, "QK-norm per head instead of over the whole projection");
   drop->add_option("--dtype", dtype, "Stored dtype: float32 | bfloat16 | float16");
+  drop->add_flag("--force", force, force_help);
 
   CLI11_PARSE(cli, argc, argv);
   return drope::app::run([&] {
@@ -99,15 +106,15 @@ int main(int argc, char** argv) {
       drope::DecoderLM m(config_from(config, preset));
       m->reset_parameters(seed);
       print_info(m);
-      save(m, out, dtype);
+      save(m, out, dtype, force);
     } else if (*convert) {
       auto m = drope::io::load_model(model_dir);
-      save(m, out, dtype);
+      save(m, out, dtype, force);
     } else if (*drop) {
       auto m = drope::io::load_model(model_dir);
       auto d = drope::drop_positional(m, {qk_norm, per_head});
       print_info(d);
-      save(d, out, dtype);
+      save(d, out, dtype, force);
     }
     return 0;
   });

@@ -596,6 +596,6 @@ TEST(Prepare, ErrorsNameTheFileAndLeaveNoOutput) {
   expect_error([&] { prepare_dataset(b); }, {"noeos", "no end-of-sequence token"});
   EXPECT_EQ(drope::read_file((fs::path(o.out_dir) / "index.json").string()), index_before);
   for (const auto& e : fs::directory_iterator(dir))
-    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+    EXPECT_EQ(e.path().filename().string().find(".drope-tmp-"), std::string::npos) << e.path();
   (void)good;
 }

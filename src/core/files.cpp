@@ -1,15 +1,23 @@
 #include "drope/core/files.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstdint>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 #include "drope/core/error.h"
 
@@ -18,11 +26,75 @@ namespace fs = std::filesystem;
 namespace drope {
 
 namespace {
-std::string temp_sibling(const std::string& path) {
-  std::random_device rd;
-  return fmt::format("{}.tmp-{}-{:x}", path, ::getpid(), rd());
+
+constexpr std::string_view kTempPrefix = ".drope-tmp-";
+
+// The pid in a name made by temp_path_for, or -1 when `name` is not one of ours.
+pid_t temp_owner(std::string_view name) {
+  if (name.substr(0, kTempPrefix.size()) != kTempPrefix) return -1;
+  name.remove_prefix(kTempPrefix.size());
+  int64_t pid = 0;
+  size_t i = 0;
+  for (; i < name.size() && i < 10 && name[i] >= '0' && name[i] <= '9'; ++i) pid = pid * 10 + (name[i] - '0');
+  if (i == 0 || i >= name.size() || name[i] != '-' || pid <= 0 || pid > INT32_MAX) return -1;
+  name.remove_prefix(i + 1);
+  size_t h = 0;
+  while (h < name.size() && h < 16 && std::isxdigit(static_cast<unsigned char>(name[h]))) ++h;
+  if (h == 0 || h >= name.size() || name[h] != '.' || h + 1 == name.size()) return -1;
+  return static_cast<pid_t>(pid);
 }
+
+// True when process `pid` no longer exists.
+bool process_gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+// Removes stale temporaries in `dir` the first time this process writes there.
+void clean_once(const fs::path& dir) {
+  static std::mutex mu;
+  static std::set<std::string> done;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!done.insert(dir.string()).second) return;
+  }
+  remove_stale_temporaries(dir.empty() ? "." : dir.string());
+}
+
 }  // namespace
+
+std::string temp_path_for(const std::string& path) {
+  std::random_device rd;
+  const fs::path p(path);
+  const std::string name = fmt::format("{}{}-{:08x}.{}", kTempPrefix, ::getpid(), rd(), p.filename().string());
+  return p.has_parent_path() ? (p.parent_path() / name).string() : name;
+}
+
+int remove_stale_temporaries(const std::string& dir) {
+  int removed = 0;
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const pid_t pid = temp_owner(it->path().filename().string());
+    if (pid > 0 && pid != ::getpid() && process_gone(pid)) stale.push_back(it->path());
+  }
+  for (const auto& p : stale) {
+    std::error_code rec;
+    fs::remove_all(p, rec);
+    if (!rec) ++removed;
+  }
+  return removed;
+}
+
+void ignore_file_size_signal() { std::signal(SIGXFSZ, SIG_IGN); }
+
+void check_replaceable_dir(const std::string& dir, const std::string& marker, const std::string& what,
+                           const std::string& hint) {
+  std::error_code ec;
+  const auto st = fs::symlink_status(dir, ec);
+  if (ec || !fs::exists(st)) return;
+  if (!fs::is_directory(fs::status(dir, ec))) fail("{}: exists and is not a directory; refusing to replace it", dir);
+  if (fs::is_empty(dir, ec) || fs::exists(fs::path(dir) / marker, ec)) return;
+  fail("{}: exists, is not empty and is not a {} (no {}); refusing to replace it{}", dir, what, marker,
+       hint.empty() ? "" : " (" + hint + ")");
+}
 
 std::string read_file(const std::string& path) {
   std::error_code ec;
@@ -50,8 +122,9 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     fs::create_directories(target.parent_path(), ec);
     if (ec) fail("{}: cannot create directory {} ({})", path, target.parent_path().string(), ec.message());
   }
-  const std::string tmp = temp_sibling(path);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  clean_once(target.parent_path());
+  const std::string tmp = temp_path_for(path);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) fail("{}: cannot create temp file {} ({})", path, tmp, std::strerror(errno));
   const char* p = content.data();
   size_t left = content.size();
@@ -86,13 +159,21 @@ void write_dir_atomic(const std::string& dir, const std::function<void(const std
   fs::create_directories(target.parent_path(), ec);
   if (ec) fail("{}: cannot create parent directory ({})", dir, ec.message());
   if (fs::exists(target) && !fs::is_directory(target)) fail("{}: exists and is not a directory", dir);
-  const std::string tmp = temp_sibling(target.string());
+  clean_once(target.parent_path());
+  const std::string tmp = temp_path_for(target.string());
   fs::create_directories(tmp, ec);
   if (ec) fail("{}: cannot create temp directory {} ({})", dir, tmp, ec.message());
   try {
     fill(tmp);
     for (const auto& e : fs::directory_iterator(tmp)) fsync_path(e.path().string());
     fsync_path(tmp);
+  } catch (const Error& e) {
+    fs::remove_all(tmp, ec);
+    // Name the files as the user knows them: <dir>/x, not <temp dir>/x.
+    std::string msg = e.what();
+    for (size_t at = msg.find(tmp); at != std::string::npos; at = msg.find(tmp, at + target.string().size()))
+      msg.replace(at, tmp.size(), target.string());
+    throw Error(msg);
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;
@@ -106,7 +187,7 @@ void write_dir_atomic(const std::string& dir, const std::function<void(const std
   }
   std::string old;  // fallback where the filesystem cannot exchange: move the previous one aside first
   if (fs::exists(target)) {
-    old = temp_sibling(target.string() + ".old");
+    old = temp_path_for(target.string());
     fs::rename(target, old, ec);
     if (ec) {
       fs::remove_all(tmp, ec);

@@ -119,6 +119,7 @@ bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptio
 
 bool save_model(DecoderLM& model, const std::string& dir, const SaveOptions& opt) {
   bool hf = false;
+  if (!opt.replace_any) check_replaceable_dir(dir, "drope.yaml", "model directory", "pass --force to replace it anyway");
   write_dir_atomic(dir, [&](const std::string& tmp) { hf = write_model_files(model, tmp, opt); });
   return hf;
 }

@@ -133,11 +133,7 @@ DatasetIndex prepare_dataset(const PrepareOptions& o) {
   const bool train_tok = o.train_vocab_size > 0;
   if (train_tok == !o.tokenizer.empty())
     fail("give either an existing tokenizer or a vocabulary size to train a SentencePiece model (exactly one)");
-  {
-    std::error_code ec;
-    if (fs::is_directory(o.out_dir, ec) && !fs::is_empty(o.out_dir, ec) && !fs::exists(fs::path(o.out_dir) / "index.json", ec))
-      fail("{}: exists and is not a prepared dataset (no index.json); refusing to replace it", o.out_dir);
-  }
+  check_replaceable_dir(o.out_dir, "index.json", "prepared dataset", "");
   const std::vector<std::string> files = expand_inputs(o.inputs);
 
   // Pass 1: validate every document and count them.

@@ -1,14 +1,29 @@
-// SentencePiece models through Debian's libsentencepiece: loading, encoding, decoding and training.
-#include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
+// SentencePiece models through Debian's libsentencepiece, reached only through libdrope_sentencepiece.so
+// (sentencepiece_module/bridge.h says why): loading, encoding, decoding and training. A model file is
+// checked by check_sentencepiece_model before the library sees it.
+#include <dlfcn.h>
 
 #include <filesystem>
-#include <fstream>
-#include <unordered_map>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/text/sentencepiece_model.h"
 #include "drope/text/tokenizer.h"
+#include "sentencepiece_module/bridge.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DROPE_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define DROPE_ASAN 1
+#endif
 
 namespace fs = std::filesystem;
 
@@ -16,62 +31,116 @@ namespace drope::text {
 
 namespace {
 
+// Where the module may be: beside the running executable, one directory up (tests/, fuzz/), then where
+// the build put it.
+std::vector<fs::path> module_candidates() {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    out.push_back(exe.parent_path() / "libdrope_sentencepiece.so");
+    out.push_back(exe.parent_path().parent_path() / "libdrope_sentencepiece.so");
+  }
+  out.emplace_back(DROPE_SENTENCEPIECE_MODULE);
+  return out;
+}
+
+// Opens the module and resolves its functions. RTLD_LOCAL keeps its symbols (and libsentencepiece's)
+// out of the global scope; RTLD_DEEPBIND makes libsentencepiece bind its own symbols before the global
+// ones. The sanitizers refuse RTLD_DEEPBIND; their builds are torch-free, with no libc10 to clash with.
+drope_spm_api open_module() {
+  int flags = RTLD_NOW | RTLD_LOCAL;
+#ifndef DROPE_ASAN
+  flags |= RTLD_DEEPBIND;
+#endif
+  std::string tried;
+  void* h = nullptr;
+  for (const auto& p : module_candidates()) {
+    std::error_code ec;
+    if (!fs::is_regular_file(p, ec)) continue;
+    h = ::dlopen(p.c_str(), flags);
+    if (h) break;
+    const char* e = ::dlerror();
+    tried += fmt::format("; {}: {}", p.string(), e ? e : "dlopen failed");
+  }
+  if (!h) fail("cannot load libdrope_sentencepiece.so (SentencePiece support){}", tried.empty() ? "; not found" : tried);
+  drope_spm_api api{};
+  auto sym = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(h, name));
+    if (!fn) fail("libdrope_sentencepiece.so has no {}", name);
+  };
+  sym(api.load, "drope_spm_load");
+  sym(api.free, "drope_spm_free");
+  sym(api.info, "drope_spm_info");
+  sym(api.encode, "drope_spm_encode");
+  sym(api.decode, "drope_spm_decode");
+  sym(api.train, "drope_spm_train");
+  return api;  // never dlclose()d: models stay usable until exit
+}
+
+// The module's functions, loaded on first use.
+const drope_spm_api& spm() {
+  static std::mutex mu;
+  static std::unique_ptr<drope_spm_api> api;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!api) api = std::make_unique<drope_spm_api>(open_module());
+  return *api;
+}
+
+// Callbacks of the module's interface: append what they receive to a std::string / id vector.
+void append_bytes(void* ctx, const char* data, size_t size) { static_cast<std::string*>(ctx)->append(data, size); }
+void append_ids(void* ctx, const int32_t* ids, size_t n) {
+  auto* v = static_cast<std::vector<int32_t>*>(ctx);
+  v->insert(v->end(), ids, ids + n);
+}
+
 // A loaded SentencePiece model.
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(std::string path) : path_(std::move(path)) {
     const std::string bytes = read_file(path_);
-    if (bytes.empty()) fail("{}: empty file; expected a SentencePiece model", path_);
-    const auto st = sp_.LoadFromSerializedProto(bytes);
-    if (!st.ok()) fail("{}: not a valid SentencePiece model ({})", path_, st.ToString());
-    if (sp_.GetPieceSize() <= 0) fail("{}: SentencePiece model has an empty vocabulary", path_);
+    check_sentencepiece_model(bytes, path_);
+    std::string err;
+    drope_spm* m = nullptr;
+    if (spm().load(bytes.data(), bytes.size(), &m, append_bytes, &err) != 0)
+      fail("{}: not a valid SentencePiece model ({})", path_, err);
+    model_.reset(m);
+    spm().info(m, &pieces_, &bos_, &eos_);
+    if (pieces_ <= 0) fail("{}: SentencePiece model has an empty vocabulary", path_);
   }
 
   std::vector<int32_t> encode(std::string_view text) const override {
     if (const int64_t bad = utf8_error_offset(text); bad >= 0) fail("text is not valid UTF-8 at byte {}", bad);
-    std::vector<int> ids;
-    const auto st = sp_.Encode(text, &ids);
-    if (!st.ok()) fail("{}: SentencePiece encode failed ({})", path_, st.ToString());
-    return {ids.begin(), ids.end()};
+    std::vector<int32_t> ids;
+    std::string err;
+    if (spm().encode(model_.get(), text.data(), text.size(), append_ids, &ids, append_bytes, &err) != 0)
+      fail("{}: SentencePiece encode failed ({})", path_, err);
+    return ids;
   }
 
   std::string decode(const std::vector<int32_t>& ids, bool /*skip_special*/) const override {
-    const int n = sp_.GetPieceSize();
-    std::vector<int> v;
-    v.reserve(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (ids[i] < 0 || ids[i] >= n) fail("token id {} at index {} is outside the vocabulary [0, {}) of {}", ids[i], i, n, path_);
-      v.push_back(ids[i]);
-    }
-    std::string out;
-    const auto st = sp_.Decode(v, &out);
-    if (!st.ok()) fail("{}: SentencePiece decode failed ({})", path_, st.ToString());
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] < 0 || ids[i] >= pieces_)
+        fail("token id {} at index {} is outside the vocabulary [0, {}) of {}", ids[i], i, pieces_, path_);
+    std::string out, err;
+    if (spm().decode(model_.get(), ids.data(), ids.size(), append_bytes, &out, append_bytes, &err) != 0)
+      fail("{}: SentencePiece decode failed ({})", path_, err);
     return utf8_lossy(out);
   }
 
-  int64_t vocab_size() const override { return sp_.GetPieceSize(); }
-  int32_t eos_id() const override { return sp_.eos_id(); }
-  int32_t bos_id() const override { return sp_.bos_id(); }
+  int64_t vocab_size() const override { return pieces_; }
+  int32_t eos_id() const override { return eos_; }
+  int32_t bos_id() const override { return bos_; }
   std::string kind() const override { return "sentencepiece"; }
   const std::string& path() const override { return path_; }
 
  private:
+  struct Free {
+    void operator()(drope_spm* m) const { spm().free(m); }
+  };
   std::string path_;
-  sentencepiece::SentencePieceProcessor sp_;
-};
-
-// Feeds collected lines to the SentencePiece trainer.
-class LineIterator final : public sentencepiece::SentenceIterator {
- public:
-  explicit LineIterator(const std::vector<std::string>& lines) : lines_(lines) {}
-  bool done() const override { return i_ >= lines_.size(); }
-  void Next() override { ++i_; }
-  const std::string& value() const override { return lines_[i_]; }
-  sentencepiece::util::Status status() const override { return {}; }
-
- private:
-  const std::vector<std::string>& lines_;
-  size_t i_ = 0;
+  std::unique_ptr<drope_spm, Free> model_;
+  int32_t pieces_ = 0, bos_ = -1, eos_ = -1;
 };
 
 // Largest prefix length <= max of `s` that ends on a UTF-8 character boundary.
@@ -99,6 +168,8 @@ void train_sentencepiece(const TextSource& source, const SentencePieceTrainOptio
   if (options.vocab_size < 260 || options.vocab_size > (int64_t{1} << 24))
     fail("SentencePiece vocab size must be in [260, 16777216] (256 byte pieces + unk/bos/eos + more), got {}",
          options.vocab_size);
+  if (options.normalization_rule != "identity" && options.normalization_rule != "nmt_nfkc")
+    fail("SentencePiece normalization rule must be identity or nmt_nfkc, got '{}'", options.normalization_rule);
   std::vector<std::string> lines;
   int64_t bytes = 0;
   const size_t max_len = static_cast<size_t>(std::max<int64_t>(options.max_sentence_bytes, 16));
@@ -112,11 +183,11 @@ void train_sentencepiece(const TextSource& source, const SentencePieceTrainOptio
   });
   if (lines.empty()) fail("{}: no training text for the SentencePiece model", out_model);
 
-  const std::unordered_map<std::string, std::string> kwargs = {
+  const std::vector<std::pair<std::string, std::string>> kwargs = {
       {"model_type", options.model_type},
       {"vocab_size", std::to_string(options.vocab_size)},
       {"byte_fallback", "true"},
-      {"normalization_rule_name", "identity"},
+      {"normalization_rule_name", options.normalization_rule},
       {"remove_extra_whitespaces", "false"},
       {"allow_whitespace_only_pieces", "true"},
       {"split_digits", "true"},
@@ -128,10 +199,20 @@ void train_sentencepiece(const TextSource& source, const SentencePieceTrainOptio
       {"pad_id", "-1"},
       {"minloglevel", "2"},
   };
-  LineIterator it(lines);
-  std::string proto;
-  const auto st = sentencepiece::SentencePieceTrainer::Train(kwargs, &it, &proto);
-  if (!st.ok()) fail("{}: SentencePiece training failed ({})", out_model, st.ToString());
+  std::vector<const char*> keys, values, line_ptrs;
+  std::vector<size_t> sizes;
+  for (const auto& [k, v] : kwargs) {
+    keys.push_back(k.c_str());
+    values.push_back(v.c_str());
+  }
+  for (const auto& l : lines) {
+    line_ptrs.push_back(l.data());
+    sizes.push_back(l.size());
+  }
+  std::string proto, err;
+  if (spm().train(keys.data(), values.data(), keys.size(), line_ptrs.data(), sizes.data(), lines.size(), append_bytes,
+                  &proto, append_bytes, &err) != 0)
+    fail("{}: SentencePiece training failed ({})", out_model, err);
   write_file_atomic(out_model, proto);
 }
 

@@ -154,7 +154,7 @@ void install_stop_handlers() {
     while (sigwait(&set, &sig) == 0) g_stop = true;
   }).detach();
   // A file-size limit (RLIMIT_FSIZE) must make write() fail with EFBIG, a clean error, not kill us.
-  std::signal(SIGXFSZ, SIG_IGN);
+  ignore_file_size_signal();
 }
 
 TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
@@ -195,7 +195,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   std::map<std::string, torch::Tensor> opt_state;
   int64_t opt_steps = 0;
   if (main_rank) {
-    const int removed = remove_stale_temporaries(cfg.out_dir);
+    const int removed = remove_stale_run_temporaries(cfg.out_dir);
     if (removed > 0 && say) fmt::print("removed {} incomplete temporary file(s) of an interrupted run\n", removed);
   }
   const std::optional<std::string> newest = latest_checkpoint(cfg.out_dir);

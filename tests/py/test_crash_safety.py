@@ -62,7 +62,7 @@ def log_lines(run_dir):
 
 def checkpoints(run_dir):
     d = run_dir / "checkpoints"
-    return sorted(p for p in d.iterdir() if p.name.startswith("step-") and ".tmp-" not in p.name) if d.exists() else []
+    return sorted(p for p in d.iterdir() if p.name.startswith("step-")) if d.exists() else []
 
 
 def check_readable(ckpt):
@@ -102,7 +102,7 @@ def poll(p, cond, period=0.0005):
 
 def temp_entries(ckpt_dir):
     try:
-        return [n for n in os.listdir(ckpt_dir) if ".tmp-" in n]
+        return [n for n in os.listdir(ckpt_dir) if n.startswith(".drope-tmp-")]
     except FileNotFoundError:
         return []
 
@@ -168,7 +168,7 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted(tmp):
     print(f"kills {kills} ({modes}), {mid_write} inside a checkpoint write, {starts} starts")
     assert kills >= 20, f"the run finished after only {kills} kills; make it longer"
     assert mid_write >= 1, "no kill landed inside a checkpoint write"
-    assert not temp_entries(ckpt_dir) and not [n for n in os.listdir(run_dir) if ".tmp-" in n]
+    assert not temp_entries(ckpt_dir) and not [n for n in os.listdir(run_dir) if n.startswith(".drope-tmp-")]
     assert len(checkpoints(run_dir)) == 2  # keep_last, once the final save has pruned
     for c in checkpoints(run_dir):
         check_readable(c)

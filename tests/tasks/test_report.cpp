@@ -31,7 +31,7 @@ TEST(Report, WritesThreeFilesAtomically) {
   EXPECT_EQ(read_file(paths[0]), "{\n  \"k\": 1\n}\n");
   EXPECT_EQ(read_file(paths[1]), "x\n1.0\n");
   for (auto& e : std::filesystem::directory_iterator(dir / "sub"))
-    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+    EXPECT_EQ(e.path().filename().string().find(".drope-tmp"), std::string::npos) << e.path();
   EXPECT_EQ(fixed(std::nan("")), "nan");
 }
 

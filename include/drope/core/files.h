@@ -12,12 +12,32 @@ std::string read_file(const std::string& path);
 
 // Writes `path` atomically: the content goes to a temp file in the same directory, is fsynced, then
 // renamed over `path`, and the directory is fsynced. On any failure the temp file is removed and
-// `path` is left as it was.
+// `path` is left as it was. The first write into a directory also removes our stale temporaries there.
 void write_file_atomic(const std::string& path, const std::string& content);
 
 // Like write_file_atomic, for a whole directory: `fill(tmp_dir)` writes into a fresh temp directory
-// beside `dir`, which then replaces `dir`. If `fill` throws, nothing of `dir` changes.
+// beside `dir`, which then replaces `dir`. If `fill` throws, nothing of `dir` changes. Callers check
+// with check_replaceable_dir that an existing `dir` is theirs to replace.
 void write_dir_atomic(const std::string& dir, const std::function<void(const std::string&)>& fill);
+
+// Fails unless `dir` is absent, empty, or holds `marker` (a file our tools write into every directory of
+// this kind, e.g. drope.yaml for a model): a tool never replaces a directory it did not create. `what`
+// names the kind; `hint` (may be empty) says how to override.
+void check_replaceable_dir(const std::string& dir, const std::string& marker, const std::string& what,
+                           const std::string& hint);
+
+// A temporary name for `path` in its directory: ".drope-tmp-<pid>-<random>.<name of path>". Only we
+// produce names of this form, and the pid says whose it is.
+std::string temp_path_for(const std::string& path);
+
+// Removes the temporaries (temp_path_for) in `dir` whose process no longer runs: what an interrupted
+// drope tool left behind, never another program's files nor a live drope process's temporaries.
+// Returns how many entries were removed.
+int remove_stale_temporaries(const std::string& dir);
+
+// Makes a write beyond the file-size limit (RLIMIT_FSIZE) fail with EFBIG, reported as a write error
+// naming the file, instead of SIGXFSZ killing the process. Every tool calls it at start-up.
+void ignore_file_size_signal();
 
 // fsyncs a file or directory by path.
 void fsync_path(const std::string& path);

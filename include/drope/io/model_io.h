@@ -24,9 +24,11 @@ DecoderLM load_model(const std::string& dir);
 
 struct SaveOptions {
   at::ScalarType dtype = at::kFloat;  // stored dtype of the weights
+  bool replace_any = false;           // replace an existing non-empty directory even if it is not a model of ours
 };
 // Writes drope.yaml, model.safetensors and (when HF can express the model) config.json, atomically
-// as a directory. Returns whether config.json was written.
+// as a directory. An existing non-empty `dir` without drope.yaml is refused unless opt.replace_any.
+// Returns whether config.json was written.
 bool save_model(DecoderLM& model, const std::string& dir, const SaveOptions& opt = {});
 // The same files written into an existing directory (for callers that build a directory atomically).
 bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptions& opt = {});

@@ -52,6 +52,9 @@ struct SentencePieceTrainOptions {
   int num_threads = 2;
   // Sentences longer than this many bytes are cut into pieces for training only.
   int64_t max_sentence_bytes = 4096;
+  // Normalisation: identity (every text round-trips) or nmt_nfkc (SentencePiece's default, NFKC with a
+  // precompiled charsmap in the model).
+  std::string normalization_rule = "identity";
 };
 
 // Source of training text: calls `emit(line)` for every training line, in a fixed order.
