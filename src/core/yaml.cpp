@@ -103,9 +103,13 @@ YamlMap::YamlMap(YAML::Node node, std::string source, std::string prefix)
 std::string YamlMap::path(const std::string& key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
 
 std::string YamlMap::where(const std::string& key) const {
-  if (node_ && node_.IsMap() && node_[key]) {
-    auto m = node_[key].Mark();
-    if (m.line >= 0) return fmt::format("{}:{}:{}: key '{}'", source_, m.line + 1, m.column + 1, path(key));
+  if (node_ && node_.IsMap()) {
+    // The key's own position: a null value (`key:` and nothing) is marked on the line after it.
+    for (const auto& kv : node_) {
+      if (!kv.first.IsScalar() || kv.first.Scalar() != key) continue;
+      const auto m = kv.first.Mark();
+      if (m.line >= 0) return fmt::format("{}:{}:{}: key '{}'", source_, m.line + 1, m.column + 1, path(key));
+    }
   }
   return fmt::format("{}: key '{}'", source_, path(key));
 }
