@@ -26,7 +26,7 @@ def test_logits_token_file_errors(tmp, model_dir):
     out = tmp / "out.safetensors"
     cases = {
         "missing.json": (None, ["missing.json", "not found"]),
-        "malformed.json": ("[[1, 2, 3]", ["malformed.json", "not valid JSON"]),
+        "malformed.json": ("[[1, 2, 3]", ["malformed.json", "invalid JSON"]),
         "ragged.json": (json.dumps([[1, 2, 3], [4, 5]]), ["ragged.json", "entry 1 has 2 tokens"]),
         "vocab.json": (json.dumps([[1, 2, 999]]), ["vocab.json", "token id 999", "[0, 256)"]),
         "negative.json": (json.dumps([[1, -2]]), ["negative.json", "token id -2"]),
@@ -71,7 +71,7 @@ def test_model_dir_errors(tmp, model_dir):
     expect_error(logits(tmp / "m2", toks, out), "drope.yaml:2", "hidden_sise", "unknown key")
     (tmp / "m2" / "drope.yaml").unlink()
     (tmp / "m2" / "config.json").write_text('{"model_type": "llama", "hidden_size": ')
-    expect_error(logits(tmp / "m2", toks, out), "config.json", "not valid JSON")
+    expect_error(logits(tmp / "m2", toks, out), "config.json", "invalid JSON")
     assert not out.exists()
 
 
