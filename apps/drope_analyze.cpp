@@ -11,9 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "app_common.h"
+#include "cli_numbers.h"
 #include "drope/analyze/positional_bias.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/numbers.h"
 #include "drope/eval/logits.h"
 #include "drope/io/model_io.h"
 #include "drope/model/drope.h"
@@ -160,12 +162,14 @@ int main(int argc, char** argv) {
   na->add_option("--haystack", nd.haystack, "Haystack text file (default GPL-3 from /usr/share/common-licenses)");
   na->add_option("--seed", nd.seed, "Seed of the needle's key and value");
   na->add_option("--out", nd.out, "Output directory for needle_attention.{png,svg,json,csv}")->required();
+  drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);
 
   if (na->parsed())
     return drope::app::run([&] {
       if (nd.depth < 0 || nd.depth > 100) drope::fail("--depth must be in [0, 100], got {}", nd.depth);
       if (nd.window < 0) drope::fail("--window must be >= 0, got {}", nd.window);
+      if (nd.length < 0) drope::fail("--length must be a positive number of tokens (or 0 for the default), got {}", nd.length);
       const std::string hay = drope::read_file(nd.haystack);
       if (hay.empty()) drope::fail("--haystack {}: the file is empty", nd.haystack);
       if (drope::text::utf8_error_offset(hay) >= 0)
@@ -186,18 +190,22 @@ int main(int argc, char** argv) {
         double v = 0;
         if (kind != "none") {
           if (colon == std::string::npos) drope::fail("--method {}: expected KIND:VALUE, e.g. yarn:2", m);
+          const std::string num = m.substr(colon + 1);
+          size_t used = 0;
           try {
-            v = std::stod(m.substr(colon + 1));
+            v = std::stod(num, &used);
           } catch (const std::exception&) {
-            drope::fail("--method {}: '{}' is not a number", m, m.substr(colon + 1));
+            used = 0;
           }
+          if (used == 0 || used != num.size()) drope::fail("--method {}: '{}' is not a number", m, num);
         }
-        if (kind == "temperature" && v < 0) drope::fail("--method {}: the temperature coefficient must be >= 0", m);
+        if (kind == "temperature")
+          drope::check_number(v, fmt::format("--method {}: the temperature coefficient", m), drope::Interval::non_negative());
         if (kind != "none" && kind != "temperature") {
           if (!(kind == "pi" || kind == "ntk" || kind == "dynamic-ntk" || kind == "yarn" || kind == "dynamic-yarn"))
             drope::fail("--method {}: unknown kind '{}' (none, pi, ntk, dynamic-ntk, yarn, dynamic-yarn, temperature)",
                         m, kind);
-          if (!(v > 1)) drope::fail("--method {}: the factor must be > 1", m);
+          drope::check_number(v, fmt::format("--method {}: the factor", m), drope::Interval::above(1));
         }
         methods.emplace_back(m, kind, v);
       }
@@ -271,13 +279,16 @@ int main(int argc, char** argv) {
   return drope::app::run([&] {
     if (rs->parsed()) {
       if (head_dim <= 2 || head_dim % 2) drope::fail("--head-dim must be an even number > 2, got {}", head_dim);
-      if (!(theta > 1)) drope::fail("--theta must be > 1, got {}", theta);
+      drope::check_number(theta, "--theta", drope::Interval::above(1));
+      drope::check_number(s.beta_fast, "--beta-fast", drope::Interval::positive());
+      drope::check_number(s.beta_slow, "--beta-slow", drope::Interval::positive());
       if (max_position <= 0) drope::fail("--train-length must be positive, got {}", max_position);
+      if (seq_len < 0) drope::fail("--seq-len must be >= 0 (0 = --train-length), got {}", seq_len);
       if (factors.empty()) factors = {2.0, 3.0, 4.0};
       nlohmann::json res = nlohmann::json::array();
       const auto base = drope::rope_base_frequencies(theta, head_dim);
       for (double f : factors) {
-        if (!(f >= 1.0)) drope::fail("--factor must be >= 1, got {}", f);
+        drope::check_number(f, "--factor", drope::Interval::at_least(1));
         auto sc = s;
         sc.factor = f;
         auto r = drope::rope_frequencies(theta, head_dim, sc, max_position, seq_len > 0 ? seq_len : max_position);

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app_common.h"
+#include "cli_numbers.h"
 #include "drope/bench/attention_bench.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
   lay->add_option("--repeats", lo.repeats, "Timed runs (median reported)")->capture_default_str();
   lay->add_option("--threads", lo.threads, "Intra-op threads (0 = LibTorch default)");
   lay->add_option("--json", lo.json, "Also write the numbers as JSON here (atomic)");
+  drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);
 
   if (lay->parsed())

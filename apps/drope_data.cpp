@@ -9,29 +9,26 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/json.h"
 #include "drope/text/prepare.h"
 #include "drope/text/tokenizer.h"
+
+#include "cli_numbers.h"
 
 namespace {
 
 using json = nlohmann::json;
 
-json parse_json_file(const std::string& path) {
-  try {
-    return json::parse(drope::read_file(path));
-  } catch (const json::exception& e) {  // parse_error, or out_of_range: a number that overflows
-    drope::fail("{}: invalid JSON ({})", path, e.what());
-  }
-}
+json parse_json_file(const std::string& path) { return drope::read_json_file(path); }
 
 // A JSON list of token ids → ids, naming the file and index on a bad entry.
 std::vector<int32_t> ids_from(const json& j, const std::string& where) {
   if (!j.is_array()) drope::fail("{}: expected a list of token ids", where);
   std::vector<int32_t> ids;
   for (size_t i = 0; i < j.size(); ++i) {
-    if (!j[i].is_number_integer() || j[i].get<int64_t>() < 0 || j[i].get<int64_t>() > INT32_MAX)
-      drope::fail("{}[{}]: expected a non-negative integer token id", where, i);
-    ids.push_back(j[i].get<int32_t>());
+    const int64_t id = drope::json_int64(j[i], fmt::format("{}[{}]: token id", where, i));
+    if (id < 0 || id > INT32_MAX) drope::fail("{}[{}]: expected a non-negative integer token id, got {}", where, i, id);
+    ids.push_back(static_cast<int32_t>(id));
   }
   return ids;
 }
@@ -82,6 +79,8 @@ int main(int argc, char** argv) {
   decode->add_option("--tokenizer", tokenizer, "SentencePiece .model, tokenizer.json, or a directory")->required();
   decode->add_option("--ids", ids_file, "JSON list of ids → \"text\", or list of lists → [\"text\", ...]")->required();
   decode->add_flag("--skip-special", skip_special, "Leave special tokens out");
+
+  drope::app::check_numeric_flags(cli);
 
   CLI11_PARSE(cli, argc, argv);
   return run([&] {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app_common.h"
+#include "cli_numbers.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/io/model_io.h"
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   cli.add_option("--steps", steps, "Pretraining steps")->check(CLI::Range(1, 1000000));
   cli.add_option("--recal-steps", recal_steps, "DroPE recalibration steps")->check(CLI::Range(1, 1000000));
   cli.add_option("--threads", threads, "Intra-op threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);
   // The trained RoPE model's weights with an evaluation-time scaling method.
   auto scaled = [](drope::DecoderLM& base, const std::string& type, double factor) {

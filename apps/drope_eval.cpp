@@ -1,6 +1,7 @@
 // drope-eval: evaluation tools. Each command family lives in apps/eval/.
 #include <CLI/CLI.hpp>
 
+#include "cli_numbers.h"
 #include "eval/common.h"
 
 int main(int argc, char** argv) {
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   drope::evalcli::add_niah_commands(cli, rc);
   drope::evalcli::add_longbench_commands(cli, rc);
   drope::evalcli::add_compare_command(cli, rc);
+  drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);
   return rc;
 }

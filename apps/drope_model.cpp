@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "app_common.h"
+#include "cli_numbers.h"
 #include "drope/core/error.h"
 #include "drope/io/model_io.h"
 #include "drope/model/drope.h"
@@ -91,6 +92,8 @@ int main(int argc, char** argv) {
   drop->add_flag("--per-head", per_head, "QK-norm per head instead of over the whole projection");
   drop->add_option("--dtype", dtype, "Stored dtype: float32 | bfloat16 | float16");
   drop->add_flag("--force", force, force_help);
+
+  drope::app::check_numeric_flags(cli);
 
   CLI11_PARSE(cli, argc, argv);
   return drope::app::run([&] {

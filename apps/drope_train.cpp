@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "app_common.h"
+#include "cli_numbers.h"
 #include "drope/train/distributed.h"
 #include "drope/train/run_config.h"
 #include "drope/train/trainer.h"
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   cli.add_flag("--resume", resume, "Continue from the newest checkpoint in run.out_dir (automatic after a torchrun restart)");
   cli.add_flag("--quiet", quiet, "Only errors on the console");
   cli.add_flag("--print-config", print_config, "Print the resolved config and exit");
+  drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);
   return drope::app::run([&] {
     drope::train::install_stop_handlers();  // first: before LibTorch or oneDNN start threads

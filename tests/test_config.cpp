@@ -1,4 +1,6 @@
 #include <fstream>
+#include <limits>
+#include <vector>
 
 #include "drope/config/model_config.h"
 #include "drope/core/files.h"
@@ -96,4 +98,76 @@ TEST(Config, ValidationNamesTheProblem) {
   test::expect_error([&] { load_model_config_file(q); }, {"swa.yaml", "window"});
   auto r = write(d, "layers.yaml", "preset: tiny\npositional: {layers: [rope, nope]}\n");
   test::expect_error([&] { load_model_config_file(r); }, {"layers.yaml", "2 entries", "(4)"});
+}
+
+TEST(Config, DuplicateKeysAndSectionsAreRefusedWithBothLines) {
+  auto d = test::tmp_dir("cfg_dup");
+  // yaml-cpp keeps the first of two equal keys without a word; other YAML readers keep the last.
+  auto p = write(d, "dupkey.yaml", "preset: tiny\nnum_layers: 2\nhidden_size: 64\nnum_layers: 8\n");
+  test::expect_error([&] { load_model_config_file(p); }, {"dupkey.yaml:4:", "duplicate key 'num_layers'", "line 2"});
+  auto q = write(d, "dupsection.yaml", "model:\n  preset: tiny\nmodel:\n  preset: micro\n");
+  test::expect_error([&] { load_model_config_file(q); }, {"dupsection.yaml:3:", "duplicate key 'model'", "line 1"});
+  auto r = write(d, "nested.yaml", "preset: tiny\npositional:\n  type: rope\n  rope_theta: 10\n  rope_theta: 1e6\n");
+  test::expect_error([&] { load_model_config_file(r); }, {"nested.yaml:5:", "duplicate key 'rope_theta'"});
+}
+
+TEST(Config, SeveralDocumentsNonUtf8AndDeepNestingAreRefused) {
+  auto d = test::tmp_dir("cfg_docs");
+  auto p = write(d, "two.yaml", "preset: tiny\n---\npreset: micro\n");
+  test::expect_error([&] { load_model_config_file(p); }, {"two.yaml:3", "second YAML document", "exactly one"});
+  auto q = write(d, "latin1.yaml", "preset: tiny\npositional:\n  type: rope # caf\xe9\n");
+  test::expect_error([&] { load_model_config_file(q); }, {"latin1.yaml:3:", "not valid UTF-8", "0xe9"});
+  // 200 levels: under yaml-cpp's own recursion guard (2000 parser frames, several per level), over ours
+  // (128, as for JSON).
+  auto r = write(d, "deep.yaml", "preset: tiny\nx: " + std::string(200, '[') + std::string(200, ']') + "\n");
+  test::expect_error([&] { load_model_config_file(r); }, {"deep.yaml", "nested more than 128 levels"});
+  // Exactly one document with an explicit start marker is fine.
+  auto ok = write(d, "marker.yaml", "---\npreset: micro\n");
+  EXPECT_EQ(load_model_config_file(ok).num_layers, 2);
+}
+
+TEST(Config, NullValuesSayNull) {
+  auto d = test::tmp_dir("cfg_null");
+  auto p = write(d, "n.yaml", "preset: tiny\nrms_eps:\n");
+  test::expect_error([&] { load_model_config_file(p); }, {"n.yaml:2:", "rms_eps", "expected a number, got null"});
+  auto q = write(d, "s.yaml", "preset: tiny\narch: ~\n");
+  test::expect_error([&] { load_model_config_file(q); }, {"s.yaml:2:", "arch", "got null"});
+  auto r = write(d, "l.yaml", "preset: tiny\npositional: {layers: [rope, null, rope, rope]}\n");
+  test::expect_error([&] { load_model_config_file(r); }, {"l.yaml", "element 1", "got null"});
+}
+
+TEST(Config, NonFiniteAndOverflowingNumbersAreRefused) {
+  auto d = test::tmp_dir("cfg_nonfinite");
+  struct Case {
+    const char* yaml;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Case> cases = {
+      {"positional: {rope_theta: .inf}\n", {"positional.rope_theta", "finite", "inf"}},
+      {"rms_eps: .nan\n", {"rms_eps", "finite", "nan"}},
+      {"init_std: -.inf\n", {"init_std", "finite"}},
+      {"softmax_temperature: .inf\n", {"softmax_temperature", "finite"}},
+      {"positional: {scaling: {type: yarn, factor: .inf}}\n", {"scaling.factor", "finite"}},
+      {"positional: {scaling: {type: yarn, factor: 4, beta_fast: .nan}}\n", {"beta_fast", "finite"}},
+      {"positional: {scaling: {type: yarn, factor: 4, beta_slow: 0}}\n", {"beta_slow", "> 0", "got 0"}},
+      {"positional: {scaling: {type: yarn, factor: 4, attention_factor: .inf}}\n", {"attention_factor", "finite"}},
+      {"positional: {rope_theta: 1e999}\n", {"rope_theta", "out of range"}},
+      {"vocab_size: 99999999999999999999\n", {"vocab_size", "integer 99999999999999999999 is out of range"}},
+      {"vocab_size: -99999999999999999999\n", {"vocab_size", "out of range"}},
+  };
+  for (const auto& c : cases) {
+    auto p = write(d, "m.yaml", std::string("preset: tiny\n") + c.yaml);
+    std::vector<std::string> n = c.needles;
+    n.push_back("m.yaml");
+    try {
+      load_model_config_file(p);
+      ADD_FAILURE() << "accepted: " << c.yaml;
+    } catch (const Error& e) {
+      for (const auto& s : n) EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what() << "\nmissing: " << s;
+    }
+  }
+  // The same check guards configs built in code (HF import, presets edited by a caller).
+  auto c = model_preset("micro");
+  c.positional.rope_theta = std::numeric_limits<double>::infinity();
+  test::expect_error([&] { c.validate("src"); }, {"src: model.positional.rope_theta must be a finite number > 1, got inf"});
 }

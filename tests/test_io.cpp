@@ -1,5 +1,11 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 
 #include <torch/torch.h>
 
@@ -119,4 +125,39 @@ TEST(ModelIO, HfConfigErrors) {
   test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"rope_scaling\": {\"type\": \"su\"}}", "c.json"); },
                      {"c.json", "su"});
   test::expect_error([] { io::parse_hf_config("[1,", "c.json"); }, {"c.json", "JSON"});
+}
+
+TEST(Safetensors, FifosAreRefusedAndLayoutMustBeExact) {
+  auto d = test::tmp_dir("st_fifo");
+  const std::string fifo = d + "/model.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Without a writer, open() on a FIFO blocks: the reader must refuse it before that.
+  auto done = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      io::SafetensorsFile f(fifo);
+      return "accepted";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  });
+  if (done.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    ADD_FAILURE() << "blocked on the FIFO";
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // release the reader
+    if (fd >= 0) ::close(fd);
+  }
+  const std::string msg = done.get();
+  EXPECT_NE(msg.find(fifo), std::string::npos) << msg;
+  EXPECT_NE(msg.find("FIFO"), std::string::npos) << msg;
+
+  // Two readers must load the same weights: appended bytes and repeated names are refused.
+  io::save_safetensors(d + "/ok.safetensors", {{"a", torch::ones({2})}, {"b", torch::zeros({3})}});
+  const std::string good = read_file(d + "/ok.safetensors");
+  write_file_atomic(d + "/tail.safetensors", good + "hidden");
+  test::expect_error([&] { io::SafetensorsFile f(d + "/tail.safetensors"); }, {"tail.safetensors", "6 trailing bytes"});
+  std::string dup = good;
+  const auto at = dup.find("\"b\"");
+  ASSERT_NE(at, std::string::npos);
+  dup[at + 1] = 'a';  // the header now names "a" twice
+  write_file_atomic(d + "/dup.safetensors", dup);
+  test::expect_error([&] { io::SafetensorsFile f(d + "/dup.safetensors"); }, {"dup.safetensors", "duplicate key \"a\""});
 }

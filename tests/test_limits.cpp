@@ -1,9 +1,16 @@
 // Sizes read from files are checked before anything is allocated: a header, config or tokenizer claiming
 // 10^12 elements is a clear error naming the file, not an allocation. Torch-free (also part of the
 // sanitizer test binary).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <future>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -11,10 +18,13 @@
 
 #include "drope/config/model_config.h"
 #include "drope/core/files.h"
+#include "drope/core/json.h"
 #include "drope/io/hf_config.h"
 #include "drope/io/safetensors_header.h"
+#include "drope/text/jsonl.h"
 #include "drope/text/shards.h"
 #include "drope/text/tokenizer.h"
+#include "drope/train/checkpoint_state.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -133,4 +143,135 @@ TEST(Limits, DatasetIndexVocabularyAndTokenCounts) {
                             {"documents", 1}};
   drope::write_file_atomic(p, idx.dump());
   expect_error([&] { drope::text::read_index(p); }, {p, "splits.train.shards[0].tokens", "is outside"});
+}
+
+namespace {
+
+// `depth` nested arrays around a 1.
+std::string nested_arrays(int depth) { return std::string(depth, '[') + "1" + std::string(depth, ']'); }
+
+}  // namespace
+
+TEST(Limits, JsonNestingIsCappedAtParseTime) {
+  // 128 levels parse (the deepest HF's readers take); one more is refused by name, as is a million.
+  EXPECT_NO_THROW(drope::parse_json(nested_arrays(drope::kMaxJsonDepth), "ok.json"));
+  expect_error([] { drope::parse_json(nested_arrays(drope::kMaxJsonDepth + 1), "deep.json"); },
+               {"deep.json", "nested more than 128 levels deep", "nesting limit"});
+  expect_error([] { drope::parse_json(std::string(1000000, '['), "huge.json"); }, {"huge.json", "nesting limit"});
+  expect_error([] { drope::parse_json(R"({"a": {"b": [)" + std::string(200, '[') + "}", "obj.json"); },
+               {"obj.json", "nesting limit", "'a.b[0]"});
+  // Brackets inside strings are text, not nesting.
+  EXPECT_NO_THROW(drope::parse_json("[\"" + std::string(1000, '[') + "\"]", "str.json"));
+
+  // Every reader of user JSON goes through the cap: config.json (rope_scaling), the dataset index,
+  // checkpoint state, tokenizer.json (normalizer sequences), JSONL lines, safetensors headers.
+  const std::string deep = "{\"x\": " + nested_arrays(100000) + "}";
+  const auto dir = drope::test::tmp_dir("limits_deep");
+  expect_error([&] {
+    drope::io::parse_hf_config(R"({"model_type": "llama", "rope_scaling": )" + deep + "}", "dir/config.json");
+  }, {"dir/config.json", "nesting limit"});
+  drope::write_file_atomic(dir + "/index.json", deep);
+  expect_error([&] { drope::text::read_index(dir + "/index.json"); }, {dir + "/index.json", "nesting limit"});
+  expect_error([&] { drope::train::parse_checkpoint_state(deep, "ckpt/state.json"); }, {"ckpt/state.json", "nesting limit"});
+  json tok = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}}};
+  std::string tok_text = tok.dump();
+  tok_text.insert(tok_text.size() - 1, ", \"normalizer\": " + deep);
+  drope::write_file_atomic(dir + "/tokenizer.json", tok_text);
+  expect_error([&] { drope::text::load_hf_bpe(dir + "/tokenizer.json"); }, {dir + "/tokenizer.json", "nesting limit"});
+  drope::write_file_atomic(dir + "/data.jsonl", "{\"text\": \"ok\"}\n" + deep + "\n");
+  expect_error([&] { drope::text::for_each_jsonl_object(dir + "/data.jsonl", [](int64_t, const json&) { return true; }); },
+               {dir + "/data.jsonl:2", "nesting limit"});
+  header_fails(safetensors_bytes(deep, 0), {"safetensors header", "nesting limit"});
+}
+
+TEST(Limits, JsonDuplicateKeysAndIntegerOverflowAreNamed) {
+  expect_error([] { drope::parse_json(R"({"a": 1, "b": {"c": 2, "c": 3}})", "dup.json"); },
+               {"dup.json", "duplicate key \"c\"", "'b'"});
+  expect_error([] { drope::parse_json(R"([{"k": 1}, {"k": 1, "k": 2}])", "arr.json"); }, {"duplicate key \"k\"", "[1]"});
+  // Integers beyond int64 are "out of range", not a wrapped negative number.
+  expect_error([] { drope::json_int64(drope::parse_json("9223372036854775808", "x"), "f.json: key 'n'"); },
+               {"f.json: key 'n'", "9223372036854775808 is out of range"});
+  expect_error([] { drope::json_int64(drope::parse_json("-99999999999999999999", "x"), "f.json: key 'n'"); },
+               {"out of range"});
+  EXPECT_EQ(drope::json_int64(drope::parse_json("-9223372036854775808", "x"), "w"), INT64_MIN);
+  const auto dir = drope::test::tmp_dir("limits_overflow");
+  json idx = {{"format", "drope-tokens"},
+              {"version", drope::text::kShardVersion},
+              {"dtype", "uint32"},
+              {"tokenizer", {{"file", "t.json"}, {"kind", "hf-bpe"}, {"vocab_size", 100}, {"eos_id", -1}, {"bos_id", -1}}},
+              {"splits", {{"train", {{"shards", json::array({{{"file", "a.bin"}, {"tokens", 1}}})},
+                                     {"tokens", 9223372036854775808ull},
+                                     {"documents", 1}}}}}};
+  drope::write_file_atomic(dir + "/index.json", idx.dump());
+  expect_error([&] { drope::text::read_index(dir + "/index.json"); },
+               {"splits.train.tokens", "9223372036854775808 is out of range"});
+  expect_error([] {
+    drope::io::parse_hf_config(R"({"model_type": "llama", "vocab_size": 18446744073709551615})", "c/config.json");
+  }, {"c/config.json", "vocab_size", "18446744073709551615 is out of range"});
+  // YaRN needs its original length: 0 would divide by zero in every HF reader.
+  expect_error([] {
+    drope::io::parse_hf_config(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256,
+      "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 0}})", "y/config.json");
+  }, {"y/config.json", "original_max_position_embeddings must be > 0"});
+}
+
+TEST(Limits, SafetensorsTensorsMustTileTheDataSectionExactly) {
+  const std::string f32x2 = R"("dtype":"F32","shape":[2])";
+  // Duplicate names: JSON readers keep the first or the last, so two readers would load different weights.
+  header_fails(safetensors_bytes("{\"w\":{" + f32x2 + ",\"data_offsets\":[0,8]},\"w\":{" + f32x2 + ",\"data_offsets\":[8,16]}}", 16),
+               {"duplicate key \"w\""});
+  // A hole between tensors, and one before the first.
+  header_fails(safetensors_bytes("{\"a\":{" + f32x2 + ",\"data_offsets\":[0,8]},\"b\":{" + f32x2 + ",\"data_offsets\":[12,20]}}", 20),
+               {"4 unused bytes before tensor 'b'", "contiguously"});
+  header_fails(safetensors_bytes("{\"a\":{" + f32x2 + ",\"data_offsets\":[4,12]}}", 12), {"4 unused bytes before tensor 'a'"});
+  // Trailing bytes after the last tensor (and a file of only data).
+  header_fails(safetensors_bytes("{\"a\":{" + f32x2 + ",\"data_offsets\":[0,8]}}", 11), {"3 trailing bytes", "cover 8 of the 11"});
+  header_fails(safetensors_bytes("{}", 4), {"4 trailing bytes"});
+  // Overlap.
+  header_fails(safetensors_bytes("{\"a\":{" + f32x2 + ",\"data_offsets\":[0,8]},\"b\":{" + f32x2 + ",\"data_offsets\":[4,12]}}", 12),
+               {"tensor 'b'", "overlaps"});
+  // Out of order in the header, zero-sized tensors anywhere, exact coverage: accepted.
+  const auto ok = safetensors_bytes("{\"b\":{" + f32x2 + ",\"data_offsets\":[8,16]},\"e\":{\"dtype\":\"F32\",\"shape\":[0],"
+                                    "\"data_offsets\":[8,8]},\"a\":{" + f32x2 + ",\"data_offsets\":[0,8]}}", 16);
+  EXPECT_EQ(drope::io::parse_safetensors_header(ok.data(), ok.size(), "ok.safetensors").tensors.size(), 3u);
+}
+
+TEST(Limits, FifosAndOtherNonRegularFilesAreRefusedWithoutBlocking) {
+  const auto dir = drope::test::tmp_dir("limits_fifo");
+  const std::string fifo = dir + "/pipe", sp_fifo = dir + "/tok.model";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo(sp_fifo.c_str(), 0600), 0);
+  // Each reader runs on a thread; if it blocks in open() (no writer ever comes), the test opens the FIFO
+  // for writing itself after a few seconds to release it, and fails.
+  auto refused_quickly = [&](const char* what, const std::function<void()>& read, const std::string& path) {
+    auto done = std::async(std::launch::async, [&] {
+      try {
+        read();
+        return std::string("accepted");
+      } catch (const drope::Error& e) {
+        return std::string(e.what());
+      }
+    });
+    if (done.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+      ADD_FAILURE() << what << ": blocked on the FIFO";
+      const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+    const std::string msg = done.get();
+    EXPECT_NE(msg.find(path), std::string::npos) << what << ": " << msg;
+    EXPECT_NE(msg.find("FIFO"), std::string::npos) << what << ": " << msg;
+  };
+  refused_quickly("read_file", [&] { drope::read_file(fifo); }, fifo);
+  refused_quickly("yaml", [&] { drope::load_model_config_file(fifo); }, fifo);
+  refused_quickly("jsonl", [&] { drope::text::for_each_jsonl_object(fifo, [](int64_t, const json&) { return true; }); }, fifo);
+  refused_quickly("shard", [&] { drope::text::TokenShard s(fifo); }, fifo);
+  refused_quickly("tokenizer.json", [&] { drope::text::load_hf_bpe(fifo); }, fifo);
+  refused_quickly("sentencepiece", [&] { drope::text::load_tokenizer(sp_fifo); }, sp_fifo);
+  refused_quickly("index.json", [&] { drope::text::read_index(fifo); }, fifo);
+  // Character devices too; and files read whole have a size bound.
+  expect_error([] { drope::read_file("/dev/zero"); }, {"/dev/zero", "character device"});
+  drope::write_file_atomic(dir + "/big.txt", std::string(100, 'x'));
+  expect_error([&] { drope::read_file(dir + "/big.txt", 99); }, {"big.txt", "100 bytes", "more than the 99"});
+  EXPECT_EQ(drope::read_file(dir + "/big.txt", 100).size(), 100u);
 }

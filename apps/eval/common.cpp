@@ -7,6 +7,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/json.h"
 #include "drope/io/model_io.h"
 #include "drope/model/drope.h"
 
@@ -38,12 +39,7 @@ double parse_temperature(const MethodOptions& o) {
     const auto path = temperature_file(o.model_dir);
     if (!fs::exists(path))
       fail("--temperature auto: {} does not exist; run `drope-eval fit-temperature --model {}` first", path, o.model_dir);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_file(path));
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: invalid JSON ({})", path, e.what());
-    }
+    const nlohmann::json j = read_json_file(path, kMaxConfigBytes);
     if (!j.is_object() || !j.contains("c") || !j["c"].is_number())
       fail("{}: expected an object with a number 'c' (written by drope-eval fit-temperature)", path);
     const double c = j["c"].get<double>();

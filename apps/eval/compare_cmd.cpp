@@ -7,6 +7,7 @@
 #include "app_common.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/json.h"
 #include "drope/tasks/report.h"
 #include "eval/common.h"
 
@@ -29,12 +30,7 @@ void add_compare_command(CLI::App& cli, int& rc) {
       std::vector<std::pair<std::string, nlohmann::json>> methods;
       std::string kind;
       for (const auto& f : o->files) {
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(read_file(f));
-        } catch (const nlohmann::json::exception& e) {
-          fail("{}: invalid JSON ({})", f, e.what());
-        }
+        const nlohmann::json j = read_json_file(f);
         if (!j.is_object() || !j.contains("summary") || !j["summary"].is_object() || !j.contains("kind"))
           fail("{}: not a drope-eval result file (expected 'kind' and a 'summary' object)", f);
         const auto k = j["kind"].get<std::string>();

@@ -7,6 +7,7 @@
 #include "app_common.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/json.h"
 #include "drope/eval/perplexity.h"
 #include "drope/plot/plot.h"
 #include "drope/tasks/report.h"
@@ -109,12 +110,7 @@ std::vector<int64_t> resolve_lengths(const std::vector<int64_t>& lengths, const 
 
 // Reads the curve of an earlier `ppl` result file (--with).
 plot::Series read_curve(const std::string& path, int color) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail("--with {}: invalid JSON ({})", path, e.what());
-  }
+  const nlohmann::json j = parse_json(read_file(path), "--with " + path);
   if (!j.is_object() || j.value("kind", "") != "ppl" || !j.contains("results") || !j["results"].is_array())
     fail("--with {}: not a drope-eval ppl result file (expected kind \"ppl\" and a results list)", path);
   plot::Series s;

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "drope/core/error.h"
+#include "drope/core/numbers.h"
 
 namespace drope {
 
@@ -146,9 +147,15 @@ void ModelConfig::validate(const std::string& src) const {
     fail("{}: model.hidden_size ({}) is not divisible by model.num_heads ({}); set model.head_dim", src, hidden_size,
          num_heads);
   if (resolved_head_dim() % 2 != 0) fail("{}: head dim {} must be even for RoPE", src, resolved_head_dim());
-  if (!(rms_eps > 0)) fail("{}: model.rms_eps must be > 0", src);
-  if (!(init_std > 0)) fail("{}: model.init_std must be > 0", src);
-  if (!(positional.rope_theta > 1)) fail("{}: model.positional.rope_theta must be > 1", src);
+  // Every real-valued field: finite, and in the range the math needs (an infinite θ would silently
+  // give NoPE; a zero YaRN β a NaN correction range).
+  auto number = [&](const char* key, double v, const Interval& range) {
+    check_number(v, fmt::format("{}: model.{}", src, key), range);
+  };
+  number("rms_eps", rms_eps, Interval::positive());
+  number("init_std", init_std, Interval::positive());
+  number("softmax_temperature", softmax_temperature, Interval::non_negative());
+  number("positional.rope_theta", positional.rope_theta, Interval::above(1));
   if (positional.window < 0) fail("{}: model.positional.window must be >= 0", src);
   if (positional.type == "rnope-swa" && positional.window <= 0)
     fail("{}: model.positional.type rnope-swa needs model.positional.window > 0", src);
@@ -159,12 +166,15 @@ void ModelConfig::validate(const std::string& src) const {
     for (const auto& l : positional.layers) parse_layer_positional(l, positional.window, src + ": model.positional.layers");
   }
   const auto& s = positional.scaling;
-  if (s.type != "none" && !(s.factor >= 1.0))
-    fail("{}: model.positional.scaling.factor must be >= 1, got {}", src, s.factor);
+  number("positional.scaling.factor", s.factor, s.type != "none" ? Interval::at_least(1) : Interval::any());
   if (s.original_max_position < 0) fail("{}: model.positional.scaling.original_max_position must be >= 0", src);
+  number("positional.scaling.beta_fast", s.beta_fast, Interval::positive());
+  number("positional.scaling.beta_slow", s.beta_slow, Interval::positive());
+  number("positional.scaling.attention_factor", s.attention_factor, Interval::non_negative());
+  number("positional.scaling.low_freq_factor", s.low_freq_factor, Interval::positive());
+  number("positional.scaling.high_freq_factor", s.high_freq_factor, Interval::positive());
   if (s.type == "llama3" && !(s.high_freq_factor > s.low_freq_factor))
     fail("{}: model.positional.scaling: high_freq_factor must exceed low_freq_factor", src);
-  if (softmax_temperature < 0) fail("{}: model.softmax_temperature must be >= 0", src);
   if (bos_token_id >= vocab_size || eos_token_id >= vocab_size)
     fail("{}: model.bos_token_id/eos_token_id must be < vocab_size ({})", src, vocab_size);
 }

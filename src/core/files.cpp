@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
@@ -96,17 +98,77 @@ void check_replaceable_dir(const std::string& dir, const std::string& marker, co
        hint.empty() ? "" : " (" + hint + ")");
 }
 
-std::string read_file(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) fail("{}: file not found", path);
-  if (fs::is_directory(path, ec)) fail("{}: expected a file, found a directory", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open for reading ({})", path, std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail("{}: read error", path);
-  return ss.str();
+namespace {
+// What a non-regular file is, for messages.
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  return "not a regular file";
 }
+}  // namespace
+
+InputFile::InputFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) fail("{}: file not found", path);
+    fail("{}: cannot open for reading ({})", path, std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) fail("{}: expected a regular file, found {}", path, file_kind(st.st_mode));
+  // Non-blocking open: if the path was swapped for a FIFO since the stat, open() still returns at once.
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd_ < 0) fail("{}: cannot open for reading ({})", path, std::strerror(errno));
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (err) fail("{}: cannot stat ({})", path, std::strerror(err));
+    fail("{}: expected a regular file, found {}", path, file_kind(st.st_mode));
+  }
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
+  size_ = static_cast<uint64_t>(st.st_size);
+}
+
+InputFile::~InputFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string read_file(const std::string& path, uint64_t max_bytes) {
+  InputFile f(path);
+  if (f.size() > max_bytes)
+    fail("{}: file is {} bytes, more than the {} bytes this reader accepts", path, f.size(), max_bytes);
+  std::string out;
+  out.resize(static_cast<size_t>(f.size()));
+  size_t got = 0;
+  while (true) {
+    if (got == out.size()) {  // all fstat promised: probe for the end (or a file that grew since)
+      char probe;
+      const ssize_t n = ::read(f.fd(), &probe, 1);
+      if (n == 0) break;
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail("{}: read error ({})", path, std::strerror(errno));
+      }
+      if (out.size() >= max_bytes) fail("{}: file grew beyond the {} bytes this reader accepts", path, max_bytes);
+      out.resize(static_cast<size_t>(std::min<uint64_t>(max_bytes, std::max<uint64_t>(out.size() * 2, 4096))));
+      out[got++] = probe;
+      continue;
+    }
+    const ssize_t n = ::read(f.fd(), out.data() + got, out.size() - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("{}: read error ({})", path, std::strerror(errno));
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  return out;
+}
+
 
 void fsync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);

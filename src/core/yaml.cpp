@@ -1,22 +1,96 @@
 #include "drope/core/yaml.h"
 
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/numbers.h"
+#include "drope/core/utf8.h"
 
 namespace drope {
 
-YAML::Node parse_yaml(const std::string& text, const std::string& source) {
-  try {
-    return YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    fail("{}:{}:{}: malformed YAML: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
+namespace {
+
+// Deepest nesting of mappings/lists accepted in a YAML file, as for JSON (drope/core/json.h).
+constexpr int kMaxYamlDepth = 128;
+// Nodes visited at most: aliases let a small file name the same list many times over.
+constexpr int64_t kMaxYamlNodes = int64_t{1} << 20;
+
+// 1-based line and column of byte `offset` in `text`.
+std::pair<int64_t, int64_t> line_col(const std::string& text, size_t offset) {
+  int64_t line = 1;
+  size_t start = 0;
+  for (size_t i = 0; i < offset && i < text.size(); ++i)
+    if (text[i] == '\n') ++line, start = i + 1;
+  return {line, static_cast<int64_t>(offset - start) + 1};
+}
+
+// Walks the document without recursion and refuses what yaml-cpp accepts silently: a key given twice in
+// one mapping (yaml-cpp returns the first, other readers the last) and nesting deeper than kMaxYamlDepth.
+void check_structure(const YAML::Node& root, const std::string& source) {
+  std::vector<std::pair<YAML::Node, int>> todo{{root, 0}};
+  int64_t visited = 0;
+  while (!todo.empty()) {
+    auto [node, depth] = todo.back();
+    todo.pop_back();
+    if (++visited > kMaxYamlNodes)
+      fail("{}: more than {} YAML nodes (aliases repeating large lists?)", source, kMaxYamlNodes);
+    if (!node.IsMap() && !node.IsSequence()) continue;
+    if (depth >= kMaxYamlDepth)
+      fail("{}:{}: YAML nested more than {} levels deep (the nesting limit)", source, node.Mark().line + 1, kMaxYamlDepth);
+    if (node.IsSequence()) {
+      for (const auto& child : node) todo.emplace_back(child, depth + 1);
+      continue;
+    }
+    std::map<std::string, int> first_line;
+    for (const auto& kv : node) {
+      if (kv.first.IsScalar()) {
+        const auto m = kv.first.Mark();
+        const auto [it, fresh] = first_line.emplace(kv.first.Scalar(), m.line + 1);
+        if (!fresh)
+          fail("{}:{}:{}: duplicate key '{}' (first given on line {}); each key may appear once", source, m.line + 1,
+               m.column + 1, kv.first.Scalar(), it->second);
+      }
+      todo.emplace_back(kv.first, depth + 1);
+      todo.emplace_back(kv.second, depth + 1);
+    }
   }
 }
 
-YAML::Node load_yaml_file(const std::string& path) { return parse_yaml(read_file(path), path); }
+}  // namespace
+
+YAML::Node parse_yaml(const std::string& text, const std::string& source) {
+  if (const int64_t bad = utf8_error_offset(text); bad >= 0) {
+    const auto [line, col] = line_col(text, static_cast<size_t>(bad));
+    fail("{}:{}:{}: not valid UTF-8 (byte 0x{:02x}); YAML files must be UTF-8", source, line, col,
+         static_cast<unsigned char>(text[static_cast<size_t>(bad)]));
+  }
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::Exception& e) {
+    fail("{}:{}:{}: malformed YAML: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
+  }
+  if (docs.size() > 1) {
+    const auto m = docs[1].Mark();
+    fail("{}:{}: a second YAML document starts here; expected exactly one document per file", source,
+         m.line >= 0 ? m.line + 1 : 1);
+  }
+  if (docs.empty()) return YAML::Node();
+  check_structure(docs[0], source);
+  return docs[0];
+}
+
+YAML::Node load_yaml_file(const std::string& path) { return parse_yaml(read_file(path, kMaxConfigBytes), path); }
 
 YamlMap::YamlMap(YAML::Node node, std::string source, std::string prefix)
     : node_(std::move(node)), source_(std::move(source)), prefix_(std::move(prefix)) {
@@ -29,20 +103,66 @@ YamlMap::YamlMap(YAML::Node node, std::string source, std::string prefix)
 std::string YamlMap::path(const std::string& key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
 
 std::string YamlMap::where(const std::string& key) const {
-  if (node_ && node_.IsMap() && node_[key]) {
-    auto m = node_[key].Mark();
-    if (m.line >= 0) return fmt::format("{}:{}:{}: key '{}'", source_, m.line + 1, m.column + 1, path(key));
+  if (node_ && node_.IsMap()) {
+    // The key's own position: a null value (`key:` and nothing) is marked on the line after it.
+    for (const auto& kv : node_) {
+      if (!kv.first.IsScalar() || kv.first.Scalar() != key) continue;
+      const auto m = kv.first.Mark();
+      if (m.line >= 0) return fmt::format("{}:{}:{}: key '{}'", source_, m.line + 1, m.column + 1, path(key));
+    }
   }
   return fmt::format("{}: key '{}'", source_, path(key));
 }
 
 bool YamlMap::has(const std::string& key) const { return node_ && node_.IsMap() && node_[key]; }
 
+namespace {
+
+// What a node holds, for "expected X, got Y" messages.
+std::string yaml_kind(const YAML::Node& n) {
+  if (n.IsNull()) return "null (no value)";
+  if (n.IsMap()) return "a mapping";
+  if (n.IsSequence()) return "a list";
+  return fmt::format("'{}'", n.Scalar());
+}
+
+// A YAML integer scalar; out-of-range values are named as such (not "not an integer").
+bool parse_int64(const YAML::Node& n, int64_t& out, bool& overflow) {
+  overflow = false;
+  try {
+    out = n.as<int64_t>();
+    return true;
+  } catch (const YAML::Exception&) {
+  }
+  const std::string& s = n.Scalar();
+  size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+  overflow = i < s.size() && s.find_first_not_of("0123456789", i) == std::string::npos;
+  return false;
+}
+
+// A YAML number scalar; a decimal that overflows a double is named as out of range.
+bool parse_double(const YAML::Node& n, double& out, bool& overflow) {
+  overflow = false;
+  try {
+    out = n.as<double>();
+    return true;
+  } catch (const YAML::Exception&) {
+  }
+  const std::string& s = n.Scalar();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  overflow = !s.empty() && end == s.c_str() + s.size() && errno == ERANGE && std::isinf(v);
+  return false;
+}
+
+}  // namespace
+
 // Callers check has(key) first: a default YAML::Node is a defined null, not "absent".
 YAML::Node YamlMap::scalar(const std::string& key, const char* expected) {
   known_.insert(key);
   YAML::Node n = node_[key];
-  if (!n.IsScalar()) fail("{}: expected {}, got a {}", where(key), expected, n.IsMap() ? "mapping" : "list");
+  if (!n.IsScalar()) fail("{}: expected {}, got {}", where(key), expected, yaml_kind(n));
   return n;
 }
 
@@ -50,9 +170,9 @@ bool YamlMap::get(const std::string& key, int64_t& out) {
   known_.insert(key);
   if (!has(key)) return false;
   YAML::Node n = scalar(key, "an integer");
-  try {
-    out = n.as<int64_t>();
-  } catch (const YAML::Exception&) {
+  bool overflow = false;
+  if (!parse_int64(n, out, overflow)) {
+    if (overflow) fail("{}: integer {} is out of range (beyond 64 bits)", where(key), n.Scalar());
     fail("{}: expected an integer, got '{}'", where(key), n.Scalar());
   }
   return true;
@@ -66,15 +186,18 @@ bool YamlMap::get(const std::string& key, int& out) {
   return true;
 }
 
-bool YamlMap::get(const std::string& key, double& out) {
+bool YamlMap::get(const std::string& key, double& out, NonFinite non_finite) {
   known_.insert(key);
   if (!has(key)) return false;
   YAML::Node n = scalar(key, "a number");
-  try {
-    out = n.as<double>();
-  } catch (const YAML::Exception&) {
+  double v = 0;
+  bool overflow = false;
+  if (!parse_double(n, v, overflow)) {
+    if (overflow) fail("{}: number {} is out of range (overflows a double)", where(key), n.Scalar());
     fail("{}: expected a number, got '{}'", where(key), n.Scalar());
   }
+  if (non_finite == NonFinite::kReject) check_number(v, where(key));
+  out = v;
   return true;
 }
 
@@ -101,15 +224,24 @@ bool YamlMap::get(const std::string& key, std::string& out) {
 namespace {
 template <typename T>
 bool get_list(YamlMap& m, YAML::Node node, const std::string& key, std::vector<T>& out, const char* what) {
-  if (!node.IsSequence()) fail("{}: expected a list of {}", m.where(key), what);
+  if (!node.IsSequence()) fail("{}: expected a list of {}, got {}", m.where(key), what, yaml_kind(node));
   std::vector<T> v;
   for (size_t i = 0; i < node.size(); ++i) {
-    try {
-      if (!node[i].IsScalar()) throw YAML::Exception(node[i].Mark(), "not a scalar");
-      v.push_back(node[i].as<T>());
-    } catch (const YAML::Exception&) {
-      fail("{}: element {}: expected {}", m.where(key), i, what);
+    const YAML::Node e = node[i];
+    if (!e.IsScalar()) fail("{}: element {}: expected {}, got {}", m.where(key), i, what, yaml_kind(e));
+    bool ok = true, overflow = false;
+    T x{};
+    if constexpr (std::is_same_v<T, int64_t>) {
+      ok = parse_int64(e, x, overflow);
+    } else if constexpr (std::is_same_v<T, double>) {
+      ok = parse_double(e, x, overflow);
+      if (ok) check_number(x, fmt::format("{}: element {}", m.where(key), i));
+    } else {
+      x = e.Scalar();
     }
+    if (overflow) fail("{}: element {}: {} is out of range", m.where(key), i, e.Scalar());
+    if (!ok) fail("{}: element {}: expected {}, got '{}'", m.where(key), i, what, e.Scalar());
+    v.push_back(std::move(x));
   }
   out = std::move(v);
   return true;
@@ -148,7 +280,7 @@ YamlMap YamlMap::map(const std::string& key) {
   known_.insert(key);
   if (!has(key)) return YamlMap(YAML::Node(), source_, path(key));
   YAML::Node n = node_[key];
-  if (!n.IsMap() && !n.IsNull()) fail("{}: expected a mapping", where(key));
+  if (!n.IsMap() && !n.IsNull()) fail("{}: expected a mapping, got {}", where(key), yaml_kind(n));
   return YamlMap(n, source_, path(key));
 }
 

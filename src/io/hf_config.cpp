@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "drope/core/error.h"
+#include "drope/core/json.h"
+#include "drope/core/numbers.h"
 
 using nlohmann::json;
 
@@ -20,12 +22,15 @@ T jget(const json& j, const char* key, T def, const std::string& path) {
   if (!j.contains(key) || j[key].is_null()) return def;
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
     // Checked here: nlohmann converts floats to integers unchecked (1e300 → undefined behaviour).
+    // Integral floats (4096.0) are accepted as Python's json writes them; beyond int64 is "out of range".
     const json& v = j[key];
-    if (v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
-      return static_cast<T>(v.get<int64_t>());
     if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() && std::fabs(v.get<double>()) < 0x1p53)
       return static_cast<T>(v.get<double>());
-    fail("{}: key '{}' must be an integer, got {}", path, key, v.dump());
+    return static_cast<T>(json_int64(v, fmt::format("{}: key '{}'", path, key)));
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!j[key].is_number()) fail("{}: key '{}' must be a number, got {}", path, key, j[key].dump());
+    return static_cast<T>(check_number(j[key].get<double>(), fmt::format("{}: key '{}'", path, key)));
   }
   try {
     return j[key].get<T>();
@@ -40,15 +45,17 @@ int64_t first_id(const json& j, const char* key, int64_t def, const std::string&
   return jget<int64_t>(j, key, def, path);
 }
 
+// YaRN / llama3 original context length L0: HF divides by it (0 → infinite factor, NaN frequencies).
+int64_t original_max(const json& rp, int64_t max_position, const std::string& path) {
+  const int64_t v = jget<int64_t>(rp, "original_max_position_embeddings", max_position, path);
+  if (v <= 0) fail("{}: rope_parameters.original_max_position_embeddings must be > 0, got {}", path, v);
+  return v;
+}
+
 }  // namespace
 
 ModelConfig parse_hf_config(const std::string& text, const std::string& path) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail("{}: not valid JSON: {}", path, e.what());
-  }
+  const json j = parse_json(text, path);
   if (!j.is_object()) fail("{}: expected a JSON object", path);
   const std::string type = jget<std::string>(j, "model_type", "", path);
   if (type != "llama" && type != "qwen2")
@@ -108,7 +115,7 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& path) {
     s.original_max_position = c.max_position;  // HF uses max_position_embeddings as L0
   } else if (rt == "yarn") {
     s.type = "yarn";
-    s.original_max_position = jget<int64_t>(rp, "original_max_position_embeddings", c.max_position, path);
+    s.original_max_position = original_max(rp, c.max_position, path);
     s.factor = rp.contains("factor") && !rp["factor"].is_null()
                    ? jget<double>(rp, "factor", 1.0, path)
                    : double(c.max_position) / double(s.original_max_position);
@@ -124,7 +131,7 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& path) {
   } else if (rt == "llama3") {
     s.type = "llama3";
     s.factor = factor();
-    s.original_max_position = jget<int64_t>(rp, "original_max_position_embeddings", c.max_position, path);
+    s.original_max_position = original_max(rp, c.max_position, path);
     s.low_freq_factor = jget<double>(rp, "low_freq_factor", 1.0, path);
     s.high_freq_factor = jget<double>(rp, "high_freq_factor", 4.0, path);
   } else {
@@ -178,7 +185,9 @@ std::string hf_config_json(const ModelConfig& c) {
     // Static NTK is RoPE with a larger base.
     rp["rope_type"] = "default";
     const double d = double(c.resolved_head_dim());
-    rp["rope_theta"] = c.positional.rope_theta * std::pow(s.factor, d / (d - 2.0));
+    const double theta = c.positional.rope_theta * std::pow(s.factor, d / (d - 2.0));
+    if (!std::isfinite(theta)) fail("ntk export: rope_theta · factor^(d/(d-2)) overflows a double");
+    rp["rope_theta"] = theta;
   } else if (s.type == "yarn") {
     rp["rope_type"] = "yarn";
     rp["factor"] = s.factor;

@@ -8,6 +8,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/json.h"
 #include "drope/io/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -20,7 +21,7 @@ ModelConfig load_model_config_dir(const std::string& dir) {
   const auto ours = (fs::path(dir) / "drope.yaml").string();
   if (fs::exists(ours)) return load_model_config_file(ours);
   const auto hf = (fs::path(dir) / "config.json").string();
-  if (fs::exists(hf)) return parse_hf_config(read_file(hf), hf);
+  if (fs::exists(hf)) return parse_hf_config(read_file(hf, kMaxConfigBytes), hf);
   fail("{}: neither drope.yaml nor config.json found; not a model directory", dir);
 }
 
@@ -40,12 +41,7 @@ WeightSet open_weights(const std::string& dir) {
   if (fs::exists(single)) {
     paths.push_back(single);
   } else if (fs::exists(index)) {
-    json j;
-    try {
-      j = json::parse(read_file(index));
-    } catch (const json::exception& e) {
-      fail("{}: not valid JSON: {}", index, e.what());
-    }
+    const json j = read_json_file(index, kMaxConfigBytes);
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       fail("{}: expected an object with a 'weight_map' object", index);
     std::set<std::string> shards;

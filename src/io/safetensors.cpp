@@ -47,23 +47,13 @@ std::string safetensors_dtype_name(at::ScalarType t) {
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail("{}: cannot open ({})", path, std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("{}: not a regular file", path);
-  }
-  size_ = static_cast<uint64_t>(st.st_size);
+  const InputFile f(path);  // regular files only: a FIFO is refused, not waited on
+  size_ = f.size();
   if (size_ > 0) {
-    void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      ::close(fd);
-      fail("{}: mmap failed ({})", path, std::strerror(errno));
-    }
+    void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, f.fd(), 0);
+    if (m == MAP_FAILED) fail("{}: mmap failed ({})", path, std::strerror(errno));
     map_ = static_cast<const char*>(m);
   }
-  ::close(fd);
   try {
     header_ = parse_safetensors_header(map_ ? map_ : "", size_, path);
   } catch (...) {

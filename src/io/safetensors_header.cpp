@@ -1,11 +1,13 @@
 #include "drope/io/safetensors_header.h"
 
 #include <algorithm>
+#include <string_view>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "drope/core/error.h"
+#include "drope/core/json.h"
 
 namespace drope::io {
 
@@ -28,17 +30,13 @@ SafetensorsHeader parse_safetensors_header(const char* data, uint64_t size, cons
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(data[i]);
   if (n > kMaxHeader) fail("{}: safetensors header claims {} bytes (limit {})", path, n, kMaxHeader);
   if (n > size - 8) fail("{}: truncated safetensors file: header claims {} bytes but only {} follow", path, n, size - 8);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(data + 8, data + 8 + n);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: safetensors header is not valid JSON: {}", path, e.what());
-  }
+  // Strict parse: a tensor name given twice is refused (JSON readers disagree on which one wins).
+  const nlohmann::json j = parse_json(std::string_view(data + 8, n), path + ": safetensors header");
   if (!j.is_object()) fail("{}: safetensors header must be a JSON object", path);
   SafetensorsHeader h;
   h.data_start = 8 + n;
   const uint64_t data_size = size - h.data_start;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> ranges;  // name, [begin, end)
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& name = it.key();
     if (name == "__metadata__") {
@@ -81,12 +79,26 @@ SafetensorsHeader parse_safetensors_header(const char* data, uint64_t size, cons
       fail("{}: shape and dtype need {} bytes but data_offsets span {}", where,
            bytes > data_size ? std::string("more than the whole data section") : std::to_string((uint64_t)bytes),
            t.end - t.begin);
-    ranges.emplace_back(t.begin, t.end);
+    ranges.push_back({name, {t.begin, t.end}});
     h.tensors.emplace(name, std::move(t));
   }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].first < ranges[i - 1].second) fail("{}: tensors overlap in the data section", path);
+  // As the reference implementation: sorted by offset, each tensor starts where the previous one ends
+  // and the last ends at the end of the file, so every byte belongs to exactly one tensor (no overlaps,
+  // no holes where other data could hide, no trailing bytes).
+  std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  uint64_t expected = 0;
+  for (const auto& [name, r] : ranges) {
+    if (r.first < expected)
+      fail("{}: tensor '{}' at data_offsets [{}, {}] overlaps the tensor before it (which ends at {})", path, name,
+           r.first, r.second, expected);
+    if (r.first > expected)
+      fail("{}: {} unused bytes before tensor '{}' (data_offsets [{}, {}]); tensors must cover the data section "
+           "contiguously", path, r.first - expected, name, r.first, r.second);
+    expected = r.second;
+  }
+  if (expected != data_size)
+    fail("{}: {} trailing bytes after the last tensor (tensors cover {} of the {}-byte data section)", path,
+         data_size - expected, expected, data_size);
   return h;
 }
 

@@ -13,6 +13,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/json.h"
 #include "drope/tasks/metrics.h"
 #include "drope/text/jsonl.h"
 
@@ -175,8 +176,8 @@ std::optional<std::vector<std::string>> classes(const json& j, const std::string
 }
 
 int64_t integer(const json& v, const char* key, const std::string& path, int64_t line) {
-  if (!v.is_number_integer()) fail("{}:{}: key '{}' must be an integer, got {}", path, line, key, v.type_name());
-  return v.get<int64_t>();
+  if (!v.is_number()) fail("{}:{}: key '{}' must be an integer, got {}", path, line, key, v.type_name());
+  return json_int64(v, fmt::format("{}:{}: key '{}'", path, line, key));
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/json.h"
 #include "drope/text/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -117,8 +118,7 @@ struct JsonIn {
     return v->get<bool>();
   }
   int32_t id(const json& v, const std::string& where) const {
-    if (!v.is_number_integer()) bad(where, fmt::format("expected an integer token id, got {}", v.type_name()));
-    const auto x = v.get<int64_t>();
+    const int64_t x = json_int64(v, fmt::format("{}: {}", file, where));
     if (x < 0 || x >= (int64_t{1} << 31)) bad(where, fmt::format("token id {} is outside [0, 2^31)", x));
     return static_cast<int32_t>(x);
   }
@@ -263,12 +263,7 @@ class BpeTokenizer final : public Tokenizer {
  public:
   explicit BpeTokenizer(std::string path) : path_(std::move(path)) {
     const std::string text = read_file(path_);
-    json root;
-    try {
-      root = json::parse(text);
-    } catch (const json::exception& e) {  // parse_error, or out_of_range: a number that overflows
-      fail("{}: invalid JSON ({})", path_, e.what());
-    }
+    const json root = parse_json(text, path_);
     JsonIn in{path_};
     if (!root.is_object()) in.bad("(top level)", "expected an object");
     parse_model(in, in.req(root, "", "model"));
@@ -540,12 +535,7 @@ class BpeTokenizer final : public Tokenizer {
     const auto cfg_path = (fs::path(path_).parent_path() / "tokenizer_config.json").string();
     std::error_code ec;
     if (fs::exists(cfg_path, ec)) {
-      json cfg;
-      try {
-        cfg = json::parse(read_file(cfg_path));
-      } catch (const json::exception& e) {  // parse_error, or out_of_range: a number that overflows
-        fail("{}: invalid JSON ({})", cfg_path, e.what());
-      }
+      const json cfg = read_json_file(cfg_path, kMaxConfigBytes);
       if (!cfg.is_object()) fail("{}: expected an object", cfg_path);
       auto from_cfg = [&](const char* key, int32_t& out) {
         const json* v = cfg.contains(key) && !cfg[key].is_null() ? &cfg[key] : nullptr;

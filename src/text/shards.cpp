@@ -14,6 +14,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/json.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "shards are little-endian and read in place");
 
@@ -61,8 +62,7 @@ struct IndexIn {
   int64_t integer(const json& o, const std::string& where, const char* key, int64_t lo, int64_t hi) const {
     const json& v = req(o, where, key);
     const std::string k = where.empty() ? key : where + "." + key;
-    if (!v.is_number_integer()) bad(k, fmt::format("expected an integer, got {}", v.type_name()));
-    const auto x = v.get<int64_t>();
+    const int64_t x = json_int64(v, fmt::format("{}: {}", file, k));
     if (x < lo || x > hi) bad(k, fmt::format("{} is outside [{}, {}]", x, lo, hi));
     return x;
   }
@@ -108,12 +108,7 @@ json index_to_json(const DatasetIndex& index) {
 }
 
 DatasetIndex read_index(const std::string& index_path) {
-  json j;
-  try {
-    j = json::parse(read_file(index_path));
-  } catch (const json::exception& e) {  // parse_error, or out_of_range: a number that overflows
-    fail("{}: invalid JSON ({})", index_path, e.what());
-  }
+  const json j = read_json_file(index_path, kMaxConfigBytes);
   IndexIn in{index_path};
   if (!j.is_object()) in.bad("(top level)", "expected an object");
   if (in.str(j, "", "format") != "drope-tokens") in.bad("format", "expected \"drope-tokens\"");
@@ -211,16 +206,9 @@ std::vector<ShardInfo> ShardWriter::finish() {
 // TokenShard
 
 TokenShard::TokenShard(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("{}: cannot open shard ({})", path, std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) fail("{}: cannot stat shard ({})", path, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail("{}: not a regular file", path);
-  const auto file_bytes = static_cast<uint64_t>(st.st_size);
+  const InputFile file(path);  // regular files only: a FIFO is refused, not waited on
+  const int fd = file.fd();
+  const auto file_bytes = file.size();
   if (file_bytes < kShardHeaderBytes)
     fail("{}: truncated shard: {} bytes, smaller than the {}-byte header", path, file_bytes, kShardHeaderBytes);
   unsigned char h[kShardHeaderBytes];

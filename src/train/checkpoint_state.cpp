@@ -1,6 +1,7 @@
 #include "drope/train/checkpoint_state.h"
 
 #include "drope/core/error.h"
+#include "drope/core/json.h"
 
 namespace drope::train {
 
@@ -14,7 +15,7 @@ std::string checkpoint_state_json(const TrainState& st) {
 TrainState parse_checkpoint_state(const std::string& text, const std::string& path) {
   TrainState st;
   try {
-    const auto j = nlohmann::json::parse(text);
+    const auto j = parse_json(text, path);
     if (!j.is_object()) fail("{}: not a valid checkpoint state (expected a JSON object)", path);
     // Integers only: converting a float such as 1e300 to int64 would be undefined behaviour.
     auto integer = [&](const char* key, bool required) -> int64_t {

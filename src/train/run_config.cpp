@@ -1,6 +1,7 @@
 #include "drope/train/run_config.h"
 
 #include "drope/core/error.h"
+#include "drope/core/numbers.h"
 
 namespace drope::train {
 
@@ -9,12 +10,8 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& sets, con
     const auto eq = s.find('=');
     if (eq == std::string::npos || eq == 0) fail("--set '{}': expected key.path=value", s);
     const std::string path = s.substr(0, eq), value = s.substr(eq + 1);
-    YAML::Node parsed;
-    try {
-      parsed = YAML::Load(value);
-    } catch (const YAML::Exception& e) {
-      fail("--set '{}': value is not valid YAML: {}", s, e.msg);
-    }
+    // The same strict reading as a file (one document, UTF-8, no repeated keys).
+    YAML::Node parsed = parse_yaml(value, fmt::format("--set '{}': value", s));
     std::vector<std::string> keys;
     size_t start = 0;
     while (true) {
@@ -134,20 +131,28 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   need(c.train.eval_every >= 0 && c.train.checkpoint_every >= 0 && c.train.eval_batches > 0,
        "train.eval_every/checkpoint_every must be >= 0 and train.eval_batches > 0");
   need(c.train.keep_last >= 1, "train.keep_last must be >= 1");
-  need(c.optim.lr > 0 && c.optim.eps > 0 && c.optim.weight_decay >= 0, "optim.lr, optim.eps must be > 0, weight_decay >= 0");
-  need(c.optim.beta1 >= 0 && c.optim.beta1 < 1 && c.optim.beta2 >= 0 && c.optim.beta2 < 1, "optim.betas must be in [0, 1)");
+  // Real-valued fields: finite and in range (one shared check, drope/core/numbers.h).
+  auto number = [&](const char* key, double v, const Interval& range) {
+    check_number(v, fmt::format("{}: {}", source, key), range);
+  };
+  number("optim.lr", c.optim.lr, Interval::positive());
+  number("optim.eps", c.optim.eps, Interval::positive());
+  number("optim.weight_decay", c.optim.weight_decay, Interval::non_negative());
+  number("optim.betas[0]", c.optim.beta1, Interval::half_open(0, 1));
+  number("optim.betas[1]", c.optim.beta2, Interval::half_open(0, 1));
   need(c.schedule.warmup >= 0 && c.schedule.steps > 0, "schedule.warmup must be >= 0, schedule.steps > 0");
-  need(c.schedule.min_lr_ratio >= 0 && c.schedule.min_lr_ratio <= 1, "schedule.min_lr_ratio must be in [0, 1]");
-  need(c.schedule.decay_fraction > 0 && c.schedule.decay_fraction <= 1, "schedule.decay_fraction must be in (0, 1]");
-  need(c.train.dist_timeout_s > 0, "train.dist_timeout_s must be > 0");
-  need(c.train.allreduce_bucket_mb > 0 && c.train.allreduce_bucket_mb <= 1 << 20,
-       "train.allreduce_bucket_mb must be in (0, 1048576]");
+  number("schedule.min_lr_ratio", c.schedule.min_lr_ratio, Interval::closed(0, 1));
+  number("schedule.decay_fraction", c.schedule.decay_fraction, {0, 1, true, false});
+  number("train.clip", c.train.clip, Interval::non_negative());
+  number("train.peak_tflops", c.train.peak_tflops, Interval::non_negative());
+  number("train.dist_timeout_s", c.train.dist_timeout_s, Interval::positive());
+  number("train.allreduce_bucket_mb", c.train.allreduce_bucket_mb, {0, 1 << 20, true, false});
   need(c.train.max_bad_steps >= 1, "train.max_bad_steps must be >= 1");
   if (c.phase == "pretrain") need(c.has_model || !c.init.empty(), "phase pretrain needs a model: section or run.init");
   else need(!c.init.empty(), "phase " + c.phase + " needs run.init (a checkpoint or HF directory)");
   if (c.phase == "finetune") need(c.scaling.type != "none", "phase finetune needs scaling.type (pi, ntk, yarn, ...)");
   if (c.drop_at_step >= 0) need(c.phase == "pretrain", "drope.drop_at_step is for phase pretrain");
-  if (c.scaling.type != "none") need(c.scaling.factor >= 1, "scaling.factor must be >= 1");
+  number("scaling.factor", c.scaling.factor, c.scaling.type != "none" ? Interval::at_least(1) : Interval::any());
   return c;
 }
 

@@ -23,6 +23,7 @@
 #include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/json.h"
 #include "drope/io/model_io.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/model/drope.h"
@@ -127,9 +128,9 @@ void truncate_log(const std::string& path, int64_t step) {
   std::string line, kept;
   while (std::getline(in, line)) {
     try {
-      auto j = nlohmann::json::parse(line);
+      auto j = parse_json(line, path);
       if (j.value("step", int64_t(0)) <= step) kept += line + "\n";
-    } catch (const nlohmann::json::exception&) {
+    } catch (const std::exception&) {
       // a torn last line from a killed run
     }
   }

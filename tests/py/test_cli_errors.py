@@ -1,12 +1,15 @@
 """Bad input at the CLI edge: every case exits non-zero with one clear line naming the file/key, never
 crashes, and leaves no output file behind."""
 import json
+import os
+import pathlib
 import struct
+import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import expect_error, run_cli
+from conftest import BIN, expect_error, run_cli
 
 
 @pytest.fixture
@@ -23,7 +26,7 @@ def test_logits_token_file_errors(tmp, model_dir):
     out = tmp / "out.safetensors"
     cases = {
         "missing.json": (None, ["missing.json", "not found"]),
-        "malformed.json": ("[[1, 2, 3]", ["malformed.json", "not valid JSON"]),
+        "malformed.json": ("[[1, 2, 3]", ["malformed.json", "invalid JSON"]),
         "ragged.json": (json.dumps([[1, 2, 3], [4, 5]]), ["ragged.json", "entry 1 has 2 tokens"]),
         "vocab.json": (json.dumps([[1, 2, 999]]), ["vocab.json", "token id 999", "[0, 256)"]),
         "negative.json": (json.dumps([[1, -2]]), ["negative.json", "token id -2"]),
@@ -68,7 +71,7 @@ def test_model_dir_errors(tmp, model_dir):
     expect_error(logits(tmp / "m2", toks, out), "drope.yaml:2", "hidden_sise", "unknown key")
     (tmp / "m2" / "drope.yaml").unlink()
     (tmp / "m2" / "config.json").write_text('{"model_type": "llama", "hidden_size": ')
-    expect_error(logits(tmp / "m2", toks, out), "config.json", "not valid JSON")
+    expect_error(logits(tmp / "m2", toks, out), "config.json", "invalid JSON")
     assert not out.exists()
 
 
@@ -93,3 +96,119 @@ def test_usage_errors(tmp):
     r = run_cli("drope-model", "drop", "--model", tmp, "--out", tmp / "x", "--qk-norm", "both", check=False)
     assert r.returncode != 0 and "qk-norm" in r.stderr + r.stdout
     expect_error(run_cli("drope-analyze", "rope-scaling", "--type", "yarn", "--factor", "0.5", check=False), "--factor")
+
+
+def one_clear_line(r, *needles):
+    """expect_error, and the first line of stderr already says what is wrong (CLI11 adds a --help hint)."""
+    expect_error(r, *needles)
+    first = r.stderr.strip().splitlines()[0]
+    for n in needles:
+        assert str(n) in first, f"'{n}' not on the first line:\n{r.stderr}"
+
+
+def test_non_finite_and_overflowing_flags_are_refused(tmp, model_dir):
+    text = tmp / "text.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    ppl = ("drope-eval", "ppl", "--model", model_dir, "--data", text, "--lengths", "32", "--out", tmp / "r")
+    cases = [
+        # --factor inf used to run and print ppl = nan with exit 0.
+        (ppl + ("--rope-scaling", "yarn", "--factor", "inf"), ["--factor", "finite", "inf"]),
+        (ppl + ("--rope-scaling", "pi", "--factor", "nan"), ["--factor", "finite", "nan"]),
+        (ppl + ("--rope-scaling", "pi", "--factor", "1e999"), ["--factor", "out of range"]),
+        # strtoll clamps: this used to reach the checks as INT64_MIN.
+        (ppl + ("--train-length", "-99999999999999999999"), ["--train-length", "out of range"]),
+        (("drope-analyze", "rope-scaling", "--type", "yarn", "--factor", "2,inf", "--out", tmp / "a"),
+         ["--factor", "finite"]),
+        (("drope-analyze", "rope-scaling", "--theta", "inf"), ["--theta", "finite"]),
+        # A negative number wrapped into an unsigned seed.
+        (("drope-model", "init", "--preset", "micro", "--seed", "-1", "--out", tmp / "o"), ["--seed", "non-negative"]),
+        (("drope-data", "prepare", "-i", text, "--out", tmp / "d", "--val-fraction", "nan"), ["--val-fraction", "finite"]),
+    ]
+    for args, needles in cases:
+        one_clear_line(run_cli(*args, check=False), *needles)
+    assert not (tmp / "r.json").exists() and not (tmp / "o").exists() and not (tmp / "d").exists()
+
+
+def test_hostile_yaml_is_refused_with_file_and_line(tmp):
+    cases = {
+        "dupkey.yaml": (b"model:\n  preset: micro\n  num_layers: 2\n  num_layers: 8\n",
+                        ["dupkey.yaml:4", "duplicate key 'num_layers'", "line 3"]),
+        "dupsection.yaml": (b"model:\n  preset: micro\nmodel:\n  preset: tiny\n", ["dupsection.yaml:3", "duplicate key 'model'"]),
+        "twodocs.yaml": (b"model:\n  preset: micro\n---\nmodel:\n  preset: tiny\n", ["twodocs.yaml:4", "second YAML document"]),
+        "latin1.yaml": (b"model:\n  preset: micro\n  arch: llam\xe1\n", ["latin1.yaml:3", "not valid UTF-8"]),
+        "null.yaml": (b"model:\n  preset: micro\n  rms_eps:\n", ["null.yaml:3", "rms_eps", "got null"]),
+        "theta.yaml": (b"model:\n  preset: micro\n  positional: {rope_theta: .inf}\n", ["theta.yaml", "rope_theta", "finite"]),
+        "factor.yaml": (b"model:\n  preset: micro\n  positional: {scaling: {type: yarn, factor: .nan}}\n",
+                        ["factor.yaml", "scaling.factor", "finite"]),
+        "overflow.yaml": (b"model:\n  preset: micro\n  vocab_size: 99999999999999999999\n",
+                          ["overflow.yaml:3", "vocab_size", "out of range"]),
+        "deep.yaml": (b"model:\n  preset: micro\n  x: " + b"[" * 200 + b"]" * 200 + b"\n", ["deep.yaml", "nested more than 128"]),
+    }
+    for name, (text, needles) in cases.items():
+        (tmp / name).write_bytes(text)
+        one_clear_line(run_cli("drope-model", "init", "--config", tmp / name, "--out", tmp / "o", check=False), *needles)
+        assert not (tmp / "o").exists()
+
+
+def test_run_config_numbers_are_checked(tmp):
+    cfg = pathlib.Path(__file__).resolve().parents[2] / "configs" / "train" / "tiny-pretrain-rope.yaml"
+    run_cli("drope-train", cfg, "--print-config")
+    for override, needles in {
+        "optim.lr=.inf": ["optim.lr", "finite"],
+        "optim.eps=.nan": ["optim.eps", "finite"],
+        "optim.weight_decay=-.inf": ["optim.weight_decay"],
+        "optim.betas=[0.9, .nan]": ["optim.betas", "finite"],
+        "train.clip=.inf": ["train.clip", "finite"],
+        "optim.lr=1e999": ["optim.lr", "out of range"],
+        "train.steps=99999999999999999999": ["train.steps", "out of range"],
+    }.items():
+        one_clear_line(run_cli("drope-train", cfg, "--print-config", "--set", override, check=False), *needles)
+
+
+def test_fifos_are_refused_not_waited_on(tmp, model_dir):
+    text = tmp / "text.txt"
+    text.write_text("hello")
+    fifo, tok = tmp / "config.yaml", tmp / "tokenizer.json"
+    os.mkfifo(fifo)
+    os.mkfifo(tok)
+    for args, path in ((("drope-model", "info", "--config", fifo), fifo),
+                       (("drope-data", "encode", "--tokenizer", tok, "--text", text), tok)):
+        try:
+            r = subprocess.run([str(BIN / args[0]), *map(str, args[1:])], capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{args[0]} blocked on a FIFO")
+        one_clear_line(r, str(path), "FIFO")
+    st = model_dir / "model.safetensors"
+    st.rename(tmp / "weights")
+    os.mkfifo(st)
+    try:
+        r = subprocess.run([str(BIN / "drope-model"), "info", "--model", str(model_dir)], capture_output=True, text=True,
+                           timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("drope-model blocked on a FIFO model.safetensors")
+    one_clear_line(r, "model.safetensors", "FIFO")
+
+
+def test_deep_json_and_bad_safetensors_layout(tmp, model_dir):
+    toks = tmp / "t.json"
+    toks.write_text(json.dumps([[1, 2, 3]]))
+    out = tmp / "out.safetensors"
+    deep = "[" * 100000 + "]" * 100000
+    # Trailing bytes after the last tensor: another reader could find weights there.
+    st = model_dir / "model.safetensors"
+    good = st.read_bytes()
+    st.write_bytes(good + b"\0" * 16)
+    one_clear_line(logits(model_dir, toks, out), "model.safetensors", "16 trailing bytes")
+    st.write_bytes(good)
+    # Token lists, config.json (rope_scaling) and JSONL lines nested 100000 deep: refused, not a stack overflow.
+    (tmp / "deep.json").write_text(deep)
+    one_clear_line(logits(model_dir, tmp / "deep.json", out), "deep.json", "nesting limit")
+    (model_dir / "drope.yaml").unlink()
+    (model_dir / "config.json").write_text('{"model_type": "llama", "rope_scaling": ' + deep + "}")
+    one_clear_line(logits(model_dir, toks, out), "config.json", "nesting limit")
+    (tmp / "deep.jsonl").write_text('{"text": "fine"}\n{"text": ' + deep + "}\n")
+    run_cli("drope-model", "init", "--preset", "micro", "--out", tmp / "m3")
+    r = run_cli("drope-eval", "ppl", "--model", tmp / "m3", "--data", tmp / "deep.jsonl", "--lengths", "32",
+                "--out", tmp / "p", check=False)
+    one_clear_line(r, "deep.jsonl:2", "nesting limit")
+    assert not out.exists()

@@ -7,8 +7,31 @@
 
 namespace drope {
 
-// Reads a whole file; throws drope::Error naming the path when it cannot.
-std::string read_file(const std::string& path);
+// Largest file read whole by default (configs, tokenizers, documents); larger ones are refused.
+constexpr uint64_t kMaxReadBytes = uint64_t{4} << 30;
+// Largest configuration file (YAML, config.json, checkpoint state, indexes).
+constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;
+
+// A user file opened for reading: `path` is checked with stat first and opened non-blocking, so a FIFO,
+// socket or device is refused with a clear error instead of blocking open(); only regular files pass.
+// The descriptor (close-on-exec, blocking again) is closed by the destructor.
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path);
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+  int fd() const { return fd_; }
+  uint64_t size() const { return size_; }  // bytes, from fstat at open
+
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+// Reads a whole regular file of at most `max_bytes`; throws drope::Error naming the path when it cannot
+// (missing, a directory, a FIFO or device, too large, unreadable).
+std::string read_file(const std::string& path, uint64_t max_bytes = kMaxReadBytes);
 
 // Writes `path` atomically: the content goes to a temp file in the same directory, is fsynced, then
 // renamed over `path`, and the directory is fsynced. On any failure the temp file is removed and

@@ -11,9 +11,15 @@
 
 namespace drope {
 
-// Parses a YAML document from text; `source` names it in error messages.
+// Parses one YAML document from text; `source` names it in error messages ("file:line: ..."). Refused:
+// bytes that are not UTF-8, several documents in one text, a key repeated in a mapping, nesting deeper
+// than 128 levels.
 YAML::Node parse_yaml(const std::string& text, const std::string& source);
+// parse_yaml of a regular file of at most kMaxConfigBytes.
 YAML::Node load_yaml_file(const std::string& path);
+
+// Whether a number getter accepts .inf / .nan.
+enum class NonFinite { kReject, kAllow };
 
 // A view of one YAML mapping that records which keys were read. `finish()` rejects unread keys.
 class YamlMap {
@@ -24,11 +30,12 @@ class YamlMap {
   // Each getter leaves `out` untouched when the key is absent and returns whether it was present.
   bool get(const std::string& key, int64_t& out);
   bool get(const std::string& key, int& out);
-  bool get(const std::string& key, double& out);
+  // Non-finite values (.inf, .nan) are refused unless the caller passes NonFinite::kAllow.
+  bool get(const std::string& key, double& out, NonFinite non_finite = NonFinite::kReject);
   bool get(const std::string& key, bool& out);
   bool get(const std::string& key, std::string& out);
   bool get(const std::string& key, std::vector<std::string>& out);
-  bool get(const std::string& key, std::vector<double>& out);
+  bool get(const std::string& key, std::vector<double>& out);  // finite numbers only
   bool get(const std::string& key, std::vector<int64_t>& out);
   // A string restricted to `choices`.
   bool get_choice(const std::string& key, std::string& out, const std::vector<std::string>& choices);

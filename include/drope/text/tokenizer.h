@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "drope/core/utf8.h"
+
 namespace drope::text {
 
 // Text ↔ token ids. encode() adds no BOS/EOS; decode() returns valid UTF-8 (bytes that do not form
@@ -70,8 +72,8 @@ void train_sentencepiece(const TextSource& source, const SentencePieceTrainOptio
 void train_sentencepiece(const std::vector<std::string>& corpus_files, const SentencePieceTrainOptions& options,
                          const std::string& out_model);
 
-// Byte offset of the first invalid UTF-8 sequence in `s`, or -1 when `s` is valid UTF-8.
-int64_t utf8_error_offset(std::string_view s);
+// Byte offset of the first invalid UTF-8 sequence in `s`, or -1 when `s` is valid UTF-8 (drope/core/utf8.h).
+using drope::utf8_error_offset;
 
 // `bytes` as valid UTF-8: each maximal invalid subsequence becomes U+FFFD (Unicode's recommended
 // practice, as Rust's from_utf8_lossy and HF tokenizers do).

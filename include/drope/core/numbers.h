@@ -1,0 +1,34 @@
+// The one check for numbers that come from users (YAML, config.json, CLI flags): finite, and inside the
+// range the field allows. ±inf and NaN pass every `x > 0` test, so each such test goes through here.
+#pragma once
+
+#include <limits>
+#include <string>
+
+namespace drope {
+
+// An interval of the real line with open or closed ends; the default holds every finite number.
+struct Interval {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = true, hi_open = true;
+
+  static Interval any() { return {}; }
+  static Interval above(double lo) { return {lo, std::numeric_limits<double>::infinity(), true, true}; }      // (lo, ∞)
+  static Interval at_least(double lo) { return {lo, std::numeric_limits<double>::infinity(), false, true}; }  // [lo, ∞)
+  static Interval closed(double lo, double hi) { return {lo, hi, false, false}; }                           // [lo, hi]
+  static Interval half_open(double lo, double hi) { return {lo, hi, false, true}; }                         // [lo, hi)
+  static Interval positive() { return above(0); }
+  static Interval non_negative() { return at_least(0); }
+
+  // True for a finite v inside the interval (NaN and ±inf are never inside).
+  bool contains(double v) const;
+  // "a finite number", "a finite number > 0", "a number in [0, 1)".
+  std::string describe() const;
+};
+
+// Returns v when it is finite and inside `range`; otherwise fails with
+// "<what> must be <range.describe()>, got <v>" (v printed as inf, -inf or nan when it is one).
+double check_number(double v, const std::string& what, const Interval& range = Interval::any());
+
+}  // namespace drope
