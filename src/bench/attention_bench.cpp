@@ -24,6 +24,7 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/kernels/cpu_isa.h"
@@ -111,9 +112,10 @@ std::string cpu_device() {
     }
   }
   const auto isa = kernels::cpu_isa(), native = kernels::cpu_isa_native();
-  return fmt::format("CPU: {} ({} logical cores); drope kernels {}{}, ATen {}", model, std::thread::hardware_concurrency(),
-                     kernels::isa_name(isa), isa == native ? "" : fmt::format(" (native {})", kernels::isa_name(native)),
-                     at::get_cpu_capability());
+  return fmt::format("CPU: {} ({} logical cores); drope kernels {}{}, ATen {}; {}", model,
+                     std::thread::hardware_concurrency(), kernels::isa_name(isa),
+                     isa == native ? "" : fmt::format(" (native {})", kernels::isa_name(native)), at::get_cpu_capability(),
+                     describe_cpu_budget());
 }
 
 size_t elt_size(at::ScalarType t) { return c10::elementSize(t); }

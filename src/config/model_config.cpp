@@ -108,6 +108,19 @@ bool ModelConfig::hf_expressible() const {
   return true;
 }
 
+double ModelConfig::parameter_count() const {
+  const double H = double(hidden_size), V = double(vocab_size), I = double(intermediate_size), L = double(num_layers);
+  const double D = double(resolved_head_dim()), nh = double(num_heads), nkv = double(num_kv_heads);
+  const double q = nh * D, kv = nkv * D;
+  double layer = H * q + 2 * H * kv + q * H + 3 * H * I + 2 * H;  // projections, SwiGLU, two norms
+  if (attention_bias) layer += q + 2 * kv;
+  if (attention_out_bias) layer += H;
+  if (mlp_bias) layer += 2 * I + H;
+  if (qk_norm == "qk" || qk_norm == "q") layer += qk_norm_per_head ? D : q;
+  if (qk_norm == "qk" || qk_norm == "k") layer += qk_norm_per_head ? D : kv;
+  return V * H * (tie_embeddings ? 1 : 2) + L * layer + H;
+}
+
 void ModelConfig::validate(const std::string& src) const {
   auto positive = [&](const char* key, int64_t v) {
     if (v <= 0) fail("{}: model.{} must be a positive integer, got {}", src, key, v);

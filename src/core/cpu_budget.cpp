@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -111,11 +112,50 @@ void configure_openmp_env() {
     std::snprintf(n, sizeof n, "%d", cpu_budget().threads);
     setenv("OMP_NUM_THREADS", n, 0);
   }
-  if (!env_set("GOMP_SPINCOUNT") && !env_set("OMP_WAIT_POLICY")) {
-    char n[32];
-    std::snprintf(n, sizeof n, "%ld", kDefaultSpinCount);
-    setenv("GOMP_SPINCOUNT", n, 0);
+  if (!env_set("GOMP_SPINCOUNT") && !env_set("OMP_WAIT_POLICY")) setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+}
+
+namespace {
+// First number after `key` in a /proc/meminfo-style text, 0 when absent.
+uint64_t field_kb(const char* text, const char* key) {
+  const char* at = std::strstr(text, key);
+  return at ? std::strtoull(at + std::strlen(key), nullptr, 10) : 0;
+}
+
+// limit − usage of this process's cgroup (v2, else v1), UINT64_MAX when unlimited or unknown.
+uint64_t cgroup_memory_left() {
+  char self[4096], text[64], usage[64];
+  if (read_small("/proc/self/cgroup", self, sizeof self)) {
+    if (const char* line = std::strstr(self, "0::")) {
+      char dir[4096], path[4200];
+      std::snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", line + 3);
+      if (char* nl = std::strchr(dir, '\n')) *nl = '\0';
+      std::snprintf(path, sizeof path, "%s/memory.max", dir);
+      if (read_small(path, text, sizeof text) && std::strncmp(text, "max", 3) != 0) {
+        std::snprintf(path, sizeof path, "%s/memory.current", dir);
+        const uint64_t limit = std::strtoull(text, nullptr, 10);
+        const uint64_t used = read_small(path, usage, sizeof usage) ? std::strtoull(usage, nullptr, 10) : 0;
+        return limit > used ? limit - used : 0;
+      }
+    }
   }
+  if (read_small("/sys/fs/cgroup/memory/memory.limit_in_bytes", text, sizeof text)) {
+    const uint64_t limit = std::strtoull(text, nullptr, 10);
+    const uint64_t used = read_small("/sys/fs/cgroup/memory/memory.usage_in_bytes", usage, sizeof usage)
+                              ? std::strtoull(usage, nullptr, 10)
+                              : 0;
+    if (limit < (uint64_t(1) << 60)) return limit > used ? limit - used : 0;
+  }
+  return UINT64_MAX;
+}
+}  // namespace
+
+uint64_t available_memory_bytes() {
+  char info[8192];
+  if (!read_small("/proc/meminfo", info, sizeof info)) return 0;
+  const uint64_t avail = field_kb(info, "MemAvailable:") * 1024;
+  if (avail == 0) return 0;
+  return std::min(avail, cgroup_memory_left());
 }
 
 std::string describe_cpu_budget() {

@@ -95,8 +95,37 @@ void load_weights(DecoderLM& model, const std::string& dir) {
   }
 }
 
+namespace {
+// Checks the config against the weight files' headers before the model is allocated: the embedding, the
+// first and last layer's projections and the layer count must match, so that a config.json that does not
+// describe these weights (sizes missing and defaulted, a larger shape) is refused, not allocated.
+void check_config_against_weights(const ModelConfig& cfg, const WeightSet& ws, const std::string& dir) {
+  const int64_t H = cfg.hidden_size, D = cfg.resolved_head_dim();
+  const auto expect = [&](const std::string& name, std::vector<int64_t> shape) {
+    auto it = ws.where.find(name);
+    if (it == ws.where.end())
+      fail("{}: missing tensor '{}' that the config ({} layers, hidden {}) implies", dir, name, cfg.num_layers, H);
+    const auto& got = it->second->header().tensors.at(name).shape;
+    if (got != shape)
+      fail("{}: tensor '{}' has shape {} but the config implies {} (config and weights disagree)",
+           it->second->path(), name, c10::str(at::IntArrayRef(got)), c10::str(at::IntArrayRef(shape)));
+  };
+  expect("model.embed_tokens.weight", {cfg.vocab_size, H});
+  for (int64_t l : {int64_t(0), cfg.num_layers - 1}) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    expect(p + "self_attn.q_proj.weight", {cfg.num_heads * D, H});
+    expect(p + "self_attn.k_proj.weight", {cfg.num_kv_heads * D, H});
+    expect(p + "mlp.gate_proj.weight", {cfg.intermediate_size, H});
+  }
+  const std::string extra = "model.layers." + std::to_string(cfg.num_layers) + ".self_attn.q_proj.weight";
+  if (ws.where.count(extra)) fail("{}: the weights have more than the config's {} layers", dir, cfg.num_layers);
+}
+}  // namespace
+
 DecoderLM load_model(const std::string& dir) {
-  DecoderLM m(load_model_config_dir(dir));
+  const ModelConfig cfg = load_model_config_dir(dir);
+  check_config_against_weights(cfg, open_weights(dir), dir);
+  DecoderLM m(cfg);
   load_weights(m, dir);
   m->eval();
   return m;

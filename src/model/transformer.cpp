@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "drope/core/cpu_budget.h"
+#include "drope/core/error.h"
 #include "drope/model/rope_scaling.h"
 #include "drope/ops/layers.h"
 
@@ -99,6 +101,14 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg) {
 
 DecoderLMImpl::DecoderLMImpl(const ModelConfig& cfg) : cfg_(cfg) {
   cfg_.validate("model config");
+  // Refuse before allocating: a small config file can ask for terabytes (float32 weights, 4 bytes each).
+  const double bytes = 4 * cfg_.parameter_count();
+  const uint64_t avail = available_memory_bytes();
+  if (avail > 0 && bytes > double(avail))
+    fail("model config: {} layers × hidden {} × vocab {} ({:.3g}B parameters) needs {:.1f} GiB for its float32 "
+         "weights alone, but only {:.1f} GiB of memory is available",
+         cfg_.num_layers, cfg_.hidden_size, cfg_.vocab_size, cfg_.parameter_count() / 1e9, bytes / (1u << 30),
+         double(avail) / (1u << 30));
   model = register_module("model", Decoder(cfg_));
   if (!cfg_.tie_embeddings)
     lm_head = register_module("lm_head",

@@ -68,6 +68,9 @@ struct ModelConfig {
   std::vector<LayerPositional> layer_plan() const;
   // True when every layer is plain RoPE with full attention and nothing HF Llama/Qwen2 cannot express.
   bool hf_expressible() const;
+  // Parameters of a model of this shape (exact for the layers we build; computed without allocating, in
+  // double so that absurd shapes do not overflow).
+  double parameter_count() const;
   // Checks sizes and combinations; `source` names the config in messages.
   void validate(const std::string& source) const;
 };

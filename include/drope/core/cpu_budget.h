@@ -5,6 +5,7 @@
 // they wait for (measured: a training run 2.5x slower beside two busy processes).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace drope {
@@ -25,13 +26,16 @@ double parse_cpu_max(const char* text);
 // Threads for an affinity count and a quota (0 = unlimited).
 int threads_for(int affinity, double quota);
 
-// OpenMP spin count drope's tools set when the user set neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY.
-constexpr long kDefaultSpinCount = 10000;
-
 // Before the OpenMP runtime reads its environment (see apps/app_common.cpp: it runs from .preinit_array):
-// sets OMP_NUM_THREADS to cpu_budget().threads and GOMP_SPINCOUNT to kDefaultSpinCount, each only when the
-// user has not set it (nor OMP_WAIT_POLICY, for the spin count), and not at all with DROPE_OMP_DEFAULTS=0.
+// sets OMP_NUM_THREADS to cpu_budget().threads and OMP_WAIT_POLICY=PASSIVE (idle workers sleep instead of
+// spinning; measured with scripts/bench_busy.py: -4 % idle, +24-26 % beside 1-2 busy processes, where a
+// spin count of 10000 changed nothing), each only when the user has not set it (nor GOMP_SPINCOUNT, for the
+// wait policy), and not at all with DROPE_OMP_DEFAULTS=0.
 void configure_openmp_env();
+
+// Bytes this process can still allocate without swapping or being killed: MemAvailable of /proc/meminfo,
+// capped by the cgroup v2 memory.max (or v1 limit) minus current usage; 0 when unknown.
+uint64_t available_memory_bytes();
 
 // One line describing the thread budget and OpenMP settings in force, for logs.
 std::string describe_cpu_budget();

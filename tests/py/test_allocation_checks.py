@@ -1,0 +1,53 @@
+"""Configs are checked before the model is allocated (issue 15, class 2): a config that asks for more
+memory than there is, or a config.json that does not describe the weights beside it, is one clear error
+in well under a second, not an abort after allocating terabytes."""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import time
+
+BIN = pathlib.Path(os.environ.get("DROPE_BIN", pathlib.Path(__file__).resolve().parents[2] / "build"))
+
+
+def run(*args, timeout=60):
+    t0 = time.monotonic()
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout)
+    return r, time.monotonic() - t0
+
+
+def test_huge_config_refused_before_allocating(tmp_path):
+    cfg = tmp_path / "huge.yaml"
+    cfg.write_text("model:\n  preset: tiny\n  hidden_size: 32768\n  intermediate_size: 65536\n  num_layers: 512\n"
+                   "  num_heads: 256\n  num_kv_heads: 256\n  vocab_size: 262144\n")
+    r, _ = run(BIN / "drope-model", "init", "--config", cfg, "--out", tmp_path / "m")
+    assert r.returncode == 1, r.stderr
+    assert "GiB" in r.stderr and "available" in r.stderr and "Aborted" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "m").exists()
+
+
+def test_config_json_that_does_not_match_the_weights(tmp_path):
+    cfg = tmp_path / "micro.yaml"
+    cfg.write_text("model:\n  preset: micro\n")
+    r, _ = run(BIN / "drope-model", "init", "--config", cfg, "--out", tmp_path / "m")
+    assert r.returncode == 0, r.stderr
+    model = tmp_path / "m"
+    hf = json.loads((model / "config.json").read_text())
+    (model / "drope.yaml").unlink()  # config.json is then the model's config
+    for key in ("hidden_size", "intermediate_size", "num_attention_heads"):
+        broken = {k: v for k, v in hf.items() if k != key}  # missing sizes default to a 7B shape
+        (model / "config.json").write_text(json.dumps(broken))
+        r, secs = run(BIN / "drope-model", "info", "--model", model)
+        assert r.returncode == 1, (key, r.stdout, r.stderr)
+        assert "config" in r.stderr and ("disagree" in r.stderr or "GiB" in r.stderr or "missing" in r.stderr), r.stderr
+        assert secs < 30
+    bigger = dict(hf, num_hidden_layers=hf["num_hidden_layers"] + 1)
+    (model / "config.json").write_text(json.dumps(bigger))
+    r, _ = run(BIN / "drope-model", "info", "--model", model)
+    assert r.returncode == 1 and "missing tensor" in r.stderr, r.stderr
+    fewer = dict(hf, num_hidden_layers=1)
+    (model / "config.json").write_text(json.dumps(fewer))
+    r, _ = run(BIN / "drope-model", "info", "--model", model)
+    assert r.returncode == 1 and "more than the config" in r.stderr, r.stderr
