@@ -104,15 +104,18 @@ CpuBudget cpu_budget() {
   return b;
 }
 
-void configure_openmp_env() {
+bool configure_openmp_env() {
   const char* off = std::getenv("DROPE_OMP_DEFAULTS");
-  if (off && std::strcmp(off, "0") == 0) return;
+  if (off && std::strcmp(off, "0") == 0) return false;
+  bool changed = false;
   if (!env_set("OMP_NUM_THREADS")) {
     char n[32];
     std::snprintf(n, sizeof n, "%d", cpu_budget().threads);
-    setenv("OMP_NUM_THREADS", n, 0);
+    changed |= setenv("OMP_NUM_THREADS", n, 1) == 0;
   }
-  if (!env_set("GOMP_SPINCOUNT") && !env_set("OMP_WAIT_POLICY")) setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  if (!env_set("GOMP_SPINCOUNT") && !env_set("OMP_WAIT_POLICY"))
+    changed |= setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0;
+  return changed;
 }
 
 namespace {

@@ -19,8 +19,9 @@ def run(*args, timeout=60):
 
 def test_huge_config_refused_before_allocating(tmp_path):
     cfg = tmp_path / "huge.yaml"
-    cfg.write_text("model:\n  preset: tiny\n  hidden_size: 32768\n  intermediate_size: 65536\n  num_layers: 512\n"
-                   "  num_heads: 256\n  num_kv_heads: 256\n  vocab_size: 262144\n")
+    # 2.8e11 parameters: within the config limits (2^40), 1 TiB of float32 weights.
+    cfg.write_text("model:\n  preset: tiny\n  hidden_size: 16384\n  intermediate_size: 65536\n  num_layers: 64\n"
+                   "  num_heads: 128\n  num_kv_heads: 128\n  head_dim: 128\n  vocab_size: 32000\n")
     r, _ = run(BIN / "drope-model", "init", "--config", cfg, "--out", tmp_path / "m")
     assert r.returncode == 1, r.stderr
     assert "GiB" in r.stderr and "available" in r.stderr and "Aborted" not in r.stderr, r.stderr

@@ -207,8 +207,9 @@ def test_deep_json_and_bad_safetensors_layout(tmp, model_dir):
     (model_dir / "config.json").write_text('{"model_type": "llama", "rope_scaling": ' + deep + "}")
     one_clear_line(logits(model_dir, toks, out), "config.json", "nesting limit")
     (tmp / "deep.jsonl").write_text('{"text": "fine"}\n{"text": ' + deep + "}\n")
-    run_cli("drope-model", "init", "--preset", "micro", "--out", tmp / "m3")
-    r = run_cli("drope-eval", "ppl", "--model", tmp / "m3", "--data", tmp / "deep.jsonl", "--lengths", "32",
+    # JSON Lines documents go through the shared JSONL reader (drope-data, drope-eval data, LongBench files).
+    r = run_cli("drope-data", "prepare", "--input", tmp / "deep.jsonl", "--train-tokenizer", "--vocab-size", "64",
                 "--out", tmp / "p", check=False)
     one_clear_line(r, "deep.jsonl:2", "nesting limit")
+    assert not (tmp / "p").exists()
     assert not out.exists()

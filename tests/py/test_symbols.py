@@ -67,6 +67,9 @@ def package(path):
     return "torch wheel" if m else path
 
 
+LINKER_SYMBOLS = {"_init", "_fini", "_edata", "_end", "__bss_start", "_DYNAMIC", "_GLOBAL_OFFSET_TABLE_"}
+
+
 def clashes(exe):
     """(symbol, lib A, lib B, A's (type, size), B's) for every symbol that two non-runtime libraries of
     different packages define."""
@@ -79,10 +82,15 @@ def clashes(exe):
             if sym not in owner:
                 owner[sym] = (name, path, info)
                 continue
+            if sym in LINKER_SYMBOLS:  # defined by the linker in every shared object
+                continue
             other, opath, oinfo = owner[sym]
             if package(opath) == package(path) and not sym.startswith("FLAGS_"):
                 continue
-            benign = (info[0] in WEAK and oinfo[0] in WEAK and info[1] == oinfo[1]) or sym.startswith(STD)
+            # A weak *function* ('W') is made to be overridden (libbsd's MD5* forward to libmd's); weak or
+            # strong data of two sizes is the FLAGS_ kind of clash.
+            benign = ((info[0] in WEAK and oinfo[0] in WEAK and info[1] == oinfo[1]) or sym.startswith(STD)
+                      or "W" in (info[0], oinfo[0]))
             if sym.startswith("FLAGS_") or not benign:
                 found.append((sym, other, name, oinfo, info))
     return found

@@ -26,12 +26,13 @@ double parse_cpu_max(const char* text);
 // Threads for an affinity count and a quota (0 = unlimited).
 int threads_for(int affinity, double quota);
 
-// Before the OpenMP runtime reads its environment (see apps/app_common.cpp: it runs from .preinit_array):
-// sets OMP_NUM_THREADS to cpu_budget().threads and OMP_WAIT_POLICY=PASSIVE (idle workers sleep instead of
+// Sets OMP_NUM_THREADS to cpu_budget().threads and OMP_WAIT_POLICY=PASSIVE (idle workers sleep instead of
 // spinning; measured with scripts/bench_busy.py: -4 % idle, +24-26 % beside 1-2 busy processes, where a
 // spin count of 10000 changed nothing), each only when the user has not set it (nor GOMP_SPINCOUNT, for the
-// wait policy), and not at all with DROPE_OMP_DEFAULTS=0.
-void configure_openmp_env();
+// wait policy), and not at all with DROPE_OMP_DEFAULTS=0. Returns whether it changed the environment.
+// libgomp reads these once, when it is loaded, so the tools call this before that and re-execute
+// themselves when it returns true (apps/app_common.cpp).
+bool configure_openmp_env();
 
 // Bytes this process can still allocate without swapping or being killed: MemAvailable of /proc/meminfo,
 // capped by the cgroup v2 memory.max (or v1 limit) minus current usage; 0 when unknown.
