@@ -8,6 +8,10 @@
 #include <cstdlib>
 #include <string>
 
+#include <fmt/format.h>
+
+#include "drope/core/error.h"
+
 #include <CLI/CLI.hpp>
 
 namespace drope::app {
@@ -40,6 +44,16 @@ inline std::string numeric_flag_error(const std::string& s, const std::string& t
 }
 
 }  // namespace detail
+
+// Largest sequence length any command accepts (4M tokens): a model that long needs GBs per layer already,
+// and a typo such as 1e9 must be refused before anything is allocated or timed.
+constexpr int64_t kMaxTokensFlag = int64_t(1) << 22;
+
+// Refuses a size flag outside [lo, hi] with a message naming the flag.
+inline void check_size_flag(const std::string& flag, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    throw drope::Error(fmt::format("{}: expected an integer in [{}, {}], got {}", flag, lo, hi, v));
+}
 
 // Adds the finite/overflow check to every numeric option of `app` and of all its subcommands.
 // Call once, after every option is declared and before parsing.

@@ -309,9 +309,9 @@ int main(int argc, char** argv) {
     }
 
     if (bg->parsed()) {
-      if (seqs < 1) drope::fail("--seqs must be >= 1, got {}", seqs);
-      if (seeds < 1) drope::fail("--seeds must be >= 1, got {}", seeds);
-      if (bg_len < 2) drope::fail("--seq-len must be >= 2, got {}", bg_len);
+      drope::app::check_size_flag("--seqs", seqs, 1, 1 << 16);
+      drope::app::check_size_flag("--seeds", seeds, 1, 1 << 16);
+      drope::app::check_size_flag("--seq-len", bg_len, 2, drope::app::kMaxTokensFlag);
       std::vector<ModelSpec> specs;
       for (const auto& d : bg_models) specs.push_back({stem_of(d), d, d, {}});
       for (const auto& c : bg_configs) specs.push_back({stem_of(c), c, "", drope::load_model_config_file(c)});

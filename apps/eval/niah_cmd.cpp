@@ -14,6 +14,7 @@
 #include "drope/plot/plot.h"
 #include "drope/tasks/niah.h"
 #include "drope/tasks/report.h"
+#include "cli_numbers.h"
 #include "eval/common.h"
 
 namespace drope::evalcli {
@@ -142,6 +143,7 @@ int run_niah(NiahOpts& o) {
   // Everything cheap is validated before the model loads or any file is written.
   const auto task_list = tasks::parse_niah_tasks(o.tasks, "--tasks");
   const auto lengths = tasks::parse_int_list(c.lengths, "--lengths");
+  for (int64_t L : lengths) app::check_size_flag("--lengths", L, 1, app::kMaxTokensFlag);
   check_common(c);
   const bool need_essay =
       std::any_of(task_list.begin(), task_list.end(), [](const tasks::NiahTask& t) { return t.haystack == tasks::Haystack::essay; });
@@ -256,6 +258,7 @@ struct GridOpts {
 int run_grid(GridOpts& o) {
   auto& c = o.c;
   const auto lengths = tasks::parse_int_list(c.lengths, "--lengths");
+  for (int64_t L : lengths) app::check_size_flag("--lengths", L, 1, app::kMaxTokensFlag);
   const auto depths = tasks::parse_depth_list(o.depths, "--depths");
   check_common(c);
   const auto essay = tasks::load_essay(c.haystack, "--haystack");

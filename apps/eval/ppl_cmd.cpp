@@ -13,6 +13,7 @@
 #include "drope/tasks/report.h"
 #include "drope/text/jsonl.h"
 #include "drope/text/shards.h"
+#include "cli_numbers.h"
 #include "eval/common.h"
 
 namespace drope::evalcli {
@@ -103,8 +104,10 @@ std::vector<int64_t> resolve_lengths(const std::vector<int64_t>& lengths, const 
     out.push_back(int64_t(std::llround(m * double(train_len))));
   }
   if (out.empty()) fail("give --lengths or --multipliers");
-  for (auto L : out)
+  for (auto L : out) {
     if (L < 2) fail("--lengths: each must be >= 2, got {}", L);
+    if (L > app::kMaxTokensFlag) fail("--lengths: each must be at most {} tokens, got {}", app::kMaxTokensFlag, L);
+  }
   return out;
 }
 

@@ -382,8 +382,19 @@ void validate(const AttentionBenchOptions& o) {
     fail("attention bench: this build has no CUDA kernels (built without nvcc); 'ours' would run the reference");
 #endif
   for (auto T : o.lengths)
-    if (T <= 0) fail("attention bench: lengths must be positive, got {}", T);
+    if (T <= 0 || T > (int64_t(1) << 22)) fail("attention bench: --lengths must be in [1, 4194304], got {}", T);
   if (o.batch <= 0 || o.heads <= 0 || o.head_dim <= 0) fail("attention bench: batch, heads and head dim must be positive");
+  if (o.batch > 4096 || o.heads > 4096 || o.head_dim > 1024)
+    fail("attention bench: --batch and --heads must be at most 4096 and --head-dim at most 1024, got {}, {}, {}", o.batch,
+         o.heads, o.head_dim);
+  // q, k, v, out and their gradients (8 tensors of B·H·T·D) must fit in --max-mem-gb before anything is allocated.
+  const double elt = o.dtype == at::kDouble ? 8 : o.dtype == at::kFloat ? 4 : 2;
+  for (auto T : o.lengths) {
+    const double gb = 8 * double(o.batch) * double(o.heads) * double(T) * double(o.head_dim) * elt / double(1 << 30);
+    if (gb > o.max_mem_gb)
+      fail("attention bench: T = {} needs {:.1f} GB for q, k, v, out and their gradients alone, more than --max-mem-gb {}",
+           T, gb, o.max_mem_gb);
+  }
   if (o.gqa_kv_heads <= 0 || o.heads % o.gqa_kv_heads != 0)
     fail("attention bench: heads ({}) must be a multiple of the GQA kv heads ({})", o.heads, o.gqa_kv_heads);
   if (o.window <= 0) fail("attention bench: --window must be positive, got {}", o.window);

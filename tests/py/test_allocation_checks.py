@@ -52,3 +52,18 @@ def test_config_json_that_does_not_match_the_weights(tmp_path):
     (model / "config.json").write_text(json.dumps(fewer))
     r, _ = run(BIN / "drope-model", "info", "--model", model)
     assert r.returncode == 1 and "more than the config" in r.stderr, r.stderr
+
+
+def test_size_flags_are_bounded_before_anything_runs(tmp_path):
+    bench = [BIN / "drope-bench", "attention", "--cases", "causal", "--impls", "ours", "--repeats", "1", "--warmup", "0",
+             "--quiet"]
+    for extra, needle in [(["--lengths", "1000000000"], "--lengths"),
+                          (["--lengths", "64", "--heads", "1000000000"], "--heads"),
+                          (["--lengths", "64", "--head-dim", "1000000000"], "--head-dim"),
+                          (["--lengths", "1048576", "--heads", "64"], "--max-mem-gb")]:
+        r, secs = run(*bench, *extra)
+        assert r.returncode == 1 and needle in r.stderr, (extra, r.stderr)
+        assert secs < 30
+    r, _ = run(BIN / "drope-analyze", "bias-grad", "--seqs", "1000000000", "--out", tmp_path / "bg")
+    assert r.returncode == 1 and "--seqs" in r.stderr, r.stderr
+    assert not (tmp_path / "bg").exists()
