@@ -60,7 +60,7 @@ def test_size_flags_are_bounded_before_anything_runs(tmp_path):
     for extra, needle in [(["--lengths", "1000000000"], "--lengths"),
                           (["--lengths", "64", "--heads", "1000000000"], "--heads"),
                           (["--lengths", "64", "--head-dim", "1000000000"], "--head-dim"),
-                          (["--lengths", "1048576", "--heads", "64"], "--max-mem-gb")]:
+                          (["--lengths", "4194304", "--heads", "1024", "--head-dim", "1024"], "memory available")]:
         r, secs = run(*bench, *extra)
         assert r.returncode == 1 and needle in r.stderr, (extra, r.stderr)
         assert secs < 30
