@@ -17,7 +17,6 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
-#include <ATen/Version.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
@@ -111,11 +110,8 @@ std::string cpu_device() {
       break;
     }
   }
-  const auto isa = kernels::cpu_isa(), native = kernels::cpu_isa_native();
-  return fmt::format("CPU: {} ({} logical cores); drope kernels {}{}, ATen {}; {}", model,
-                     std::thread::hardware_concurrency(), kernels::isa_name(isa),
-                     isa == native ? "" : fmt::format(" (native {})", kernels::isa_name(native)), at::get_cpu_capability(),
-                     describe_cpu_budget());
+  return fmt::format("CPU: {} ({} logical cores); {}; {}", model, std::thread::hardware_concurrency(),
+                     kernels::describe_cpu_levels(), describe_cpu_budget());
 }
 
 size_t elt_size(at::ScalarType t) { return c10::elementSize(t); }

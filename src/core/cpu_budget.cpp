@@ -30,15 +30,22 @@ bool read_small(const char* path, char* buf, size_t cap) {
   return n > 0;
 }
 
+// This process's cgroup v2 directory (/sys/fs/cgroup/<path of the "0::" line of /proc/self/cgroup>) into
+// dir; false without a unified hierarchy.
+bool cgroup_v2_dir(char* dir, size_t cap) {
+  char self[4096];
+  if (!read_small("/proc/self/cgroup", self, sizeof self)) return false;
+  const char* line = std::strstr(self, "0::");
+  if (!line) return false;
+  std::snprintf(dir, cap, "/sys/fs/cgroup%s", line + 3);
+  if (char* nl = std::strchr(dir, '\n')) *nl = '\0';
+  return true;
+}
+
 // Smallest cgroup v2 quota on the path from this process's cgroup up to the root, 0 when none.
 double cgroup_v2_quota() {
-  char self[4096];
-  if (!read_small("/proc/self/cgroup", self, sizeof self)) return 0;
-  const char* line = std::strstr(self, "0::");  // the unified hierarchy's line
-  if (!line) return 0;
   char dir[4096];
-  std::snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", line + 3);
-  if (char* nl = std::strchr(dir, '\n')) *nl = '\0';
+  if (!cgroup_v2_dir(dir, sizeof dir)) return 0;
   double best = 0;
   for (;;) {
     char path[4200], text[128];
@@ -71,6 +78,34 @@ double cgroup_v1_quota() {
 bool env_set(const char* name) {
   const char* v = std::getenv(name);
   return v && *v;
+}
+
+// First number after `key` in a /proc/meminfo-style text, 0 when absent.
+uint64_t field_kb(const char* text, const char* key) {
+  const char* at = std::strstr(text, key);
+  return at ? std::strtoull(at + std::strlen(key), nullptr, 10) : 0;
+}
+
+// limit − usage of this process's cgroup (v2, else v1), UINT64_MAX when unlimited or unknown.
+uint64_t cgroup_memory_left() {
+  char dir[4096], path[4200], text[64], usage[64];
+  if (cgroup_v2_dir(dir, sizeof dir)) {
+    std::snprintf(path, sizeof path, "%s/memory.max", dir);
+    if (read_small(path, text, sizeof text) && std::strncmp(text, "max", 3) != 0) {
+      std::snprintf(path, sizeof path, "%s/memory.current", dir);
+      const uint64_t limit = std::strtoull(text, nullptr, 10);
+      const uint64_t used = read_small(path, usage, sizeof usage) ? std::strtoull(usage, nullptr, 10) : 0;
+      return limit > used ? limit - used : 0;
+    }
+  }
+  if (read_small("/sys/fs/cgroup/memory/memory.limit_in_bytes", text, sizeof text)) {
+    const uint64_t limit = std::strtoull(text, nullptr, 10);
+    const uint64_t used = read_small("/sys/fs/cgroup/memory/memory.usage_in_bytes", usage, sizeof usage)
+                              ? std::strtoull(usage, nullptr, 10)
+                              : 0;
+    if (limit < (uint64_t(1) << 60)) return limit > used ? limit - used : 0;
+  }
+  return UINT64_MAX;
 }
 
 }  // namespace
@@ -117,41 +152,6 @@ bool configure_openmp_env() {
     changed |= setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0;
   return changed;
 }
-
-namespace {
-// First number after `key` in a /proc/meminfo-style text, 0 when absent.
-uint64_t field_kb(const char* text, const char* key) {
-  const char* at = std::strstr(text, key);
-  return at ? std::strtoull(at + std::strlen(key), nullptr, 10) : 0;
-}
-
-// limit − usage of this process's cgroup (v2, else v1), UINT64_MAX when unlimited or unknown.
-uint64_t cgroup_memory_left() {
-  char self[4096], text[64], usage[64];
-  if (read_small("/proc/self/cgroup", self, sizeof self)) {
-    if (const char* line = std::strstr(self, "0::")) {
-      char dir[4096], path[4200];
-      std::snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", line + 3);
-      if (char* nl = std::strchr(dir, '\n')) *nl = '\0';
-      std::snprintf(path, sizeof path, "%s/memory.max", dir);
-      if (read_small(path, text, sizeof text) && std::strncmp(text, "max", 3) != 0) {
-        std::snprintf(path, sizeof path, "%s/memory.current", dir);
-        const uint64_t limit = std::strtoull(text, nullptr, 10);
-        const uint64_t used = read_small(path, usage, sizeof usage) ? std::strtoull(usage, nullptr, 10) : 0;
-        return limit > used ? limit - used : 0;
-      }
-    }
-  }
-  if (read_small("/sys/fs/cgroup/memory/memory.limit_in_bytes", text, sizeof text)) {
-    const uint64_t limit = std::strtoull(text, nullptr, 10);
-    const uint64_t used = read_small("/sys/fs/cgroup/memory/memory.usage_in_bytes", usage, sizeof usage)
-                              ? std::strtoull(usage, nullptr, 10)
-                              : 0;
-    if (limit < (uint64_t(1) << 60)) return limit > used ? limit - used : 0;
-  }
-  return UINT64_MAX;
-}
-}  // namespace
 
 uint64_t available_memory_bytes() {
   char info[8192];

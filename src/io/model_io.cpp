@@ -72,8 +72,9 @@ bool ignorable(const std::string& name) {
 
 }  // namespace
 
-void load_weights(DecoderLM& model, const std::string& dir) {
-  WeightSet ws = open_weights(dir);
+namespace {
+// Copies every parameter of `model` from the opened weight files of `dir`.
+void load_weights_from(DecoderLM& model, const WeightSet& ws, const std::string& dir) {
   torch::NoGradGuard ng;
   auto params = model->named_parameters();
   std::set<std::string> used;
@@ -94,6 +95,9 @@ void load_weights(DecoderLM& model, const std::string& dir) {
     fail("{}: unexpected tensor '{}' (checkpoint from another model shape?)", kv.second->path(), kv.first);
   }
 }
+}  // namespace
+
+void load_weights(DecoderLM& model, const std::string& dir) { load_weights_from(model, open_weights(dir), dir); }
 
 namespace {
 // Checks the config against the weight files' headers before the model is allocated: the embedding, the
@@ -124,9 +128,10 @@ void check_config_against_weights(const ModelConfig& cfg, const WeightSet& ws, c
 
 DecoderLM load_model(const std::string& dir) {
   const ModelConfig cfg = load_model_config_dir(dir);
-  check_config_against_weights(cfg, open_weights(dir), dir);
+  const WeightSet ws = open_weights(dir);  // headers only: checked against the config before allocating
+  check_config_against_weights(cfg, ws, dir);
   DecoderLM m(cfg);
-  load_weights(m, dir);
+  load_weights_from(m, ws, dir);
   m->eval();
   return m;
 }

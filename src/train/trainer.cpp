@@ -16,7 +16,6 @@
 #include <thread>
 
 #include <ATen/Parallel.h>
-#include <ATen/Version.h>
 #include <ATen/autocast_mode.h>
 #include <nlohmann/json.hpp>
 
@@ -263,8 +262,8 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
                model->config().positional.type, train_src->describe(), train_src->num_blocks(), T, B, accum, micro, W,
                dist.backend(), device.str());
   if (say && device.is_cpu())
-    fmt::print("{} | intra-op threads {} | kernels {} (native {}), ATen {}\n", describe_cpu_budget(), at::get_num_threads(),
-               kernels::isa_name(kernels::cpu_isa()), kernels::isa_name(kernels::cpu_isa_native()), at::get_cpu_capability());
+    fmt::print("{} | intra-op threads {} | {}\n", describe_cpu_budget(), at::get_num_threads(),
+               kernels::describe_cpu_levels());
 
   BlockSampler sampler(*train_src, cfg.seed, cfg.data.shuffle);
   BlockSampler val_sampler(*val_src, 0, false);

@@ -28,6 +28,9 @@ Isa cpu_isa_native();
 // std::invalid_argument naming the variable when its value is not a level or the CPU lacks that level.
 Isa cpu_isa();
 
+// "drope kernels avx2 (native avx512), ATen AVX2": the levels our kernels and LibTorch's run at, for logs.
+std::string describe_cpu_levels();
+
 // Parses a DROPE_CPU_ISA value ("" and "native" mean the native level); throws std::invalid_argument
 // naming the variable and what was expected.
 Isa parse_cpu_isa(const std::string& value);

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include <ATen/Version.h>
+
 namespace drope::kernels {
 
 const char* isa_name(Isa isa) {
@@ -53,6 +55,13 @@ Isa cpu_isa() {
     return parse_cpu_isa(env ? env : "");
   }();  // a throwing initialiser is retried on the next call, so the error repeats rather than vanishing
   return isa;
+}
+
+std::string describe_cpu_levels() {
+  const Isa isa = cpu_isa(), native = cpu_isa_native();
+  std::string s = std::string("drope kernels ") + isa_name(isa);
+  if (isa != native) s += std::string(" (native ") + isa_name(native) + ")";
+  return s + ", ATen " + at::get_cpu_capability();
 }
 
 }  // namespace drope::kernels
