@@ -20,6 +20,7 @@
 #include "drope/io/model_io.h"
 #include "drope/model/drope.h"
 #include "drope/model/rope_scaling.h"
+#include "drope/model/variant.h"
 #include "drope/text/tokenizer.h"
 #include "drope/plot/plot.h"
 
@@ -57,7 +58,7 @@ ModelSpec single_spec(const std::string& dir, const std::string& config, std::st
   if (preset.empty()) preset = fallback;
   ModelSpec s{preset, "preset " + preset, "", drope::model_preset(preset)};
   if (!positional.empty()) {
-    s.config.positional.type = positional;
+    s.config.positional.type = drope::parse_name<drope::PositionalType>(positional, "--positional");
     s.name += "-" + positional;
     s.source += " with positional " + positional;
   }
@@ -83,17 +84,18 @@ void write_text(const std::string& dir, const std::string& name, const std::stri
 int main(int argc, char** argv) {
   CLI::App cli{"drope-analyze: positional-bias and RoPE-scaling analyses"};
   cli.require_subcommand(1);
-  const std::vector<std::string> kPositional = {"rope", "nope", "alibi", "rnope-swa"};
+  const std::vector<std::string> kPositional = drope::names_of<drope::PositionalType>();
 
   // rope-scaling
   drope::RopeScalingConfig s;
+  std::string scaling_type = "none";
   double theta = 10000.0;
   int64_t head_dim = 64, max_position = 2048, seq_len = 0;
   std::vector<double> factors;
   std::string out;
   auto* rs = cli.add_subcommand("rope-scaling", "Scaled RoPE frequencies as JSON; with --out also the paper's Figure 6");
-  rs->add_option("--type", s.type, "none | pi | ntk | dynamic-ntk | yarn | dynamic-yarn | llama3")
-      ->check(CLI::IsMember({"none", "pi", "ntk", "dynamic-ntk", "yarn", "dynamic-yarn", "llama3"}));
+  rs->add_option("--type", scaling_type, drope::join_names(drope::names_of<drope::RopeScalingType>()))
+      ->check(CLI::IsMember(drope::names_of<drope::RopeScalingType>()));
   rs->add_option("--factor", factors, "Extension factor(s) s (default 2,3,4)")->delimiter(',');
   rs->add_option("--theta", theta, "RoPE base θ");
   rs->add_option("--head-dim", head_dim, "Head dimension d");
@@ -154,7 +156,8 @@ int main(int argc, char** argv) {
                                 "Where the last query attends around a needle, per method (paper Figures 7–8)");
   na->add_option("--model", nd.models, "Model directory (repeatable)")->required();
   na->add_option("--method", nd.methods,
-                 "none | pi:S | ntk:S | dynamic-ntk:S | yarn:S | temperature:C (repeatable; default none)");
+                 "none | pi:S | ntk:S | yarn:S | ... | temperature:C | temperature:auto | drope+qk (repeatable; default "
+                 "none; docs/evaluation.md)");
   na->add_option("--tokenizer", nd.tokenizer, "Tokenizer (default: the model directory's; byte tokens if none)");
   na->add_option("--length", nd.length, "Prompt tokens (default 2 × the model's training length)");
   na->add_option("--depth", nd.depth, "Needle depth in % of the haystack (default 50)");
@@ -183,32 +186,8 @@ int main(int argc, char** argv) {
           "mentioned in the provided text is",
           key, key);
       // Methods first, so that a typo fails before any model is loaded.
-      std::vector<std::tuple<std::string, std::string, double>> methods;
-      for (const auto& m : nd.methods) {
-        const auto colon = m.find(':');
-        const std::string kind = m.substr(0, colon);
-        double v = 0;
-        if (kind != "none") {
-          if (colon == std::string::npos) drope::fail("--method {}: expected KIND:VALUE, e.g. yarn:2", m);
-          const std::string num = m.substr(colon + 1);
-          size_t used = 0;
-          try {
-            v = std::stod(num, &used);
-          } catch (const std::exception&) {
-            used = 0;
-          }
-          if (used == 0 || used != num.size()) drope::fail("--method {}: '{}' is not a number", m, num);
-        }
-        if (kind == "temperature")
-          drope::check_number(v, fmt::format("--method {}: the temperature coefficient", m), drope::Interval::non_negative());
-        if (kind != "none" && kind != "temperature") {
-          if (!(kind == "pi" || kind == "ntk" || kind == "dynamic-ntk" || kind == "yarn" || kind == "dynamic-yarn"))
-            drope::fail("--method {}: unknown kind '{}' (none, pi, ntk, dynamic-ntk, yarn, dynamic-yarn, temperature)",
-                        m, kind);
-          drope::check_number(v, fmt::format("--method {}: the factor", m), drope::Interval::above(1));
-        }
-        methods.emplace_back(m, kind, v);
-      }
+      std::vector<std::pair<std::string, drope::Variant>> methods;
+      for (const auto& m : nd.methods) methods.emplace_back(m, drope::parse_variant(m, "--method"));
       std::vector<drope::analyze::NeedleAttention> runs;
       for (const auto& dir : nd.models) {
         auto base = drope::io::load_model(dir);
@@ -247,22 +226,10 @@ int main(int argc, char** argv) {
         for (auto id : ids)
           if (id >= cfg.vocab_size) drope::fail("--model {}: token id {} exceeds the vocabulary {}", dir, id, cfg.vocab_size);
         const auto t = torch::tensor(ids, torch::kLong).view({1, -1});
-        for (const auto& [m, kind, v] : methods) {
-          drope::DecoderLM model = base;
-          if (kind == "temperature") {
-            drope::DecoderLM copy(cfg);
-            drope::copy_parameters(copy, base);
-            copy->set_softmax_temperature(v);
-            model = copy;
-          } else if (kind != "none") {
-            drope::RopeScalingConfig sc;
-            sc.type = kind;
-            sc.factor = v;
-            sc.original_max_position = cfg.max_position;
-            model = drope::with_rope_scaling(base, sc);
-          }
+        for (const auto& [m, variant] : methods) {
+          drope::DecoderLM model = drope::apply_variant(base, variant, dir);
           model->eval();
-          const std::string label = kind == "none" ? stem_of(dir) : fmt::format("{} {}", stem_of(dir), m);
+          const std::string label = variant.is_identity() ? stem_of(dir) : fmt::format("{} {}", stem_of(dir), m);
           runs.push_back(drope::analyze::needle_attention(model, t, at, at + int64_t(n.size()), nd.window, label));
           const auto& r = runs.back();
           fmt::print("{:<32} needle mass {:.4f} (uniform {:.4f}) over {} layers; prompt {} tokens, needle at {}\n",
@@ -285,10 +252,11 @@ int main(int argc, char** argv) {
       if (max_position <= 0) drope::fail("--train-length must be positive, got {}", max_position);
       if (seq_len < 0) drope::fail("--seq-len must be >= 0 (0 = --train-length), got {}", seq_len);
       if (factors.empty()) factors = {2.0, 3.0, 4.0};
+      s.type = drope::parse_name<drope::RopeScalingType>(scaling_type, "--type");
       nlohmann::json res = nlohmann::json::array();
       const auto base = drope::rope_base_frequencies(theta, head_dim);
       for (double f : factors) {
-        drope::check_number(f, "--factor", drope::Interval::at_least(1));
+        drope::check_number(f, "--factor", drope::scaling_factor_range());
         auto sc = s;
         sc.factor = f;
         auto r = drope::rope_frequencies(theta, head_dim, sc, max_position, seq_len > 0 ? seq_len : max_position);
@@ -299,7 +267,8 @@ int main(int argc, char** argv) {
       }
       if (!out.empty()) {
         std::vector<std::string> types = {"pi", "ntk", "yarn"};
-        if (s.type != "none" && std::find(types.begin(), types.end(), s.type) == types.end()) types.push_back(s.type);
+        if (s.type != drope::RopeScalingType::kNone && std::find(types.begin(), types.end(), scaling_type) == types.end())
+          types.push_back(scaling_type);
         auto curves = an::scaling_gammas(theta, head_dim, max_position, types, factors, s);
         write_text(out, "rope_scaling.csv", an::gamma_csv(curves));
         write_figure(an::gamma_figure(curves, theta, head_dim, max_position), out, "rope_scaling");
@@ -320,7 +289,7 @@ int main(int argc, char** argv) {
         for (const char* pos : {"rope", "nope"}) {
           ModelSpec sp{fmt::format("{}-{}", p, pos), fmt::format("preset {} with positional {}", p, pos), "",
                        drope::model_preset(p)};
-          sp.config.positional.type = pos;
+          sp.config.positional.type = drope::parse_name<drope::PositionalType>(pos, "preset");
           specs.push_back(sp);
         }
       } else if (!preset.empty()) {

@@ -88,7 +88,8 @@ int main(int argc, char** argv) {
   auto* drop = cli.add_subcommand("drop", "DroPE: remove positional embeddings from every layer, keep weights");
   drop->add_option("--model", model_dir, "Input model directory")->required();
   drop->add_option("--out", out, "Output directory")->required();
-  drop->add_option("--qk-norm", qk_norm, "none | qk | q | k")->check(CLI::IsMember({"none", "qk", "q", "k"}));
+  drop->add_option("--qk-norm", qk_norm, drope::join_names(drope::names_of<drope::QkNorm>()))
+      ->check(CLI::IsMember(drope::names_of<drope::QkNorm>()));
   drop->add_flag("--per-head", per_head, "QK-norm per head instead of over the whole projection");
   drop->add_option("--dtype", dtype, "Stored dtype: float32 | bfloat16 | float16");
   drop->add_flag("--force", force, force_help);
@@ -115,7 +116,7 @@ int main(int argc, char** argv) {
       save(m, out, dtype, force);
     } else if (*drop) {
       auto m = drope::io::load_model(model_dir);
-      auto d = drope::drop_positional(m, {qk_norm, per_head});
+      auto d = drope::drop_positional(m, {drope::parse_name<drope::QkNorm>(qk_norm, "--qk-norm"), per_head});
       print_info(d);
       save(d, out, dtype, force);
     }

@@ -15,7 +15,7 @@ namespace {
 
 ModelConfig micro(const std::string& positional) {
   auto c = model_preset("micro");
-  c.positional.type = positional;
+  c.positional.type = parse_name<PositionalType>(positional, "test");
   return c;
 }
 
@@ -138,7 +138,7 @@ TEST(Analyze, RopeGradientExceedsNopeFromLayerOne) {
   std::vector<analyze::BiasGradReport> reps;
   for (const char* pos : {"rope", "nope"}) {
     auto cfg = model_preset("tiny");
-    cfg.positional.type = pos;
+    cfg.positional.type = parse_name<PositionalType>(pos, "test");
     DecoderLM m(cfg);
     reps.push_back(analyze::bias_grad_study(m, pos, "preset tiny", o));
   }

@@ -95,7 +95,7 @@ TEST(ReferenceAttention, RejectsBadShapes) {
 TEST(RNoPESWA, LayerMasksFollowThePlan) {
   auto cfg = model_preset("micro");
   cfg.num_layers = 4;
-  cfg.positional.type = "rnope-swa";
+  cfg.positional.type = PositionalType::kRnopeSwa;
   cfg.positional.window = 4;
   DecoderLM m(cfg);
   torch::NoGradGuard ng;

@@ -52,10 +52,10 @@ TEST(Config, YamlPresetWithOverrides) {
 
 TEST(Config, YamlRoundTrip) {
   auto c = model_preset("tiny");
-  c.positional.scaling.type = "yarn";
+  c.positional.scaling.type = RopeScalingType::kYarn;
   c.positional.scaling.factor = 3.5;
   c.positional.rope_theta = 123456.789;
-  c.qk_norm = "q";
+  c.qk_norm = QkNorm::kQ;
   c.softmax_temperature = 0.412;
   c.positional.layers = {"rope", "nope", "alibi", "rope"};
   auto d = test::tmp_dir("cfg_rt");

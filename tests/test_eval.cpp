@@ -15,7 +15,7 @@ namespace {
 
 ModelConfig cfg_for(const std::string& positional, int64_t window = 0) {
   auto c = model_preset("micro");
-  c.positional.type = positional;
+  c.positional.type = parse_name<PositionalType>(positional, "test");
   c.positional.window = window;
   c.num_layers = 4;       // RNoPE-SWA: 3 windowed RoPE layers + 1 global NoPE layer
   c.init_std = 0.25;      // peaked logits: greedy choices are far from ties

@@ -110,11 +110,11 @@ TEST(ModelIO, SaveLoadRoundTripAndStrictLoading) {
   test::expect_error([&] { io::load_model(d + "/other"); }, {"model.safetensors", "shape", "[96, 64]", "[128, 64]"});
   // NoPE models are saved without an HF config.
   auto nope = cfg;
-  nope.positional.type = "nope";
+  nope.positional.type = PositionalType::kNope;
   DecoderLM n(nope);
   EXPECT_FALSE(io::save_model(n, d + "/nope"));
   EXPECT_FALSE(fs::exists(d + "/nope/config.json"));
-  EXPECT_EQ(io::load_model_config_dir(d + "/nope").positional.type, "nope");
+  EXPECT_EQ(io::load_model_config_dir(d + "/nope").positional.type, PositionalType::kNope);
   test::expect_error([&] { io::load_model(d + "/nowhere"); }, {"nowhere", "not found"});
 }
 

@@ -54,11 +54,11 @@ void expect_fused_equals_composite(const Op& op, const std::vector<torch::Tensor
 }  // namespace
 
 TEST(FusedLayers, SupportedInputs) {
-  EXPECT_TRUE(kernels::layers_cpu_supported({torch::zeros({2}), torch::zeros({3})}));
-  EXPECT_TRUE(kernels::layers_cpu_supported({torch::zeros({2}, torch::kDouble)}));
-  EXPECT_FALSE(kernels::layers_cpu_supported({torch::zeros({2}), torch::zeros({2}, torch::kDouble)}));
-  EXPECT_FALSE(kernels::layers_cpu_supported({torch::zeros({2}, torch::kBFloat16)}));
-  EXPECT_FALSE(kernels::layers_cpu_supported({torch::Tensor()}));
+  EXPECT_TRUE(ops::layers_cpu_supported({torch::zeros({2}), torch::zeros({3})}));
+  EXPECT_TRUE(ops::layers_cpu_supported({torch::zeros({2}, torch::kDouble)}));
+  EXPECT_FALSE(ops::layers_cpu_supported({torch::zeros({2}), torch::zeros({2}, torch::kDouble)}));
+  EXPECT_FALSE(ops::layers_cpu_supported({torch::zeros({2}, torch::kBFloat16)}));
+  EXPECT_FALSE(ops::layers_cpu_supported({torch::Tensor()}));
 }
 
 TEST(FusedLayers, RmsNormMatchesDefinition) {

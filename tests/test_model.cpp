@@ -12,7 +12,7 @@ namespace {
 
 ModelConfig small(const std::string& positional) {
   auto c = model_preset("micro");
-  c.positional.type = positional;
+  c.positional.type = parse_name<PositionalType>(positional, "test");
   c.init_std = 0.3;  // large enough that attention is far from uniform for distinct tokens
   return c;
 }
@@ -103,10 +103,10 @@ TEST(DroPE, TransformKeepsWeightsChangesLogitsAddsUnitNorms) {
   auto cfg = small("rope");
   DecoderLM rope(cfg);
   rope->reset_parameters(3);
-  auto dropped = drop_positional(rope, {"qk", false});
+  auto dropped = drop_positional(rope, {QkNorm::kQk, false});
   const auto& dc = dropped->config();
   for (const auto& l : dc.layer_plan()) EXPECT_EQ(l.kind, PositionalKind::kNope);
-  EXPECT_EQ(dc.qk_norm, "qk");
+  EXPECT_EQ(dc.qk_norm, QkNorm::kQk);
   auto src = rope->named_parameters();
   int norms = 0;
   for (const auto& kv : dropped->named_parameters()) {
@@ -128,12 +128,12 @@ TEST(DroPE, TransformKeepsWeightsChangesLogitsAddsUnitNorms) {
   // Without QK-norm, DroPE equals the same weights run as a NoPE model.
   auto plain = drop_positional(rope, {});
   auto nope_cfg = cfg;
-  nope_cfg.positional.type = "nope";
+  nope_cfg.positional.type = PositionalType::kNope;
   DecoderLM nope(nope_cfg);
   copy_parameters(nope, rope);
   EXPECT_TRUE(torch::allclose(plain->forward(ids), nope->forward(ids)));
   // Per-head norms have head-dim weights.
-  auto ph = drop_positional(rope, {"q", true});
+  auto ph = drop_positional(rope, {QkNorm::kQ, true});
   EXPECT_EQ(ph->named_parameters()["model.layers.1.self_attn.q_norm.weight"].size(0), 16);
   EXPECT_EQ(ph->named_parameters().find("model.layers.1.self_attn.k_norm.weight"), nullptr);
 }

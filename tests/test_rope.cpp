@@ -19,7 +19,7 @@ TEST(RopeScaling, YarnSpecVectors) {
   EXPECT_NEAR(yarn_mscale(4), 1.1386, 5e-5);
   EXPECT_NEAR(yarn_mscale(8), 1.2079, 5e-5);
   RopeScalingConfig s;
-  s.type = "yarn";
+  s.type = RopeScalingType::kYarn;
   s.factor = 4;
   auto f = rope_frequencies(1e4, 64, s, 2048, 2048);
   auto base = rope_base_frequencies(1e4, 64);
@@ -33,7 +33,7 @@ TEST(RopeScaling, YarnSpecVectors) {
 TEST(RopeScaling, NtkBaseFormEqualsGammaForm) {
   for (double s : {2.0, 3.0, 4.0, 8.0}) {
     RopeScalingConfig c;
-    c.type = "ntk";
+    c.type = RopeScalingType::kNtk;
     c.factor = s;
     const int64_t d = 64;
     auto f = rope_frequencies(1e4, d, c, 2048, 2048);
@@ -48,13 +48,13 @@ TEST(RopeScaling, NtkBaseFormEqualsGammaForm) {
 
 TEST(RopeScaling, PiAndDynamic) {
   RopeScalingConfig pi;
-  pi.type = "pi";
+  pi.type = RopeScalingType::kPi;
   pi.factor = 4;
   auto f = rope_frequencies(1e4, 32, pi, 128, 128);
   auto base = rope_base_frequencies(1e4, 32);
   for (size_t i = 0; i < base.size(); ++i) EXPECT_DOUBLE_EQ(f.inv_freq[i], base[i] / 4);
   RopeScalingConfig dyn;
-  dyn.type = "dynamic-ntk";
+  dyn.type = RopeScalingType::kDynamicNtk;
   dyn.factor = 2;
   auto short_seq = rope_frequencies(1e4, 32, dyn, 128, 100);
   for (size_t i = 0; i < base.size(); ++i) EXPECT_DOUBLE_EQ(short_seq.inv_freq[i], base[i]);

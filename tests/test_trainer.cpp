@@ -87,7 +87,7 @@ TEST(RunConfig, StrictWithOverridesAndRoundTrip) {
   auto cfg = load_run_config(write_cfg(d), {"train.steps=9", "optim.betas=[0.8, 0.9]", "model.positional.type=nope"});
   EXPECT_EQ(cfg.train.steps, 9);
   EXPECT_EQ(cfg.optim.beta1, 0.8);
-  EXPECT_EQ(cfg.model.positional.type, "nope");
+  EXPECT_EQ(cfg.model.positional.type, PositionalType::kNope);
   write_file_atomic(d + "/rt.yaml", run_config_to_yaml(cfg));
   EXPECT_EQ(run_config_to_yaml(load_run_config(d + "/rt.yaml")), run_config_to_yaml(cfg));
   test::expect_error([&] { load_run_config(write_cfg(d), {"train.stepz=3"}); }, {"cfg.yaml", "train.stepz", "unknown key"});
@@ -157,8 +157,8 @@ TEST(Trainer, DropAtStepSwitchesToNoPEAndKeepsTraining) {
   auto r = run_training(cfg, o);
   ASSERT_EQ(r.losses.size(), 6u);
   auto m = io::load_model(r.last_checkpoint);
-  EXPECT_EQ(m->config().positional.type, "nope");
-  EXPECT_EQ(m->config().qk_norm, "qk");
+  EXPECT_EQ(m->config().positional.type, PositionalType::kNope);
+  EXPECT_EQ(m->config().qk_norm, QkNorm::kQk);
   EXPECT_TRUE(std::isfinite(r.val_loss));
 }
 

@@ -1,44 +1,16 @@
-// `drope-eval niah` (RULER's NIAH tasks, string_match_all) and `drope-eval niah-grid` (Kamradt-style
-// length × depth grid with a heatmap). Prompts come from drope_tasks (torch-free); `--dump-prompts` writes
-// them without loading a model, with only a tokenizer to size the contexts.
-#include <algorithm>
-#include <cstdio>
-#include <functional>
-
-#include <fmt/format.h>
-
+// Flags of `drope-eval niah` and `drope-eval niah-grid` (eval::run_niah, eval::run_niah_grid).
 #include "app_common.h"
-#include "drope/core/error.h"
-#include "drope/core/files.h"
-#include "drope/eval/generate.h"
-#include "drope/plot/plot.h"
-#include "drope/tasks/niah.h"
-#include "drope/tasks/report.h"
-#include "cli_numbers.h"
+#include "drope/eval/runners.h"
 #include "eval/common.h"
 
 namespace drope::evalcli {
 
 namespace {
 
-// Options shared by both commands.
-struct NiahCommon {
-  MethodOptions m;
-  std::string lengths;
-  int64_t trials = 0;
-  uint64_t seed = 42;
-  std::string haystack = tasks::kDefaultHaystack;
-  std::string haystack_start = "random";
-  int64_t batch = 1;
-  int64_t max_new_tokens = 128;
-  bool bos = false;
-  std::string out;
-  std::string dump;
-};
 
-void add_common_options(CLI::App* cmd, NiahCommon& c) {
-  add_method_options(cmd, c.m);
-  // --model is not needed to only dump prompts (a tokenizer suffices); checked in the callbacks.
+void add_common_options(CLI::App* cmd, MethodOptions& m, eval::NiahRunCommon& c) {
+  add_method_options(cmd, m);
+  // --model is not needed to only dump prompts (a tokenizer suffices); checked by the run.
   cmd->get_option("--model")->required(false);
   cmd->add_option("--lengths", c.lengths, "Target lengths in tokens, prompt + generation (e.g. 4096,8192)")->required();
   cmd->add_option("--seed", c.seed, "Seed of keys, values, depths and excerpts (same seed, same prompts)");
@@ -54,348 +26,51 @@ void add_common_options(CLI::App* cmd, NiahCommon& c) {
                   "Write the prompts as jsonl to this file and stop (needs only --tokenizer or --model)");
 }
 
-void check_common(const NiahCommon& c) {
-  if (c.trials <= 0) fail("--trials: must be a positive number of samples per cell, got {}", c.trials);
-  if (c.batch <= 0) fail("--batch-size: must be positive, got {}", c.batch);
-  if (c.max_new_tokens <= 0) fail("--max-new-tokens: must be positive, got {}", c.max_new_tokens);
-  if (c.dump.empty() && c.m.model_dir.empty())
-    fail("--model is required (only --dump-prompts runs without a model, given --tokenizer)");
-  if (!c.dump.empty() && c.m.model_dir.empty() && c.m.tokenizer.empty())
-    fail("--dump-prompts needs a tokenizer to size the prompts: pass --tokenizer (or --model)");
-}
-
-tasks::NiahOptions niah_options(const NiahCommon& c) {
-  tasks::NiahOptions o;
-  o.max_new_tokens = c.max_new_tokens;
-  o.random_excerpt = c.haystack_start == "random";
-  return o;
-}
-
-tasks::TokenCounter make_counter(const text::Tokenizer& tok, bool bos) {
-  const int64_t extra = bos && tok.bos_id() >= 0 ? 1 : 0;
-  return [&tok, extra](const std::string& s) { return static_cast<int64_t>(tok.encode(s).size()) + extra; };
-}
-
-std::string json_line(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-}
-
-// Greedy generations for `prompts`, `batch` at a time, reporting progress per batch.
-std::vector<eval::Generation> generate_all(EvalModel& em, const std::vector<std::string>& prompts,
-                                           const NiahCommon& c, const std::string& what) {
-  eval::GenerateOptions g;
-  g.max_new_tokens = c.max_new_tokens;
-  g.batch_size = c.batch;
-  std::vector<eval::Generation> out;
-  for (size_t b = 0; b < prompts.size(); b += static_cast<size_t>(c.batch)) {
-    const size_t e = std::min(prompts.size(), b + static_cast<size_t>(c.batch));
-    std::vector<std::string> chunk(prompts.begin() + static_cast<std::ptrdiff_t>(b),
-                                   prompts.begin() + static_cast<std::ptrdiff_t>(e));
-    for (auto& gen : eval::generate(em.model, *em.tokenizer, chunk, g, c.bos)) out.push_back(std::move(gen));
-    fmt::print("  {}: {}/{}\r", what, e, prompts.size());
-    std::fflush(stdout);
-  }
-  return out;
-}
-
-// --dump-prompts: sizes the prompts with the tokenizer alone (no model) and writes what `fill` appends,
-// one jsonl line per prompt, atomically.
-int dump_prompts(const NiahCommon& c, const std::function<void(const tasks::TokenCounter&, std::string&)>& fill) {
-  auto tok = text::load_tokenizer(c.m.tokenizer.empty() ? c.m.model_dir : c.m.tokenizer);
-  std::string content;
-  fill(make_counter(*tok, c.bos), content);
-  write_file_atomic(c.dump, content);
-  fmt::print("wrote {}\n", c.dump);
-  return 0;
-}
-
-// The fields every result file of these commands starts with (how the run was set up).
-nlohmann::json run_settings(const std::string& kind, const NiahCommon& c, const EvalModel& em,
-                            const std::string& haystack) {
-  return {{"kind", kind},
-          {"method", em.describe()},
-          {"trials", c.trials},
-          {"seed", c.seed},
-          {"haystack", haystack},
-          {"haystack_start", c.haystack_start},
-          {"max_new_tokens", c.max_new_tokens},
-          {"bos", c.bos},
-          {"metric", "string_match_all"}};
-}
-
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-}
-
-std::string depth_label(double d) { return fmt::format("{:g}", d); }
-
-// ---- niah -------------------------------------------------------------------------------------------
-
-struct NiahOpts {
-  NiahCommon c;
-  std::string tasks = "all";
-};
-
-int run_niah(NiahOpts& o) {
-  auto& c = o.c;
-  // Everything cheap is validated before the model loads or any file is written.
-  const auto task_list = tasks::parse_niah_tasks(o.tasks, "--tasks");
-  const auto lengths = tasks::parse_int_list(c.lengths, "--lengths");
-  for (int64_t L : lengths) app::check_size_flag("--lengths", L, 1, app::kMaxTokensFlag);
-  check_common(c);
-  const bool need_essay =
-      std::any_of(task_list.begin(), task_list.end(), [](const tasks::NiahTask& t) { return t.haystack == tasks::Haystack::essay; });
-  tasks::EssayText essay;  // a --haystack given explicitly is checked even when no task reads it
-  if (need_essay || c.haystack != tasks::kDefaultHaystack) essay = tasks::load_essay(c.haystack, "--haystack");
-  const auto nopt = niah_options(c);
-
-  if (!c.dump.empty()) return dump_prompts(c, [&](const tasks::TokenCounter& counter, std::string& content) {
-    for (const auto& task : task_list)
-      for (int64_t L : lengths) {
-        int64_t hint = 0, max_tokens = 0;
-        for (int64_t t = 0; t < c.trials; ++t) {
-          const auto s = tasks::make_niah_sample(task, L, c.seed, t, essay, counter, nopt, &hint);
-          max_tokens = std::max(max_tokens, s.prompt_tokens);
-          content += json_line({{"task", s.task}, {"length", s.length}, {"trial", s.trial}, {"seed", s.seed},
-                                {"prompt_tokens", s.prompt_tokens}, {"haystack_units", s.haystack_units},
-                                {"essay_start", s.essay_start}, {"depths", s.depths}, {"positions", s.positions},
-                                {"keys", s.keys}, {"queries", s.queries}, {"expected", s.expected},
-                                {"needles", s.needles}, {"prompt", s.prompt}});
-        }
-        fmt::print("niah_{} @ {}: {} prompts, at most {} prompt tokens (+{} generated)\n", task.name, L, c.trials,
-                   max_tokens, c.max_new_tokens);
-      }
-  });
-
-  auto em = load_eval_model(c.m, true);
-  const auto counter = make_counter(*em.tokenizer, c.bos);
-  // A length too small for a task fails here, before any generation.
-  for (const auto& task : task_list)
-    for (int64_t L : lengths) tasks::make_niah_sample(task, L, c.seed, 0, essay, counter, nopt);
-
-  std::string samples_jsonl;
-  nlohmann::json results = nlohmann::json::array(), summary = nlohmann::json::object();
-  tasks::Table table;
-  table.title = fmt::format("NIAH (RULER string_match_all, %, {} trials) — {}", c.trials, em.label);
-  table.columns = {"method", "task"};
-  for (int64_t L : lengths) table.columns.push_back(std::to_string(L));
-  table.columns.push_back("mean");
-  std::vector<double> all_scores;
-  std::vector<std::vector<double>> per_length(lengths.size());
-  for (const auto& task : task_list) {
-    std::vector<std::string> row = {em.label, task.name};
-    std::vector<double> task_scores;
-    for (size_t li = 0; li < lengths.size(); ++li) {
-      const int64_t L = lengths[li];
-      std::vector<tasks::NiahSample> samples;
-      std::vector<std::string> prompts;
-      int64_t hint = 0;
-      for (int64_t t = 0; t < c.trials; ++t) {
-        samples.push_back(tasks::make_niah_sample(task, L, c.seed, t, essay, counter, nopt, &hint));
-        prompts.push_back(samples.back().prompt);
-      }
-      const std::string what = fmt::format("niah_{} @ {}", task.name, L);
-      const auto gens = generate_all(em, prompts, c, what);
-      std::vector<double> scores;
-      double tokens = 0, units = 0;
-      for (size_t i = 0; i < samples.size(); ++i) {
-        const auto& s = samples[i];
-        const std::string output = tasks::niah_postprocess(gens[i].text);
-        const double score = tasks::string_match_all(output, s.expected);
-        scores.push_back(score);
-        tokens += static_cast<double>(s.prompt_tokens);
-        units += static_cast<double>(s.haystack_units);
-        samples_jsonl += json_line({{"task", s.task}, {"length", s.length}, {"trial", s.trial}, {"seed", s.seed},
-                                    {"prompt_tokens", s.prompt_tokens}, {"haystack_units", s.haystack_units},
-                                    {"depths", s.depths}, {"positions", s.positions}, {"queries", s.queries},
-                                    {"expected", s.expected}, {"output", output}, {"finish", gens[i].finish},
-                                    {"score", score}});
-      }
-      const double score = mean(scores);
-      fmt::print("{}  {}: {:.2f}  (mean prompt {:.0f} tokens)\n", em.label, what, score, tokens / c.trials);
-      std::fflush(stdout);
-      results.push_back({{"task", task.name}, {"length", L}, {"score", score}, {"trials", c.trials},
-                         {"mean_prompt_tokens", tokens / c.trials}, {"mean_haystack_units", units / c.trials}});
-      summary[fmt::format("{}@{}", task.name, L)] = score;
-      row.push_back(tasks::fixed(score, 2));
-      task_scores.push_back(score);
-      per_length[li].push_back(score);
-      all_scores.push_back(score);
-    }
-    row.push_back(tasks::fixed(mean(task_scores), 2));
-    summary[task.name] = mean(task_scores);
-    table.add_row(row);
-  }
-  if (task_list.size() > 1) {
-    std::vector<std::string> row = {em.label, "mean"};
-    for (const auto& v : per_length) row.push_back(tasks::fixed(mean(v), 2));
-    row.push_back(tasks::fixed(mean(all_scores), 2));
-    table.add_row(row);
-  }
-  summary["avg"] = mean(all_scores);
-  std::vector<std::string> names;
-  for (const auto& t : task_list) names.push_back(t.name);
-  nlohmann::json doc = run_settings("niah", c, em, need_essay ? essay.source : "");
-  doc["tasks"] = names;
-  doc["lengths"] = lengths;
-  doc["results"] = results;
-  doc["summary"] = summary;
-  write_file_atomic(c.out + ".samples.jsonl", samples_jsonl);
-  for (const auto& p : tasks::write_results(c.out, doc, table)) fmt::print("wrote {}\n", p);
-  fmt::print("wrote {}.samples.jsonl\n{}", c.out, tasks::to_markdown(table));
-  return 0;
-}
-
-// ---- niah-grid --------------------------------------------------------------------------------------
-
-struct GridOpts {
-  NiahCommon c;
-  std::string depths = "0,10,20,30,40,50,60,70,80,90,100";
-};
-
-int run_grid(GridOpts& o) {
-  auto& c = o.c;
-  const auto lengths = tasks::parse_int_list(c.lengths, "--lengths");
-  for (int64_t L : lengths) app::check_size_flag("--lengths", L, 1, app::kMaxTokensFlag);
-  const auto depths = tasks::parse_depth_list(o.depths, "--depths");
-  check_common(c);
-  const auto essay = tasks::load_essay(c.haystack, "--haystack");
-  const auto nopt = niah_options(c);
-
-  if (!c.dump.empty()) return dump_prompts(c, [&](const tasks::TokenCounter& counter, std::string& content) {
-    for (int64_t L : lengths) {
-      int64_t hint = 0;
-      for (double d : depths)
-        for (int64_t t = 0; t < c.trials; ++t) {
-          const auto s = tasks::make_kamradt_sample(L, d, c.seed, t, essay, counter, nopt, &hint);
-          content += json_line({{"length", s.length}, {"depth", s.depth}, {"actual_depth", s.actual_depth},
-                                {"trial", s.trial}, {"seed", s.seed}, {"prompt_tokens", s.prompt_tokens},
-                                {"haystack_units", s.haystack_units}, {"sentences_before", s.sentences_before},
-                                {"essay_start", s.essay_start}, {"key", s.key}, {"expected", nlohmann::json::array({s.value})},
-                                {"needle", s.needle}, {"prompt", s.prompt}});
-        }
-      fmt::print("grid @ {}: {} prompts\n", L, depths.size() * static_cast<size_t>(c.trials));
-    }
-  });
-
-  auto em = load_eval_model(c.m, true);
-  const auto counter = make_counter(*em.tokenizer, c.bos);
-  for (int64_t L : lengths) tasks::make_kamradt_sample(L, depths[0], c.seed, 0, essay, counter, nopt);
-
-  const auto rows = static_cast<int64_t>(depths.size()), cols = static_cast<int64_t>(lengths.size());
-  std::vector<double> cell(static_cast<size_t>(rows * cols), 0.0);
-  std::string samples_jsonl;
-  nlohmann::json results = nlohmann::json::array(), summary = nlohmann::json::object();
-  for (int64_t li = 0; li < cols; ++li) {
-    const int64_t L = lengths[li];
-    int64_t hint = 0;
-    std::vector<tasks::KamradtSample> samples;
-    std::vector<std::string> prompts;
-    for (double d : depths)
-      for (int64_t t = 0; t < c.trials; ++t) {
-        samples.push_back(tasks::make_kamradt_sample(L, d, c.seed, t, essay, counter, nopt, &hint));
-        prompts.push_back(samples.back().prompt);
-      }
-    const auto gens = generate_all(em, prompts, c, fmt::format("grid @ {}", L));
-    for (int64_t di = 0; di < rows; ++di) {
-      std::vector<double> scores;
-      double actual = 0;
-      for (int64_t t = 0; t < c.trials; ++t) {
-        const size_t i = static_cast<size_t>(di * c.trials + t);
-        const auto& s = samples[i];
-        const std::string output = tasks::niah_postprocess(gens[i].text);
-        const double score = tasks::string_match_all(output, {s.value});
-        scores.push_back(score);
-        actual += s.actual_depth;
-        samples_jsonl += json_line({{"length", s.length}, {"depth", s.depth}, {"actual_depth", s.actual_depth},
-                                    {"trial", s.trial}, {"seed", s.seed}, {"prompt_tokens", s.prompt_tokens},
-                                    {"haystack_units", s.haystack_units}, {"key", s.key}, {"expected", nlohmann::json::array({s.value})},
-                                    {"output", output}, {"finish", gens[i].finish}, {"score", score}});
-      }
-      cell[static_cast<size_t>(di * cols + li)] = mean(scores);
-      results.push_back({{"length", L}, {"depth", depths[di]}, {"score", mean(scores)}, {"trials", c.trials},
-                         {"mean_actual_depth", actual / c.trials}});
-    }
-    std::vector<double> col;
-    for (int64_t di = 0; di < rows; ++di) col.push_back(cell[static_cast<size_t>(di * cols + li)]);
-    summary[fmt::format("grid@{}", L)] = mean(col);
-    fmt::print("{}  grid @ {}: {:.2f} (mean over {} depths)\n", em.label, L, mean(col), rows);
-    std::fflush(stdout);
-  }
-  summary["avg"] = mean(cell);
-
-  tasks::Table table;
-  table.title = fmt::format("Needle in a haystack, score % by depth × length ({} trials) — {}", c.trials, em.label);
-  table.columns = {"depth %"};
-  for (int64_t L : lengths) table.columns.push_back(std::to_string(L));
-  table.columns.push_back("mean");
-  for (int64_t di = 0; di < rows; ++di) {
-    std::vector<std::string> row = {depth_label(depths[di])};
-    std::vector<double> r(cell.begin() + di * cols, cell.begin() + (di + 1) * cols);
-    for (double v : r) row.push_back(tasks::fixed(v, 2));
-    row.push_back(tasks::fixed(mean(r), 2));
-    table.add_row(row);
-  }
-  std::vector<std::string> mean_row = {"mean"};
-  for (int64_t li = 0; li < cols; ++li) mean_row.push_back(tasks::fixed(summary[fmt::format("grid@{}", lengths[li])].get<double>(), 2));
-  mean_row.push_back(tasks::fixed(mean(cell), 2));
-  table.add_row(mean_row);
-
-  plot::Heatmap map;
-  map.title = fmt::format("Needle in a haystack — {}", em.label);
-  map.xlabel = "context length (tokens)";
-  map.ylabel = "needle depth (%)";
-  map.colorbar_label = "score (%)";
-  map.rows = rows;
-  map.cols = cols;
-  map.values = cell;
-  for (double d : depths) map.row_labels.push_back(depth_label(d));
-  for (int64_t L : lengths) map.col_labels.push_back(std::to_string(L));
-  map.v_min = 0;
-  map.v_max = 100;
-
-  nlohmann::json doc = run_settings("niah-grid", c, em, essay.source);
-  doc["lengths"] = lengths;
-  doc["depths"] = depths;
-  doc["heatmap"] = {{"rows", "depth"}, {"cols", "length"}, {"values", cell}};
-  doc["results"] = results;
-  doc["summary"] = summary;
-  // Plots first: a failed render leaves the previous tables in place as well.
-  plot::save(map, c.out + ".png");
-  plot::save(map, c.out + ".svg");
-  write_file_atomic(c.out + ".samples.jsonl", samples_jsonl);
-  for (const auto& p : tasks::write_results(c.out, doc, table)) fmt::print("wrote {}\n", p);
-  fmt::print("wrote {0}.png, {0}.svg and {0}.samples.jsonl\n{1}", c.out, tasks::to_markdown(table));
-  return 0;
-}
-
 }  // namespace
 
 void add_niah_commands(CLI::App& cli, int& rc) {
-  auto o = std::make_shared<NiahOpts>();
-  o->c.trials = 500;
-  o->c.out = "results/niah";
+  struct Opts {
+    MethodOptions m;
+    eval::NiahRun run;
+  };
+  auto o = std::make_shared<Opts>();
+  o->run.c.trials = 500;
+  o->run.c.out = "results/niah";
   auto* cmd = cli.add_subcommand("niah", "RULER needle-in-a-haystack tasks (string_match_all), task × length table");
-  add_common_options(cmd, o->c);
-  cmd->add_option("--tasks", o->tasks,
+  add_common_options(cmd, o->m, o->run.c);
+  cmd->add_option("--tasks", o->run.tasks,
                   "Comma-separated: single_1..3, multikey_1..3, multivalue, multiquery, 'paper' (multiquery, "
                   "multikey_1, multivalue) or 'all' (default)");
-  cmd->add_option("--trials", o->c.trials, "Samples per task and length (default 500)");
-  cmd->add_option("--out", o->c.out, "Output prefix: .json/.csv/.md table and .samples.jsonl (default results/niah)");
-  cmd->callback([o, &rc] { rc = app::run([&] { return run_niah(*o); }); });
+  cmd->add_option("--trials", o->run.c.trials, "Samples per task and length (default 500)");
+  cmd->add_option("--out", o->run.c.out, "Output prefix: .json/.csv/.md table and .samples.jsonl (default results/niah)");
+  cmd->callback([o, &rc] {
+    rc = app::run([&] {
+      o->run.c.method = method_spec(o->m);
+      eval::run_niah(o->run);
+      return 0;
+    });
+  });
 
+  struct GridOpts {
+    MethodOptions m;
+    eval::NiahGridRun run;
+  };
   auto g = std::make_shared<GridOpts>();
-  g->c.trials = 5;
-  g->c.out = "results/niah-grid";
+  g->run.c.trials = 5;
+  g->run.c.out = "results/niah-grid";
   auto* grid = cli.add_subcommand("niah-grid", "Kamradt-style needle grid: lengths × depths, heatmap of scores");
-  add_common_options(grid, g->c);
-  grid->add_option("--depths", g->depths, "Needle depths in % (default 0,10,...,100)");
-  grid->add_option("--trials", g->c.trials, "Samples per cell (default 5)");
-  grid->add_option("--out", g->c.out,
+  add_common_options(grid, g->m, g->run.c);
+  grid->add_option("--depths", g->run.depths, "Needle depths in % (default 0,10,...,100)");
+  grid->add_option("--trials", g->run.c.trials, "Samples per cell (default 5)");
+  grid->add_option("--out", g->run.c.out,
                    "Output prefix: .json/.csv/.md table, .png/.svg heatmap, .samples.jsonl (default results/niah-grid)");
-  grid->callback([g, &rc] { rc = app::run([&] { return run_grid(*g); }); });
+  grid->callback([g, &rc] {
+    rc = app::run([&] {
+      g->run.c.method = method_spec(g->m);
+      eval::run_niah_grid(g->run);
+      return 0;
+    });
+  });
 }
 
 }  // namespace drope::evalcli

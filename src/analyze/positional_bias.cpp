@@ -574,7 +574,7 @@ std::vector<GammaCurve> scaling_gammas(double theta, int64_t head_dim, int64_t t
   for (double f : factors)
     for (const auto& t : types) {
       RopeScalingConfig sc = base;
-      sc.type = t;
+      sc.type = parse_name<RopeScalingType>(t, "RoPE scaling type");
       sc.factor = f;
       // Dynamic methods are shown at the extended length s·L0.
       auto r = rope_frequencies(theta, head_dim, sc, train_length, int64_t(std::llround(f * double(train_length))));

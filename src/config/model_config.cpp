@@ -12,10 +12,6 @@ namespace drope {
 
 namespace {
 
-const std::vector<std::string> kPositionalTypes = {"rope", "nope", "alibi", "rnope-swa"};
-const std::vector<std::string> kScalingTypes = {"none", "pi", "ntk", "dynamic-ntk", "yarn", "dynamic-yarn", "llama3"};
-const std::vector<std::string> kQkNorm = {"none", "qk", "q", "k"};
-
 ModelConfig make(int64_t vocab, int64_t hidden, int64_t mlp, int64_t layers, int64_t heads, int64_t kv,
                  int64_t head_dim, double theta, bool tied, int64_t ctx) {
   ModelConfig c;
@@ -83,11 +79,11 @@ std::vector<LayerPositional> ModelConfig::layer_plan() const {
   for (int64_t i = 0; i < num_layers; ++i) {
     if (!positional.layers.empty()) {
       plan.push_back(parse_layer_positional(positional.layers[i], positional.window, "positional.layers"));
-    } else if (positional.type == "rope") {
+    } else if (positional.type == PositionalType::kRope) {
       plan.push_back({PositionalKind::kRope, positional.window});
-    } else if (positional.type == "nope") {
+    } else if (positional.type == PositionalType::kNope) {
       plan.push_back({PositionalKind::kNope, positional.window});
-    } else if (positional.type == "alibi") {
+    } else if (positional.type == PositionalType::kAlibi) {
       plan.push_back({PositionalKind::kAlibi, positional.window});
     } else {  // rnope-swa: 3 RoPE + sliding window layers, then one NoPE full-attention layer
       bool global = (i + 1) % 4 == 0;
@@ -99,10 +95,10 @@ std::vector<LayerPositional> ModelConfig::layer_plan() const {
 }
 
 bool ModelConfig::hf_expressible() const {
-  if (qk_norm != "none" || softmax_temperature != 0.0 || mlp_bias != false) return false;
+  if (qk_norm != QkNorm::kNone || softmax_temperature != 0.0 || mlp_bias != false) return false;
   if (arch == "qwen2" && (attention_out_bias || !attention_bias)) return false;
   if (arch == "llama" && attention_bias != attention_out_bias) return false;
-  if (positional.scaling.type == "dynamic-yarn") return false;
+  if (positional.scaling.type == RopeScalingType::kDynamicYarn) return false;
   for (const auto& l : layer_plan())
     if (l.kind != PositionalKind::kRope || l.window != 0) return false;
   return true;
@@ -116,8 +112,8 @@ double ModelConfig::parameter_count() const {
   if (attention_bias) layer += q + 2 * kv;
   if (attention_out_bias) layer += H;
   if (mlp_bias) layer += 2 * I + H;
-  if (qk_norm == "qk" || qk_norm == "q") layer += qk_norm_per_head ? D : q;
-  if (qk_norm == "qk" || qk_norm == "k") layer += qk_norm_per_head ? D : kv;
+  if (norms_queries(qk_norm)) layer += qk_norm_per_head ? D : q;
+  if (norms_keys(qk_norm)) layer += qk_norm_per_head ? D : kv;
   return V * H * (tie_embeddings ? 1 : 2) + L * layer + H;
 }
 
@@ -170,7 +166,7 @@ void ModelConfig::validate(const std::string& src) const {
   number("softmax_temperature", softmax_temperature, Interval::non_negative());
   number("positional.rope_theta", positional.rope_theta, Interval::above(1));
   if (positional.window < 0) fail("{}: model.positional.window must be >= 0", src);
-  if (positional.type == "rnope-swa" && positional.window <= 0)
+  if (positional.type == PositionalType::kRnopeSwa && positional.window <= 0)
     fail("{}: model.positional.type rnope-swa needs model.positional.window > 0", src);
   if (!positional.layers.empty()) {
     if ((int64_t)positional.layers.size() != num_layers)
@@ -179,14 +175,14 @@ void ModelConfig::validate(const std::string& src) const {
     for (const auto& l : positional.layers) parse_layer_positional(l, positional.window, src + ": model.positional.layers");
   }
   const auto& s = positional.scaling;
-  number("positional.scaling.factor", s.factor, s.type != "none" ? Interval::at_least(1) : Interval::any());
+  number("positional.scaling.factor", s.factor, s.type != RopeScalingType::kNone ? scaling_factor_range() : Interval::any());
   if (s.original_max_position < 0) fail("{}: model.positional.scaling.original_max_position must be >= 0", src);
   number("positional.scaling.beta_fast", s.beta_fast, Interval::positive());
   number("positional.scaling.beta_slow", s.beta_slow, Interval::positive());
   number("positional.scaling.attention_factor", s.attention_factor, Interval::non_negative());
   number("positional.scaling.low_freq_factor", s.low_freq_factor, Interval::positive());
   number("positional.scaling.high_freq_factor", s.high_freq_factor, Interval::positive());
-  if (s.type == "llama3" && !(s.high_freq_factor > s.low_freq_factor))
+  if (s.type == RopeScalingType::kLlama3 && !(s.high_freq_factor > s.low_freq_factor))
     fail("{}: model.positional.scaling: high_freq_factor must exceed low_freq_factor", src);
   if (bos_token_id >= vocab_size || eos_token_id >= vocab_size)
     fail("{}: model.bos_token_id/eos_token_id must be < vocab_size ({})", src, vocab_size);
@@ -217,19 +213,19 @@ ModelConfig parse_model_config(YamlMap m) {
   m.get("mlp_bias", c.mlp_bias);
   m.get("max_position", c.max_position);
   m.get("init_std", c.init_std);
-  m.get_choice("qk_norm", c.qk_norm, kQkNorm);
+  get_name(m, "qk_norm", c.qk_norm);
   m.get("qk_norm_per_head", c.qk_norm_per_head);
   m.get("softmax_temperature", c.softmax_temperature);
   m.get("bos_token_id", c.bos_token_id);
   m.get("eos_token_id", c.eos_token_id);
   YamlMap p = m.map("positional");
-  p.get_choice("type", c.positional.type, kPositionalTypes);
+  get_name(p, "type", c.positional.type);
   p.get("rope_theta", c.positional.rope_theta);
   p.get("window", c.positional.window);
   p.get("layers", c.positional.layers);
   YamlMap s = p.map("scaling");
   auto& sc = c.positional.scaling;
-  s.get_choice("type", sc.type, kScalingTypes);
+  get_name(s, "type", sc.type);
   s.get("factor", sc.factor);
   s.get("original_max_position", sc.original_max_position);
   s.get("beta_fast", sc.beta_fast);
@@ -274,20 +270,20 @@ std::string model_config_to_yaml(const ModelConfig& c) {
   e << YAML::Key << "mlp_bias" << YAML::Value << c.mlp_bias;
   e << YAML::Key << "max_position" << YAML::Value << c.max_position;
   e << YAML::Key << "init_std" << YAML::Value << c.init_std;
-  e << YAML::Key << "qk_norm" << YAML::Value << c.qk_norm;
+  e << YAML::Key << "qk_norm" << YAML::Value << std::string(name_of(c.qk_norm));
   e << YAML::Key << "qk_norm_per_head" << YAML::Value << c.qk_norm_per_head;
   e << YAML::Key << "softmax_temperature" << YAML::Value << c.softmax_temperature;
   e << YAML::Key << "bos_token_id" << YAML::Value << c.bos_token_id;
   e << YAML::Key << "eos_token_id" << YAML::Value << c.eos_token_id;
   e << YAML::Key << "positional" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "type" << YAML::Value << c.positional.type;
+  e << YAML::Key << "type" << YAML::Value << std::string(name_of(c.positional.type));
   e << YAML::Key << "rope_theta" << YAML::Value << c.positional.rope_theta;
   e << YAML::Key << "window" << YAML::Value << c.positional.window;
   if (!c.positional.layers.empty())
     e << YAML::Key << "layers" << YAML::Value << YAML::Flow << c.positional.layers;
   const auto& s = c.positional.scaling;
   e << YAML::Key << "scaling" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "type" << YAML::Value << s.type;
+  e << YAML::Key << "type" << YAML::Value << std::string(name_of(s.type));
   e << YAML::Key << "factor" << YAML::Value << s.factor;
   e << YAML::Key << "original_max_position" << YAML::Value << s.original_max_position;
   e << YAML::Key << "beta_fast" << YAML::Value << s.beta_fast;

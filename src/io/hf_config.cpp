@@ -93,7 +93,7 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& path) {
   json rp = json::object();
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rp = j["rope_parameters"];
   else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rp = j["rope_scaling"];
-  c.positional.type = "rope";
+  c.positional.type = PositionalType::kRope;
   c.positional.rope_theta = jget<double>(rp, "rope_theta", jget<double>(j, "rope_theta", 10000.0, path), path);
   if (jget<double>(rp, "partial_rotary_factor", jget<double>(j, "partial_rotary_factor", 1.0, path), path) != 1.0)
     fail("{}: partial_rotary_factor != 1 is not supported", path);
@@ -105,16 +105,16 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& path) {
     return jget<double>(rp, "factor", 1.0, path);
   };
   if (rt == "default") {
-    s.type = "none";
+    s.type = RopeScalingType::kNone;
   } else if (rt == "linear") {
-    s.type = "pi";
+    s.type = RopeScalingType::kPi;
     s.factor = factor();
   } else if (rt == "dynamic") {
-    s.type = "dynamic-ntk";
+    s.type = RopeScalingType::kDynamicNtk;
     s.factor = factor();
     s.original_max_position = c.max_position;  // HF uses max_position_embeddings as L0
   } else if (rt == "yarn") {
-    s.type = "yarn";
+    s.type = RopeScalingType::kYarn;
     s.original_max_position = original_max(rp, c.max_position, path);
     s.factor = rp.contains("factor") && !rp["factor"].is_null()
                    ? jget<double>(rp, "factor", 1.0, path)
@@ -129,7 +129,7 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& path) {
       s.attention_factor = g(mscale) / g(mall);
     }
   } else if (rt == "llama3") {
-    s.type = "llama3";
+    s.type = RopeScalingType::kLlama3;
     s.factor = factor();
     s.original_max_position = original_max(rp, c.max_position, path);
     s.low_freq_factor = jget<double>(rp, "low_freq_factor", 1.0, path);
@@ -172,23 +172,23 @@ std::string hf_config_json(const ModelConfig& c) {
   json rp;
   rp["rope_theta"] = c.positional.rope_theta;
   const int64_t L0 = s.original_max_position > 0 ? s.original_max_position : c.max_position;
-  if (s.type == "none") {
+  if (s.type == RopeScalingType::kNone) {
     rp["rope_type"] = "default";
-  } else if (s.type == "pi") {
+  } else if (s.type == RopeScalingType::kPi) {
     rp["rope_type"] = "linear";
     rp["factor"] = s.factor;
-  } else if (s.type == "dynamic-ntk") {
+  } else if (s.type == RopeScalingType::kDynamicNtk) {
     if (L0 != c.max_position) fail("dynamic-ntk export needs original_max_position == max_position (HF uses the latter)");
     rp["rope_type"] = "dynamic";
     rp["factor"] = s.factor;
-  } else if (s.type == "ntk") {
+  } else if (s.type == RopeScalingType::kNtk) {
     // Static NTK is RoPE with a larger base.
     rp["rope_type"] = "default";
     const double d = double(c.resolved_head_dim());
     const double theta = c.positional.rope_theta * std::pow(s.factor, d / (d - 2.0));
     if (!std::isfinite(theta)) fail("ntk export: rope_theta · factor^(d/(d-2)) overflows a double");
     rp["rope_theta"] = theta;
-  } else if (s.type == "yarn") {
+  } else if (s.type == RopeScalingType::kYarn) {
     rp["rope_type"] = "yarn";
     rp["factor"] = s.factor;
     rp["original_max_position_embeddings"] = L0;
@@ -196,7 +196,7 @@ std::string hf_config_json(const ModelConfig& c) {
     rp["beta_slow"] = s.beta_slow;
     rp["truncate"] = s.truncate;
     if (s.attention_factor > 0) rp["attention_factor"] = s.attention_factor;
-  } else if (s.type == "llama3") {
+  } else if (s.type == RopeScalingType::kLlama3) {
     rp["rope_type"] = "llama3";
     rp["factor"] = s.factor;
     rp["original_max_position_embeddings"] = L0;
@@ -206,7 +206,7 @@ std::string hf_config_json(const ModelConfig& c) {
   j["rope_parameters"] = rp;
   // Legacy keys for transformers 4.x readers.
   j["rope_theta"] = rp["rope_theta"];
-  if (s.type != "none" && s.type != "ntk") j["rope_scaling"] = rp;
+  if (s.type != RopeScalingType::kNone && s.type != RopeScalingType::kNtk) j["rope_scaling"] = rp;
   return j.dump(2) + "\n";
 }
 

@@ -5,8 +5,6 @@
 namespace drope {
 
 ModelConfig drop_positional(const ModelConfig& cfg, const DropOptions& opt) {
-  if (opt.qk_norm != "none" && opt.qk_norm != "qk" && opt.qk_norm != "q" && opt.qk_norm != "k")
-    fail("DroPE: qk_norm must be none, qk, q or k, got '{}'", opt.qk_norm);
   ModelConfig out = cfg;
   const auto plan = cfg.layer_plan();
   bool windowed = false;
@@ -20,9 +18,9 @@ ModelConfig drop_positional(const ModelConfig& cfg, const DropOptions& opt) {
   } else {
     out.positional.window = 0;
   }
-  out.positional.type = "nope";
+  out.positional.type = PositionalType::kNope;
   out.positional.scaling = RopeScalingConfig{};
-  if (opt.qk_norm != "none") {
+  if (opt.qk_norm != QkNorm::kNone) {
     out.qk_norm = opt.qk_norm;
     out.qk_norm_per_head = opt.per_head;
   }

@@ -36,23 +36,23 @@ RopeFrequencies rope_frequencies(double theta, int64_t head_dim, const RopeScali
   const int64_t half = head_dim / 2;
   const int64_t L0 = s.original_max_position > 0 ? s.original_max_position : max_position;
   RopeFrequencies out;
-  const std::string& t = s.type;
-  if (t == "none") {
+  const RopeScalingType t = s.type;
+  if (t == RopeScalingType::kNone) {
     out.inv_freq = rope_base_frequencies(theta, head_dim);
-  } else if (t == "pi") {
+  } else if (t == RopeScalingType::kPi) {
     out.inv_freq = rope_base_frequencies(theta, head_dim);
     for (auto& f : out.inv_freq) f /= s.factor;
-  } else if (t == "ntk") {
+  } else if (t == RopeScalingType::kNtk) {
     // θ' = θ · s^(d/(d−2)), equivalently γ_m = s^(−2m/(d−2)).
     out.inv_freq = rope_base_frequencies(theta * std::pow(s.factor, d / (d - 2.0)), head_dim);
-  } else if (t == "dynamic-ntk") {
+  } else if (t == RopeScalingType::kDynamicNtk) {
     // HF: L0 = max_position_embeddings; frequencies change only once the sequence exceeds it.
     const double L = double(std::max(seq_len, L0));
     const double base = theta * std::pow(s.factor * L / double(L0) - (s.factor - 1.0), d / (d - 2.0));
     out.inv_freq = rope_base_frequencies(base, head_dim);
-  } else if (t == "yarn" || t == "dynamic-yarn") {
+  } else if (t == RopeScalingType::kYarn || t == RopeScalingType::kDynamicYarn) {
     double factor = s.factor;
-    if (t == "dynamic-yarn") factor = std::max(1.0, double(seq_len) / double(L0));
+    if (t == RopeScalingType::kDynamicYarn) factor = std::max(1.0, double(seq_len) / double(L0));
     auto base = rope_base_frequencies(theta, head_dim);
     out.inv_freq.resize(half);
     if (factor <= 1.0) {
@@ -67,7 +67,7 @@ RopeFrequencies rope_frequencies(double theta, int64_t head_dim, const RopeScali
       }
     }
     out.attention_factor = s.attention_factor > 0 ? s.attention_factor : yarn_mscale(factor);
-  } else if (t == "llama3") {
+  } else if (t == RopeScalingType::kLlama3) {
     auto base = rope_base_frequencies(theta, head_dim);
     const double low_wavelen = double(L0) / s.low_freq_factor;
     const double high_wavelen = double(L0) / s.high_freq_factor;
@@ -83,8 +83,6 @@ RopeFrequencies rope_frequencies(double theta, int64_t head_dim, const RopeScali
         out.inv_freq[i] = (1.0 - smooth) * base[i] / s.factor + smooth * base[i];
       }
     }
-  } else {
-    fail("unknown RoPE scaling type '{}'", t);
   }
   return out;
 }

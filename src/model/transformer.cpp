@@ -32,8 +32,8 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg, const LayerPositional& laye
   k_proj = register_module("k_proj", torch::nn::Linear(LinearOptions(C, kvd).bias(cfg.attention_bias)));
   v_proj = register_module("v_proj", torch::nn::Linear(LinearOptions(C, kvd).bias(cfg.attention_bias)));
   o_proj = register_module("o_proj", torch::nn::Linear(LinearOptions(qd, C).bias(cfg.attention_out_bias)));
-  const bool qn = cfg.qk_norm == "qk" || cfg.qk_norm == "q";
-  const bool kn = cfg.qk_norm == "qk" || cfg.qk_norm == "k";
+  const bool qn = norms_queries(cfg.qk_norm);
+  const bool kn = norms_keys(cfg.qk_norm);
   if (qn) q_norm = register_module("q_norm", RMSNorm(per_head_norm_ ? head_dim_ : qd, cfg.rms_eps));
   if (kn) k_norm = register_module("k_norm", RMSNorm(per_head_norm_ ? head_dim_ : kvd, cfg.rms_eps));
 }

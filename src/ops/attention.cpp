@@ -4,6 +4,8 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include "attention_internal.h"
+
 namespace drope::ops {
 
 namespace {
@@ -38,8 +40,8 @@ at::Tensor mask_bias(int64_t T, int64_t S, int64_t off, const AttentionParams& p
   return at::zeros({T, S}, opt).masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
 }
 
+// Scaled, biased, masked logits (B, H, T, S) of a validated call.
 at::Tensor logits(const at::Tensor& q, const at::Tensor& k, const AttentionParams& p) {
-  check_shapes(q, k, k, p);
   const int64_t H = q.size(1), Hkv = k.size(1), T = q.size(2), S = k.size(2), D = q.size(3);
   const auto cdt = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   auto qc = q.to(cdt);
@@ -68,9 +70,8 @@ at::Tensor logits(const at::Tensor& q, const at::Tensor& k, const AttentionParam
 
 }  // namespace
 
-AttentionOutput reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                    const AttentionParams& p) {
-  check_shapes(q, k, v, p);
+AttentionOutput detail::reference_attention_unchecked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                     const AttentionParams& p) {
   const int64_t H = q.size(1), Hkv = k.size(1);
   auto s = logits(q, k, p);                          // (B, H, T, S)
   auto lse = at::logsumexp(s, -1);                   // (B, H, T)
@@ -81,7 +82,14 @@ AttentionOutput reference_attention(const at::Tensor& q, const at::Tensor& k, co
   return {out, lse.to(at::kFloat)};
 }
 
+AttentionOutput reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const AttentionParams& p) {
+  check_shapes(q, k, v, p);
+  return detail::reference_attention_unchecked(q, k, v, p);
+}
+
 at::Tensor reference_attention_probs(const at::Tensor& q, const at::Tensor& k, const AttentionParams& p) {
+  check_shapes(q, k, k, p);
   return at::softmax(logits(q, k, p), -1);
 }
 
@@ -94,8 +102,8 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   // CPU, one query per row (decoding from a KV cache), no gradients: two grouped matrix products read each
   // cached key and value once, where the kernel's per-(batch, head) items would read them G times.
   const bool decode = q.size(2) == 1 && q.device().is_cpu() && !(at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad()));
-  if (!decode && uses_fused_attention(q, k, v, p)) return fused_attention_autograd(q, k, v, p);
-  return reference_attention(q, k, v, p).out;
+  if (!decode && uses_fused_attention(q, k, v, p)) return detail::fused_attention_autograd_unchecked(q, k, v, p);
+  return detail::reference_attention_unchecked(q, k, v, p).out;
 }
 
 std::vector<double> alibi_slopes(int64_t n) {

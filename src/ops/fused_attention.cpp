@@ -1,24 +1,27 @@
+// The fused attention op: routes validated calls to the CPU kernel (kernels/attention_cpu.h) or, for CUDA
+// tensors, to the CUDA glue (cuda_glue.h), with the kernels' FlashAttention-2 backward under autograd.
 #include <tuple>
 
+#include <c10/util/BFloat16.h>
 #include <torch/autograd.h>
 
+#include "attention_internal.h"
 #include "drope/kernels/attention_cpu.h"
 #include "drope/ops/attention.h"
+#ifdef DROPE_WITH_CUDA
+#include "cuda_glue.h"
+#endif
 
 namespace drope::ops {
 
-#ifdef DROPE_WITH_CUDA
-// CUDA kernels' torch glue (src/ops/fused_attention_cuda.cpp).
-namespace cuda_glue {
-bool supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
-AttentionOutput forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p);
-std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                        const at::Tensor& out, const at::Tensor& lse,
-                                                        const at::Tensor& dout, const AttentionParams& p);
-}  // namespace cuda_glue
-#endif
-
 namespace {
+
+// CPU tensors of one dtype among float32, bfloat16 and float64.
+bool cpu_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const auto dt = q.scalar_type();
+  return q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu() && k.scalar_type() == dt &&
+         v.scalar_type() == dt && (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kDouble);
+}
 
 // Whether the CUDA kernels take these inputs (always false without them).
 bool cuda_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
@@ -30,6 +33,78 @@ bool cuda_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 #endif
 }
 
+kernels::CpuDType cpu_dtype(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kDouble: return kernels::CpuDType::kFloat64;
+    case at::kBFloat16: return kernels::CpuDType::kBFloat16;
+    default: return kernels::CpuDType::kFloat32;
+  }
+}
+
+// q/out contiguous; k/v only need unit stride in D, so KV-cache views are read in place.
+at::Tensor unit_d(const at::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); }
+
+// CPU forward: out (B, H, T, D) in q's dtype and lse (B, H, T) in the accumulation dtype.
+template <typename acc_t>
+AttentionOutput cpu_forward_as(const at::Tensor& q_, const at::Tensor& k_, const at::Tensor& v_,
+                               const AttentionParams& a) {
+  const auto q = q_.contiguous(), k = unit_d(k_), v = unit_d(v_);
+  const auto acc = c10::CppTypeToScalarType<acc_t>::value;
+  const at::Tensor slopes = detail::kernel_slopes(a, at::kCPU, acc);
+  kernels::CpuAttentionForwardArgs<acc_t> f;
+  f.p = detail::kernel_params<acc_t>(q, k, v, a, slopes.defined() ? slopes.data_ptr<acc_t>() : nullptr);
+  f.dtype = cpu_dtype(q);
+  auto out = at::empty_like(q);
+  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(acc));
+  f.q = q.data_ptr();
+  f.k = k.data_ptr();
+  f.v = v.data_ptr();
+  f.out = out.data_ptr();
+  f.lse = lse.data_ptr<acc_t>();
+  kernels::attention_forward_cpu(f);
+  return {out, lse};
+}
+
+AttentionOutput cpu_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& a) {
+  return q.scalar_type() == at::kDouble ? cpu_forward_as<double>(q, k, v, a) : cpu_forward_as<float>(q, k, v, a);
+}
+
+template <typename acc_t>
+AttentionGrads cpu_backward_as(const at::Tensor& q_, const at::Tensor& k_, const at::Tensor& v_, const at::Tensor& out_,
+                               const at::Tensor& lse_, const at::Tensor& dout_, const AttentionParams& a,
+                               kernels::BackwardSchedule schedule) {
+  const auto dt = q_.scalar_type();
+  const auto acc = c10::CppTypeToScalarType<acc_t>::value;
+  const auto q = q_.contiguous(), k = k_.contiguous(), v = v_.contiguous();
+  const at::Tensor out = out_.to(dt).contiguous(), dout = dout_.to(dt).contiguous(), lse = lse_.to(acc).contiguous();
+  const at::Tensor slopes = detail::kernel_slopes(a, at::kCPU, acc);
+  kernels::CpuAttentionBackwardArgs<acc_t> b;
+  b.p = detail::kernel_params<acc_t>(q, k, v, a, slopes.defined() ? slopes.data_ptr<acc_t>() : nullptr);
+  b.dtype = cpu_dtype(q);
+  b.schedule = schedule;
+  at::Tensor rowdot = at::empty_like(lse);
+  AttentionGrads g{at::empty_like(q), at::empty_like(k), at::empty_like(v)};
+  b.q = q.data_ptr();
+  b.k = k.data_ptr();
+  b.v = v.data_ptr();
+  b.out = out.data_ptr();
+  b.dout = dout.data_ptr();
+  b.lse = lse.data_ptr<acc_t>();
+  b.rowdot = rowdot.data_ptr<acc_t>();
+  b.dq = g.dq.data_ptr();
+  b.dk = g.dk.data_ptr();
+  b.dv = g.dv.data_ptr();
+  kernels::attention_backward_cpu(b);
+  return g;
+}
+
+AttentionGrads cpu_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                            const at::Tensor& lse, const at::Tensor& dout, const AttentionParams& a,
+                            kernels::BackwardSchedule schedule = kernels::BackwardSchedule::kAuto) {
+  if (q.scalar_type() == at::kDouble) return cpu_backward_as<double>(q, k, v, out, lse, dout, a, schedule);
+  return cpu_backward_as<float>(q, k, v, out, lse, dout, a, schedule);
+}
+
 thread_local bool reference_forced = false;
 
 // Differentiable fused attention: the CPU (or, for CUDA tensors, the CUDA) kernel's forward, and its
@@ -39,24 +114,18 @@ class FusedAttentionFunction : public torch::autograd::Function<FusedAttentionFu
   // q (B, H, T, D), k/v (B, H_kv, S, D) → out (B, H, T, D).
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, const AttentionParams* p) {
-    at::Tensor out, lse;
 #ifdef DROPE_WITH_CUDA
-    if (q.is_cuda()) {
-      auto res = cuda_glue::forward(q, k, v, *p);
-      out = res.out, lse = res.lse;
-    } else
+    auto res = q.is_cuda() ? cuda_glue::forward(q, k, v, *p) : cpu_forward(q, k, v, *p);
+#else
+    auto res = cpu_forward(q, k, v, *p);
 #endif
-    {
-      auto res = kernels::attention_forward_cpu(q, k, v, *p);
-      out = res.out, lse = res.lse;
-    }
-    ctx->save_for_backward({q, k, v, out, lse});
+    ctx->save_for_backward({q, k, v, res.out, res.lse});
     ctx->saved_data["causal"] = p->causal;
     ctx->saved_data["window"] = p->window;
     ctx->saved_data["scale"] = p->scale;
     ctx->saved_data["q_offset"] = p->q_offset;
     ctx->saved_data["alibi_slopes"] = p->alibi_slopes.defined() ? p->alibi_slopes.detach() : at::Tensor();
-    return out;
+    return res.out;
   }
 
   // dout (B, H, T, D) → dq, dk, dv (no gradient for the parameters).
@@ -77,38 +146,60 @@ class FusedAttentionFunction : public torch::autograd::Function<FusedAttentionFu
       return {dq, dk, dv, at::Tensor()};
     }
 #endif
-    auto g = kernels::attention_backward_cpu(q, k, v, out, lse, grads[0], p);
+    auto g = cpu_backward(q, k, v, out, lse, grads[0], p);
     return {g.dq, g.dk, g.dv, at::Tensor()};
   }
 };
 
+void check_fused_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const char* who) {
+  TORCH_CHECK(cpu_supported(q, k, v) || cuda_supported(q, k, v), who, ": needs CPU tensors of one dtype among "
+              "float32, bfloat16 and float64, or CUDA bfloat16/float16 with head dim 64 or 128; got ",
+              q.scalar_type(), "/", k.scalar_type(), "/", v.scalar_type(), " on ", q.device());
+}
+
 }  // namespace
+
+namespace detail {
+
+at::Tensor fused_attention_autograd_unchecked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                              const AttentionParams& p) {
+  return FusedAttentionFunction::apply(q, k, v, &p);
+}
+
+}  // namespace detail
 
 AttentionOutput fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p) {
   check_attention_shapes(q, k, v, p);
-#ifdef DROPE_WITH_CUDA
-  if (cuda_supported(q, k, v)) {
-    at::NoGradGuard no_grad;
-    return cuda_glue::forward(q, k, v, p);
-  }
-#endif
-  TORCH_CHECK(kernels::attention_cpu_supported(q, k, v), "fused_attention: needs CPU tensors of one dtype among "
-              "float32, bfloat16 and float64; got ", q.scalar_type(), " on ", q.device());
+  check_fused_supported(q, k, v, "fused_attention");
   at::NoGradGuard no_grad;
-  auto res = kernels::attention_forward_cpu(q, k, v, p);
+#ifdef DROPE_WITH_CUDA
+  if (q.is_cuda()) return cuda_glue::forward(q, k, v, p);
+#endif
+  auto res = cpu_forward(q, k, v, p);
   return {res.out, res.lse.to(at::kFloat)};
+}
+
+AttentionGrads fused_attention_grads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& dout, const AttentionParams& p,
+                                     kernels::BackwardSchedule schedule) {
+  check_attention_shapes(q, k, v, p);
+  TORCH_CHECK(cpu_supported(q, k, v), "fused_attention_grads: needs CPU tensors of one dtype among float32, "
+              "bfloat16 and float64; got ", q.scalar_type(), " on ", q.device());
+  TORCH_CHECK(dout.sizes() == q.sizes(), "fused_attention_grads: dout ", dout.sizes(), " must match q ", q.sizes());
+  at::NoGradGuard no_grad;
+  const auto fwd = cpu_forward(q, k, v, p);
+  return cpu_backward(q, k, v, fwd.out, fwd.lse, dout, p, schedule);
 }
 
 at::Tensor fused_attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const AttentionParams& p) {
   check_attention_shapes(q, k, v, p);
-  TORCH_CHECK(kernels::attention_cpu_supported(q, k, v) || cuda_supported(q, k, v),
-              "fused_attention_autograd: unsupported inputs (", q.scalar_type(), " on ", q.device(), ")");
-  return FusedAttentionFunction::apply(q, k, v, &p);
+  check_fused_supported(q, k, v, "fused_attention_autograd");
+  return detail::fused_attention_autograd_unchecked(q, k, v, p);
 }
 
 bool uses_fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p) {
-  if (reference_forced || !(kernels::attention_cpu_supported(q, k, v) || cuda_supported(q, k, v))) return false;
+  if (reference_forced || !(cpu_supported(q, k, v) || cuda_supported(q, k, v))) return false;
   if (p.key_start.defined()) return false;  // padding masks: the reference (batched decode, T = 1)
   // Trainable slopes need the reference's autograd.
   return !(p.alibi_slopes.defined() && p.alibi_slopes.requires_grad());

@@ -1,17 +1,17 @@
-// Torch glue of the CUDA fused attention kernels (include/drope/kernels/attention_cuda.h): input checks,
-// parameters, output and scratch allocation, launches on the current CUDA stream. Compiled only when the
-// library has CUDA kernels (DROPE_WITH_CUDA). fused_attention.cpp routes CUDA tensors here.
+// Torch glue of the CUDA fused attention kernels (include/drope/kernels/attention_cuda.h; declared in
+// cuda_glue.h): parameters, output and scratch allocation, launches on the current CUDA stream. Compiled only
+// when the library has CUDA kernels (DROPE_WITH_CUDA). fused_attention.cpp routes validated CUDA calls here.
 #ifdef DROPE_WITH_CUDA
 
-#include <cmath>
 #include <tuple>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "attention_internal.h"
+#include "cuda_glue.h"
 #include "drope/kernels/attention_cuda.h"
-#include "drope/ops/attention.h"
 
 namespace drope::ops::cuda_glue {
 
@@ -37,38 +37,14 @@ struct Prepared {
   kc::DType dtype = kc::DType::kBFloat16;
 };
 
-Prepared prepare(const at::Tensor& q_, const at::Tensor& k_, const at::Tensor& v_, const AttentionParams& a,
-                 const char* who) {
-  check_attention_shapes(q_, k_, v_, a);
-  TORCH_CHECK(supported(q_, k_, v_), who, ": needs CUDA tensors on one device, all bfloat16 or all float16, head "
-              "dim 64 or 128; got ", q_.scalar_type(), "/", k_.scalar_type(), "/", v_.scalar_type(), " on ",
-              q_.device(), "/", k_.device(), "/", v_.device(), ", head dim ", q_.size(3));
+Prepared prepare(const at::Tensor& q_, const at::Tensor& k_, const at::Tensor& v_, const AttentionParams& a) {
   Prepared r;
   r.q = q_.contiguous();
   r.k = k_.contiguous();
   r.v = v_.contiguous();
   r.dtype = q_.scalar_type() == at::kHalf ? kc::DType::kFloat16 : kc::DType::kBFloat16;
-  auto& p = r.p;
-  p.batch = r.q.size(0);
-  p.heads = r.q.size(1);
-  p.kv_heads = r.k.size(1);
-  p.q_len = r.q.size(2);
-  p.kv_len = r.k.size(2);
-  p.head_dim = r.q.size(3);
-  for (int d = 0; d < 3; ++d) {
-    p.q_stride[d] = p.o_stride[d] = r.q.stride(d);
-    p.k_stride[d] = r.k.stride(d);
-    p.v_stride[d] = r.v.stride(d);
-  }
-  p.q_offset = a.q_offset < 0 ? p.kv_len - p.q_len : a.q_offset;
-  p.window = a.window;
-  p.causal = a.causal;
-  p.scale = float(a.scale > 0 ? a.scale : 1.0 / std::sqrt(double(p.head_dim)));
-  if (a.alibi_slopes.defined()) {
-    r.slopes = a.alibi_slopes.detach().to(q_.device(), at::kFloat).contiguous();
-    TORCH_CHECK(r.slopes.numel() == p.heads, who, ": alibi_slopes must have one slope per query head");
-    p.alibi_slopes = r.slopes.data_ptr<float>();
-  }
+  r.slopes = detail::kernel_slopes(a, q_.device(), at::kFloat);
+  r.p = detail::kernel_params<float>(r.q, r.k, r.v, a, r.slopes.defined() ? r.slopes.data_ptr<float>() : nullptr);
   return r;
 }
 
@@ -76,7 +52,7 @@ Prepared prepare(const at::Tensor& q_, const at::Tensor& k_, const at::Tensor& v
 
 // Forward: out (B, H, T, D) in the input dtype, lse (B, H, T) float32. T = 1 uses the split-KV decode kernel.
 AttentionOutput forward(const at::Tensor& q_, const at::Tensor& k_, const at::Tensor& v_, const AttentionParams& a) {
-  auto r = prepare(q_, k_, v_, a, "fused_attention (CUDA)");
+  auto r = prepare(q_, k_, v_, a);
   const c10::cuda::CUDAGuard guard(r.q.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(r.q.device().index()).stream();
   auto out = at::empty_like(r.q);
@@ -117,7 +93,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& q_, co
                                                         const at::Tensor& v_, const at::Tensor& out_,
                                                         const at::Tensor& lse_, const at::Tensor& dout_,
                                                         const AttentionParams& a) {
-  auto r = prepare(q_, k_, v_, a, "fused_attention backward (CUDA)");
+  auto r = prepare(q_, k_, v_, a);
   const c10::cuda::CUDAGuard guard(r.q.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(r.q.device().index()).stream();
   const auto dt = r.q.scalar_type();

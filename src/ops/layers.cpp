@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <tuple>
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -34,11 +35,87 @@ at::Tensor rotary_composite(const at::Tensor& x, const at::Tensor& cos, const at
   return x * cos.to(x.dtype()) + rotated * sin.to(x.dtype());
 }
 
+// Calls f(T{}) for x's dtype (float32 or float64, the fused layer kernels' types).
+template <typename F>
+void for_dtype(const at::Tensor& t, const F& f) {
+  if (t.scalar_type() == at::kDouble) return f(double{});
+  TORCH_CHECK(t.scalar_type() == at::kFloat, "fused layer kernels take float32 or float64, got ", t.scalar_type());
+  f(float{});
+}
+
+// Fused RMSNorm forward over the last dim: y and rstd (one per row, x's dtype).
+std::tuple<at::Tensor, at::Tensor> rms_norm_forward(const at::Tensor& x_in, const at::Tensor& weight, double eps) {
+  const auto x = x_in.contiguous(), w = weight.contiguous();
+  auto y = at::empty_like(x);
+  auto shape = x.sizes().vec();
+  shape.pop_back();
+  auto rstd = at::empty(shape, x.options());
+  for_dtype(x, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::RmsNormForwardArgs<T> a;
+    a.x = x.data_ptr<T>();
+    a.w = w.data_ptr<T>();
+    a.y = y.data_ptr<T>();
+    a.rstd = rstd.data_ptr<T>();
+    a.n = x.size(-1);
+    a.rows = a.n == 0 ? 0 : x.numel() / a.n;
+    a.eps = eps;
+    kernels::rms_norm_forward_cpu(a);
+  });
+  return {y, rstd};
+}
+
+// Its gradients (dx, dweight) from the forward's x and rstd.
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& dy_in, const at::Tensor& x_in,
+                                                     const at::Tensor& weight, const at::Tensor& rstd_in) {
+  const auto dy = dy_in.contiguous(), x = x_in.contiguous(), w = weight.contiguous(), rstd = rstd_in.contiguous();
+  auto dx = at::empty_like(x);
+  auto parts = at::zeros({at::get_num_threads(), x.size(-1)}, x.options());
+  for_dtype(x, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::RmsNormBackwardArgs<T> a;
+    a.dy = dy.data_ptr<T>();
+    a.x = x.data_ptr<T>();
+    a.w = w.data_ptr<T>();
+    a.rstd = rstd.data_ptr<T>();
+    a.dx = dx.data_ptr<T>();
+    a.dw_parts = parts.data_ptr<T>();
+    a.dw_rows = parts.size(0);
+    a.n = x.size(-1);
+    a.rows = a.n == 0 ? 0 : x.numel() / a.n;
+    kernels::rms_norm_backward_cpu(a);
+  });
+  return {dx, parts.sum(0).to(weight.scalar_type())};
+}
+
+// Fused rotary embedding of x (B, H, T, D), cos/sin (T, D) of x's dtype; inverse = its transpose.
+at::Tensor rotary_fused(const at::Tensor& x_in, const at::Tensor& cos_in, const at::Tensor& sin_in, bool inverse) {
+  const auto x = x_in.stride(3) == 1 ? x_in : x_in.contiguous();
+  const auto c = cos_in.contiguous(), s = sin_in.contiguous();
+  auto y = at::empty({x.size(0), x.size(1), x.size(2), x.size(3)}, x.options());
+  for_dtype(x, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::RotaryArgs<T> a;
+    a.x = x.data_ptr<T>();
+    a.y = y.data_ptr<T>();
+    a.cos = c.data_ptr<T>();
+    a.sin = s.data_ptr<T>();
+    a.batch = x.size(0);
+    a.heads = x.size(1);
+    a.len = x.size(2);
+    a.dim = x.size(3);
+    for (int d = 0; d < 3; ++d) a.xs[d] = x.stride(d);
+    a.inverse = inverse;
+    kernels::rotary_cpu(a);
+  });
+  return y;
+}
+
 class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             double eps) {
-    auto [y, rstd] = kernels::rms_norm_forward_cpu(x, weight, eps);
+    auto [y, rstd] = rms_norm_forward(x, weight, eps);
     ctx->save_for_backward({x, weight, rstd});
     return y;
   }
@@ -46,7 +123,7 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
-    auto [dx, dw] = kernels::rms_norm_backward_cpu(grads[0], saved[0], saved[1], saved[2]);
+    auto [dx, dw] = rms_norm_backward(grads[0], saved[0], saved[1], saved[2]);
     return {dx, dw, at::Tensor()};
   }
 };
@@ -56,13 +133,13 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
                             const at::Tensor& sin) {
     ctx->save_for_backward({cos, sin});
-    return kernels::rotary_cpu(x, cos, sin, /*inverse=*/false);
+    return rotary_fused(x, cos, sin, /*inverse=*/false);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
-    return {kernels::rotary_cpu(grads[0], saved[0], saved[1], /*inverse=*/true), at::Tensor(), at::Tensor()};
+    return {rotary_fused(grads[0], saved[0], saved[1], /*inverse=*/true), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -128,19 +205,32 @@ at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b) {
 
 bool onednn_linear_available() { return onednn_linear_op() != nullptr; }
 
+bool layers_cpu_supported(std::initializer_list<at::Tensor> tensors) {
+  const at::Tensor* first = nullptr;
+  for (const auto& t : tensors) {
+    if (!t.defined() || !t.device().is_cpu()) return false;
+    if (t.scalar_type() != at::kFloat && t.scalar_type() != at::kDouble) return false;
+    if (first && t.scalar_type() != first->scalar_type()) return false;
+    first = &t;
+  }
+  return first != nullptr;
+}
+
 ForceCompositeLayers::ForceCompositeLayers() : previous_(force_composite) { force_composite = true; }
 ForceCompositeLayers::~ForceCompositeLayers() { force_composite = previous_; }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (force_composite || !kernels::layers_cpu_supported({x, weight}) || x.size(-1) != weight.numel())
+  if (force_composite || !layers_cpu_supported({x, weight}) || x.size(-1) != weight.numel())
     return rms_norm_composite(x, weight, eps);
   return RmsNormFunction::apply(x, weight, eps);
 }
 
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   if (force_composite || x.dim() != 4 || cos.dim() != 2 || cos.requires_grad() || sin.requires_grad() ||
-      x.size(-1) % 2 != 0 || !kernels::layers_cpu_supported({x}) || !cos.device().is_cpu())
+      x.size(-1) % 2 != 0 || !layers_cpu_supported({x}) || !cos.device().is_cpu())
     return rotary_composite(x, cos, sin);
+  TORCH_CHECK(cos.size(0) == x.size(2) && cos.size(1) == x.size(3) && sin.sizes() == cos.sizes(),
+              "rotary: cos/sin must be (", x.size(2), ", ", x.size(3), "), got ", cos.sizes(), " and ", sin.sizes());
   return RotaryFunction::apply(x, cos.to(x.dtype()), sin.to(x.dtype()));
 }
 

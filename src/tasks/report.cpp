@@ -64,7 +64,7 @@ std::string to_markdown(const Table& t) {
   return out;
 }
 
-std::vector<std::string> write_results(const std::string& prefix, const nlohmann::json& json, const Table& table) {
+std::vector<std::string> write_report(const std::string& prefix, const nlohmann::json& json, const Table& table) {
   auto parent = std::filesystem::path(prefix).parent_path();
   if (!parent.empty()) {
     std::error_code ec;

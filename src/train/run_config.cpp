@@ -49,7 +49,7 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
     if (seed < 0) fail("{}: run.seed must be >= 0", run.where("seed"));
     c.seed = static_cast<uint64_t>(seed);
   }
-  run.get_choice("phase", c.phase, {"pretrain", "drope", "finetune"});
+  get_name(run, "phase", c.phase);
   run.get("init", c.init);
   run.finish();
   if (top.has("model")) {
@@ -59,12 +59,12 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
     top.map("model");
   }
   YamlMap dr = top.map("drope");
-  dr.get_choice("qk_norm", c.drope_qk_norm, {"none", "qk", "q", "k"});
+  get_name(dr, "qk_norm", c.drope_qk_norm);
   dr.get("per_head", c.drope_per_head);
   dr.get("drop_at_step", c.drop_at_step);
   dr.finish();
   YamlMap sc = top.map("scaling");
-  sc.get_choice("type", c.scaling.type, {"none", "pi", "ntk", "dynamic-ntk", "yarn", "dynamic-yarn"});
+  get_name(sc, "type", c.scaling.type);
   sc.get("factor", c.scaling.factor);
   sc.get("original_max_position", c.scaling.original_max_position);
   sc.finish();
@@ -148,11 +148,13 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   number("train.dist_timeout_s", c.train.dist_timeout_s, Interval::positive());
   number("train.allreduce_bucket_mb", c.train.allreduce_bucket_mb, {0, 1 << 20, true, false});
   need(c.train.max_bad_steps >= 1, "train.max_bad_steps must be >= 1");
-  if (c.phase == "pretrain") need(c.has_model || !c.init.empty(), "phase pretrain needs a model: section or run.init");
-  else need(!c.init.empty(), "phase " + c.phase + " needs run.init (a checkpoint or HF directory)");
-  if (c.phase == "finetune") need(c.scaling.type != "none", "phase finetune needs scaling.type (pi, ntk, yarn, ...)");
-  if (c.drop_at_step >= 0) need(c.phase == "pretrain", "drope.drop_at_step is for phase pretrain");
-  number("scaling.factor", c.scaling.factor, c.scaling.type != "none" ? Interval::at_least(1) : Interval::any());
+  if (c.phase == TrainPhase::kPretrain) need(c.has_model || !c.init.empty(), "phase pretrain needs a model: section or run.init");
+  else need(!c.init.empty(), "phase " + std::string(name_of(c.phase)) + " needs run.init (a checkpoint or HF directory)");
+  if (c.phase == TrainPhase::kFinetune)
+    need(c.scaling.type != RopeScalingType::kNone, "phase finetune needs scaling.type (pi, ntk, yarn, ...)");
+  if (c.drop_at_step >= 0) need(c.phase == TrainPhase::kPretrain, "drope.drop_at_step is for phase pretrain");
+  number("scaling.factor", c.scaling.factor,
+         c.scaling.type != RopeScalingType::kNone ? scaling_factor_range() : Interval::any());
   return c;
 }
 
@@ -167,12 +169,12 @@ std::string run_config_to_yaml(const RunConfig& c) {
   e << YAML::BeginMap;
   e << YAML::Key << "run" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << c.name
     << YAML::Key << "out_dir" << YAML::Value << c.out_dir << YAML::Key << "seed" << YAML::Value << c.seed << YAML::Key
-    << "phase" << YAML::Value << c.phase << YAML::Key << "init" << YAML::Value << c.init << YAML::EndMap;
+    << "phase" << YAML::Value << std::string(name_of(c.phase)) << YAML::Key << "init" << YAML::Value << c.init << YAML::EndMap;
   if (c.has_model) e << YAML::Key << "model" << YAML::Value << YAML::Load(model_config_to_yaml(c.model));
-  e << YAML::Key << "drope" << YAML::Value << YAML::BeginMap << YAML::Key << "qk_norm" << YAML::Value << c.drope_qk_norm
+  e << YAML::Key << "drope" << YAML::Value << YAML::BeginMap << YAML::Key << "qk_norm" << YAML::Value << std::string(name_of(c.drope_qk_norm))
     << YAML::Key << "per_head" << YAML::Value << c.drope_per_head << YAML::Key << "drop_at_step" << YAML::Value
     << c.drop_at_step << YAML::EndMap;
-  e << YAML::Key << "scaling" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value << c.scaling.type
+  e << YAML::Key << "scaling" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value << std::string(name_of(c.scaling.type))
     << YAML::Key << "factor" << YAML::Value << c.scaling.factor << YAML::Key << "original_max_position" << YAML::Value
     << c.scaling.original_max_position << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "dataset" << YAML::Value << c.data.dataset

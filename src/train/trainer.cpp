@@ -26,6 +26,7 @@
 #include "drope/io/model_io.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/model/drope.h"
+#include "drope/model/variant.h"
 #include "drope/ops/loss.h"
 #include "drope/train/checkpoint.h"
 #include "drope/train/data.h"
@@ -36,6 +37,14 @@ namespace fs = std::filesystem;
 namespace drope::train {
 
 namespace {
+
+// The DroPE step of a run (phase drope, or drope.drop_at_step) as a model variant.
+Variant drope_variant(const RunConfig& cfg) {
+  Variant v;
+  v.drop = true;
+  v.drop_options = {cfg.drope_qk_norm, cfg.drope_per_head};
+  return v;
+}
 
 std::atomic<bool> g_stop{false};
 
@@ -216,13 +225,13 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
       out.val_loss = st.extra.value("val_loss", 0.0);
       return out;
     }
-  } else if (cfg.phase == "pretrain" && cfg.init.empty()) {
+  } else if (cfg.phase == TrainPhase::kPretrain && cfg.init.empty()) {
     model = DecoderLM(cfg.model);
     model->reset_parameters(cfg.seed);
   } else {
     model = io::load_model(cfg.init);
-    if (cfg.phase == "drope") model = drop_positional(model, {cfg.drope_qk_norm, cfg.drope_per_head});
-    if (cfg.phase == "finetune") model = with_rope_scaling(model, cfg.scaling);
+    if (cfg.phase == TrainPhase::kDrope) model = apply_variant(model, drope_variant(cfg), cfg.init);
+    if (cfg.phase == TrainPhase::kFinetune) model = with_rope_scaling(model, cfg.scaling);
   }
   if (model->config().vocab_size < train_src->vocab_size())
     fail("{}: the data has vocabulary {} but the model only {}", cfg.source, train_src->vocab_size(),
@@ -258,8 +267,8 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   if (say)
     fmt::print("{}: phase {}, {:.2f}M params, {} layers, positional {}, data {} ({} blocks of {}), batch {} = {} x {} x {} "
                "(accum x micro x world, backend {}), device {}\n",
-               cfg.name, cfg.phase, model->num_parameters() / 1e6, model->config().num_layers,
-               model->config().positional.type, train_src->describe(), train_src->num_blocks(), T, B, accum, micro, W,
+               cfg.name, name_of(cfg.phase), model->num_parameters() / 1e6, model->config().num_layers,
+               name_of(model->config().positional.type), train_src->describe(), train_src->num_blocks(), T, B, accum, micro, W,
                dist.backend(), device.str());
   if (say && device.is_cpu())
     fmt::print("{} | intra-op threads {} | {}\n", describe_cpu_budget(), at::get_num_threads(),
@@ -325,11 +334,11 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   auto sync = std::make_unique<GradSync>(dist, model->parameters(), bucket_bytes);
   while (st.step < cfg.train.steps) {
     const int64_t s = st.step;
-    if (cfg.drop_at_step >= 0 && s == cfg.drop_at_step && model->config().positional.type != "nope") {
+    if (cfg.drop_at_step >= 0 && s == cfg.drop_at_step && model->config().positional.type != PositionalType::kNope) {
       // Paper Table 7: drop positional embeddings mid-run; moments of kept parameters carry over.
       auto moments = adamw.state_tensors();
       const int64_t steps_taken = adamw.steps_taken();
-      model = drop_positional(model, {cfg.drope_qk_norm, cfg.drope_per_head});
+      model = apply_variant(model, drope_variant(cfg), cfg.init);
       model->to(device);
       adamw = AdamW(named(model), cfg.optim);
       std::map<std::string, torch::Tensor> carry(moments.begin(), moments.end());
@@ -342,7 +351,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
       adamw.load_state(carry, steps_taken, "drop_at_step");
       sync.reset();  // hooks on the old parameters go first
       sync = std::make_unique<GradSync>(dist, model->parameters(), bucket_bytes);
-      if (say) fmt::print("step {}: dropped positional embeddings (qk_norm {})\n", s, cfg.drope_qk_norm);
+      if (say) fmt::print("step {}: dropped positional embeddings (qk_norm {})\n", s, name_of(cfg.drope_qk_norm));
     }
     const double lr = schedule_lr(cfg.schedule, s - st.phase_start, cfg.optim.lr);
     adamw.zero_grad();

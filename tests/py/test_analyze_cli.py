@@ -123,7 +123,8 @@ def test_needle_attention(tmp, model_dir):
     assert runs[0]["needle_mass"] != runs[1]["needle_mass"]  # YaRN changes the attention
     for ext in ("png", "svg", "csv"):
         assert (out / f"needle_attention.{ext}").is_file()
-    for extra, needle in ((["--method", "yarn"], "expected KIND:VALUE"), (["--method", "rope:2"], "unknown kind"),
+    for extra, needle in ((["--method", "yarn"], "expected yarn:S"), (["--method", "rope:2"], "unknown method"),
+                          (["--method", "yarn:0.5"], ">= 1"), (["--method", "drope+x"], "QK-norm mode"),
                           (["--depth", "120"], "--depth"), (["--length", "10"], "too short"),
                           (["--haystack", tmp / "none.txt"], "none.txt")):
         r = run_cli("drope-analyze", "needle-attention", "--model", model_dir, *extra, "--out", tmp / "bad",

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import BIN, expect_error, run_cli
 
-TOOLS = ["drope-eval", "drope-analyze", "drope-train", "drope-model", "drope-data", "drope-bench", "drope-demo"]
+TOOLS = ["drope-eval", "drope-analyze", "drope-train", "drope-model", "drope-data", "drope-bench"]
 RUNTIME = re.compile(r"^(ld-linux[^/]*|linux-vdso[^/]*|lib(c|m|dl|rt|pthread|util|resolv|stdc\+\+|gcc_s)\.so[.\d]*)$")
 WEAK = set("WVu")
 STD = ("_ZNSt", "_ZNKSt", "_ZSt", "_ZTISt", "_ZTSSt", "_ZTVSt", "_ZN9__gnu_cxx", "_ZNK9__gnu_cxx", "_ZGVZNSt")

@@ -26,7 +26,7 @@ TEST(Report, WritesThreeFilesAtomically) {
   Table t;
   t.columns = {"x"};
   t.add_row({fixed(1.005, 1)});
-  auto paths = write_results((dir / "sub" / "res").string(), {{"k", 1}}, t);
+  auto paths = write_report((dir / "sub" / "res").string(), {{"k", 1}}, t);
   ASSERT_EQ(paths.size(), 3u);
   EXPECT_EQ(read_file(paths[0]), "{\n  \"k\": 1\n}\n");
   EXPECT_EQ(read_file(paths[1]), "x\n1.0\n");

@@ -6,14 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "drope/config/names.h"
 #include "drope/core/yaml.h"
 
 namespace drope {
 
 // RoPE frequency scaling (SPEC §3). One struct for every method; unused fields are ignored.
 struct RopeScalingConfig {
-  std::string type = "none";          // none | pi | ntk | dynamic-ntk | yarn | dynamic-yarn | llama3
-  double factor = 1.0;                // s = extension factor
+  RopeScalingType type = RopeScalingType::kNone;
+  double factor = 1.0;                // s = extension factor (scaling_factor_range())
   int64_t original_max_position = 0;  // L0; 0 means the model's max_position
   double beta_fast = 32.0;            // YaRN
   double beta_slow = 1.0;             // YaRN
@@ -24,7 +25,7 @@ struct RopeScalingConfig {
 };
 
 struct PositionalConfig {
-  std::string type = "rope";         // rope | nope | alibi | rnope-swa
+  PositionalType type = PositionalType::kRope;
   double rope_theta = 10000.0;       // RoPE base θ
   int64_t window = 0;                // sliding window W (rnope-swa; 0 = full attention)
   RopeScalingConfig scaling;         // RoPE scaling method (eval-time baselines)
@@ -57,7 +58,7 @@ struct ModelConfig {
   int64_t max_position = 1024;      // training context length C_train
   double init_std = 0.02;           // weights ~ N(0, init_std)
   PositionalConfig positional;
-  std::string qk_norm = "none";     // none | qk | q | k: RMSNorm on projections (weight 1 at creation)
+  QkNorm qk_norm = QkNorm::kNone;   // RMSNorm on the q and/or k projections (weight 1 at creation)
   bool qk_norm_per_head = false;    // false: norm over the whole projection (DroPE reference); true: per head
   double softmax_temperature = 0.0; // c in β = 1 + c·ln(s), s = length / max_position, applied when s > 1
   int64_t bos_token_id = -1;        // -1: unset

@@ -1,29 +1,55 @@
 // Fused CPU kernels for the decoder's memory-bound layers: RMSNorm and rotary embedding, forward and
 // backward, one pass over the data each (ATen's composite versions take 3–10 passes), threaded on
-// LibTorch's OpenMP team. float32 and float64. The autograd wrappers live in drope/ops/layers.h.
+// LibTorch's OpenMP team. float32 and float64, raw contiguous buffers; the autograd wrappers, checks and
+// allocation live in drope/ops/layers.h.
 // (A fused SwiGLU was measured 3–4× slower than ATen's silu · up: its exp ran scalar, ATen's is
 // vectorised, so the model keeps ATen's.)
 #pragma once
 
-#include <tuple>
-
-#include <ATen/ATen.h>
+#include <cstdint>
 
 namespace drope::kernels {
 
-// Whether the kernels below take these tensors: CPU, float32 or float64, all of one dtype.
-bool layers_cpu_supported(std::initializer_list<at::Tensor> tensors);
+// RMSNorm over rows of n: y = w · x · rstd, rstd = (mean(x²) + eps)^-½ (one per row).
+template <typename T>
+struct RmsNormForwardArgs {
+  const T* x = nullptr;  // (rows, n)
+  const T* w = nullptr;  // (n)
+  T* y = nullptr;        // (rows, n)
+  T* rstd = nullptr;     // (rows)
+  int64_t rows = 0, n = 0;
+  double eps = 0;
+};
 
-// RMSNorm over the last dim of x (…, N) with weight (N): y = w · x · rstd, rstd = (mean(x²) + eps)^-½.
-// Returns y and rstd (one per row, x's dtype).
-std::tuple<at::Tensor, at::Tensor> rms_norm_forward_cpu(const at::Tensor& x, const at::Tensor& weight, double eps);
-// Gradients (dx, dweight) from the forward's x and rstd.
-std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& dy, const at::Tensor& x,
-                                                         const at::Tensor& weight, const at::Tensor& rstd);
+// Gradients from the forward's x and rstd: dx (rows, n), and dweight accumulated into dw_parts, one
+// zeroed row of n per thread (dw_rows >= the intra-op thread count); the caller sums the rows.
+template <typename T>
+struct RmsNormBackwardArgs {
+  const T *dy = nullptr, *x = nullptr, *w = nullptr, *rstd = nullptr;
+  T* dx = nullptr;
+  T* dw_parts = nullptr;
+  int64_t dw_rows = 0;
+  int64_t rows = 0, n = 0;
+};
 
-// Rotary embedding, rotate_half pairing: x (B, H, T, D) (any strides), cos/sin (T, D) contiguous →
-// y = x·cos + rotate_half(x)·sin, contiguous (B, H, T, D). inverse = true applies the transpose
-// (the backward: dx = dy·cos + rotate_half^T(dy)·sin).
-at::Tensor rotary_cpu(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse);
+// Rotary embedding, rotate_half pairing: x (B, H, T, D) with strides xs (B, H, T; D contiguous), cos/sin
+// (T, D) contiguous → y contiguous (B, H, T, D), y = x·cos + rotate_half(x)·sin. inverse applies the
+// transpose (the backward: dx = dy·cos + rotate_half^T(dy)·sin). D is even.
+template <typename T>
+struct RotaryArgs {
+  const T* x = nullptr;
+  T* y = nullptr;
+  const T *cos = nullptr, *sin = nullptr;
+  int64_t batch = 0, heads = 0, len = 0, dim = 0;
+  int64_t xs[3] = {0, 0, 0};
+  bool inverse = false;
+};
+
+void rms_norm_forward_cpu(const RmsNormForwardArgs<float>& a);
+void rms_norm_forward_cpu(const RmsNormForwardArgs<double>& a);
+void rms_norm_backward_cpu(const RmsNormBackwardArgs<float>& a);
+void rms_norm_backward_cpu(const RmsNormBackwardArgs<double>& a);
+void rotary_cpu(const RotaryArgs<float>& a);
+void rotary_cpu(const RotaryArgs<double>& a);
 
 }  // namespace drope::kernels

@@ -10,7 +10,7 @@
 namespace drope {
 
 struct DropOptions {
-  std::string qk_norm = "none";  // none | qk | q | k
+  QkNorm qk_norm = QkNorm::kNone;
   bool per_head = false;         // per-head norm (Qwen3 style) instead of the whole projection
 };
 

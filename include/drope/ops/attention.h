@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include "drope/kernels/attention_cpu.h"
+
 namespace drope::ops {
 
 struct AttentionParams {
@@ -36,9 +38,21 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // Throws a clear error unless q (B, H, T, D), k/v (B, H_kv, S, D) and p describe a valid call.
 void check_attention_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p);
 
-// Fused flash-style attention (CPU kernel; see attention_cpu_supported for the inputs it takes). Same
+// Fused flash-style attention (CPU kernel: CPU float32/bfloat16/float64; CUDA kernels: bfloat16/float16,
+// head dim 64 or 128). Same
 // semantics and shapes as reference_attention; no autograd (use attention() for gradients).
 AttentionOutput fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p);
+
+struct AttentionGrads {
+  at::Tensor dq, dk, dv;  // shapes of q, k, v
+};
+
+// Gradients of the fused CPU kernel (its forward, then its FlashAttention-2 backward with the given work
+// schedule) for dout (B, H, T, D): for tests and benchmarks of the backward; attention() gets the same
+// through autograd.
+AttentionGrads fused_attention_grads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& dout, const AttentionParams& p,
+                                     kernels::BackwardSchedule schedule = kernels::BackwardSchedule::kAuto);
 
 // attention() through the fused kernel with its own backward, for inputs the kernel supports.
 at::Tensor fused_attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -3,6 +3,8 @@
 // bfloat16, per-row rotary tables). Both paths compute the same function; tests compare them.
 #pragma once
 
+#include <initializer_list>
+
 #include <ATen/ATen.h>
 
 namespace drope::ops {
@@ -28,6 +30,9 @@ at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b);
 bool onednn_linear_available();
 
 // While alive, the ops above take their plain-ATen path on this thread (for comparisons).
+// Whether the fused CPU layer kernels take these tensors: CPU, float32 or float64, all of one dtype.
+bool layers_cpu_supported(std::initializer_list<at::Tensor> tensors);
+
 class ForceCompositeLayers {
  public:
   ForceCompositeLayers();

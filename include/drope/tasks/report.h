@@ -22,9 +22,10 @@ struct Table {
 std::string to_csv(const Table& t);
 std::string to_markdown(const Table& t);
 
-// Writes `<prefix>.json` (the `json` document, pretty-printed), `<prefix>.csv` and `<prefix>.md`
+// Writes `<prefix>.json` (the `json` document, pretty-printed; evaluation results go through
+// eval::write_results, which adds the results schema), `<prefix>.csv` and `<prefix>.md`
 // atomically, creating the parent directory. Returns the three paths.
-std::vector<std::string> write_results(const std::string& prefix, const nlohmann::json& json, const Table& table);
+std::vector<std::string> write_report(const std::string& prefix, const nlohmann::json& json, const Table& table);
 
 // "12.34"-style fixed-point formatting (NaN → "nan").
 std::string fixed(double v, int decimals = 2);

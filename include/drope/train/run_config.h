@@ -41,11 +41,11 @@ struct RunConfig {
   std::string name = "run";
   std::string out_dir;                 // run directory (checkpoints, logs, resolved config)
   uint64_t seed = 0;
-  std::string phase = "pretrain";      // pretrain | drope | finetune
+  TrainPhase phase = TrainPhase::kPretrain;
   std::string init;                    // checkpoint or HF directory to start from (drope / finetune)
   bool has_model = false;              // a `model:` section was given
   ModelConfig model;                   // pretrain: the architecture (ignored when `init` is set)
-  std::string drope_qk_norm = "none";  // drope phase / drop_at_step: none | qk | q | k
+  QkNorm drope_qk_norm = QkNorm::kNone;  // drope phase / drop_at_step
   bool drope_per_head = false;
   int64_t drop_at_step = -1;           // pretrain: drop positional embeddings at this step (paper Table 7)
   RopeScalingConfig scaling;           // finetune: RoPE scaling applied to the initial model

@@ -8,9 +8,12 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -572,97 +575,54 @@ void launch(const Job<in_t, T>& job, int64_t pairs) {
     parallel_items(items, run);
 }
 
-// Kernel parameters for q (B, H, T, D), k/v (B, H_kv, S, D), each with unit stride in D (k/v may be
-// views into a larger KV-cache buffer).
-template <typename T>
-AttnParams<T> make_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const ops::AttentionParams& a, const std::vector<T>& slopes) {
-  AttnParams<T> p;
-  p.batch = q.size(0);
-  p.heads = q.size(1);
-  p.kv_heads = k.size(1);
-  p.q_len = q.size(2);
-  p.kv_len = k.size(2);
-  p.head_dim = q.size(3);
-  for (int d = 0; d < 3; ++d) {
-    p.q_stride[d] = p.o_stride[d] = q.stride(d);
-    p.k_stride[d] = k.stride(d);
-    p.v_stride[d] = v.stride(d);
-  }
-  p.q_offset = a.q_offset < 0 ? p.kv_len - p.q_len : a.q_offset;
-  p.window = a.window;
-  p.causal = a.causal;
-  p.scale = T(a.scale > 0 ? a.scale : 1.0 / std::sqrt(double(p.head_dim)));
-  p.alibi_slopes = slopes.empty() ? nullptr : slopes.data();
-  return p;
-}
-
 // Whether a call of these sizes is too small to be worth threads.
 template <typename T>
 bool too_small_for_threads(const AttnParams<T>& p) {
   return p.batch * p.heads * p.q_len * p.kv_len * p.head_dim < kMinParallelWork;
 }
 
-// ALiBi slopes of the call as acc_t values (empty when there are none).
-template <typename T>
-std::vector<T> slopes_of(const ops::AttentionParams& a) {
-  if (!a.alibi_slopes.defined()) return {};
-  const at::Tensor s = a.alibi_slopes.detach().to(at::kCPU, c10::CppTypeToScalarType<T>::value).contiguous();
-  return std::vector<T>(s.data_ptr<T>(), s.data_ptr<T>() + s.numel());
+template <typename in_t, typename T>
+Job<in_t, T> make_job(const AttnParams<T>& p) {
+  Job<in_t, T> job;
+  job.p = p;
+  job.serial = too_small_for_threads(p);
+  job.D = p.head_dim;
+  job.Dp = round_up(job.D, kMaxVecBytes / int64_t(sizeof(T)));
+  return job;
 }
 
 template <typename in_t, typename T>
-CpuAttentionForward forward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const ops::AttentionParams& a) {
-  const auto slopes = slopes_of<T>(a);
-  Job<in_t, T> job;
+void forward_impl(const CpuAttentionForwardArgs<T>& a) {
+  auto job = make_job<in_t, T>(a.p);
   job.kind = Job<in_t, T>::kForward;
-  job.p = make_params<T>(q, k, v, a, slopes);
-  job.serial = too_small_for_threads(job.p);
-  job.D = q.size(3);
-  job.Dp = round_up(job.D, kMaxVecBytes / int64_t(sizeof(T)));
   job.blocks = (job.p.q_len + kBlockQ - 1) / kBlockQ;
-  const auto acc_dtype = c10::CppTypeToScalarType<T>::value;
-  at::Tensor out = at::empty_like(q);                                                 // (B, H, T, D)
-  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(acc_dtype));  // (B, H, T)
-  job.q = q.data_ptr<in_t>();
-  job.k = k.data_ptr<in_t>();
-  job.v = v.data_ptr<in_t>();
-  job.o = out.data_ptr<in_t>();
-  job.lse_out = lse.data_ptr<T>();
+  job.q = static_cast<const in_t*>(a.q);
+  job.k = static_cast<const in_t*>(a.k);
+  job.v = static_cast<const in_t*>(a.v);
+  job.o = static_cast<in_t*>(a.out);
+  job.lse_out = a.lse;
   launch(job, job.p.batch * job.p.heads);
-  return {out, lse};
 }
 
 template <typename in_t, typename T>
-CpuAttentionGrads backward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-                                const at::Tensor& lse, const at::Tensor& dout, const ops::AttentionParams& a,
-                                BackwardSchedule schedule) {
-  const auto slopes = slopes_of<T>(a);
-  Job<in_t, T> job;
-  job.p = make_params<T>(q, k, v, a, slopes);
-  job.serial = too_small_for_threads(job.p);
-  job.D = q.size(3);
-  job.Dp = round_up(job.D, kMaxVecBytes / int64_t(sizeof(T)));
-  auto rowdot = at::empty_like(lse);  // (B, H, T)
-  auto dq = at::empty_like(q);        // (B, H, T, D)
-  auto dk = at::empty_like(k);        // (B, H_kv, S, D)
-  auto dv = at::empty_like(v);        // (B, H_kv, S, D)
-  job.q = q.data_ptr<in_t>();
-  job.k = k.data_ptr<in_t>();
-  job.v = v.data_ptr<in_t>();
-  job.out = out.data_ptr<in_t>();
-  job.dout = dout.data_ptr<in_t>();
-  job.lse = lse.data_ptr<T>();
-  job.rowdot = job.rowdot_out = rowdot.data_ptr<T>();
-  job.dq = dq.data_ptr<in_t>();
-  job.dk = dk.data_ptr<in_t>();
-  job.dv = dv.data_ptr<in_t>();
+void backward_impl(const CpuAttentionBackwardArgs<T>& a) {
+  auto job = make_job<in_t, T>(a.p);
+  job.q = static_cast<const in_t*>(a.q);
+  job.k = static_cast<const in_t*>(a.k);
+  job.v = static_cast<const in_t*>(a.v);
+  job.out = static_cast<const in_t*>(a.out);
+  job.dout = static_cast<const in_t*>(a.dout);
+  job.lse = a.lse;
+  job.rowdot = job.rowdot_out = a.rowdot;
+  job.dq = static_cast<in_t*>(a.dq);
+  job.dk = static_cast<in_t*>(a.dk);
+  job.dv = static_cast<in_t*>(a.dv);
   const int64_t q_blocks = (job.p.q_len + kBlockQ - 1) / kBlockQ, pairs = job.p.batch * job.p.heads;
   job.kind = Job<in_t, T>::kRowDot;
   job.blocks = q_blocks;
   launch(job, pairs);
   const int64_t kv_pairs = job.p.batch * job.p.kv_heads, threads = at::get_num_threads();
+  BackwardSchedule schedule = a.schedule;
   if (schedule == BackwardSchedule::kAuto)
     schedule = job.serial || kv_pairs % threads == 0 || kv_pairs >= 4 * threads ? BackwardSchedule::kPerKVHead
                                                                                 : BackwardSchedule::kTwoPass;
@@ -670,7 +630,7 @@ CpuAttentionGrads backward_impl(const at::Tensor& q, const at::Tensor& k, const 
     job.kind = Job<in_t, T>::kGradKVQ;
     job.blocks = 1;
     launch(job, kv_pairs);
-    return {dq, dk, dv};
+    return;
   }
   job.kind = Job<in_t, T>::kGradKV;
   job.blocks = (job.p.kv_len + kBlockK - 1) / kBlockK;
@@ -678,44 +638,35 @@ CpuAttentionGrads backward_impl(const at::Tensor& q, const at::Tensor& k, const 
   job.kind = Job<in_t, T>::kGradQ;
   job.blocks = q_blocks;
   launch(job, pairs);
-  return {dq, dk, dv};
+}
+
+[[noreturn]] void bad_dtype(const char* who) {
+  throw std::invalid_argument(std::string(who) + ": float32/bfloat16 inputs take float accumulation, "
+                              "float64 inputs double accumulation");
 }
 
 }  // namespace
 
-bool attention_cpu_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  const auto dt = q.scalar_type();
-  return q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu() && k.scalar_type() == dt &&
-         v.scalar_type() == dt && (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kDouble);
+void attention_forward_cpu(const CpuAttentionForwardArgs<float>& a) {
+  if (a.dtype == CpuDType::kFloat32) return forward_impl<float, float>(a);
+  if (a.dtype == CpuDType::kBFloat16) return forward_impl<c10::BFloat16, float>(a);
+  bad_dtype("attention_forward_cpu");
 }
 
-CpuAttentionForward attention_forward_cpu(const at::Tensor& q_, const at::Tensor& k_, const at::Tensor& v_,
-                                          const ops::AttentionParams& p) {
-  TORCH_CHECK(attention_cpu_supported(q_, k_, v_), "attention_forward_cpu: needs CPU float32/bfloat16/float64 "
-              "tensors of one dtype, got ", q_.scalar_type(), ", ", k_.scalar_type(), ", ", v_.scalar_type());
-  // q/out contiguous; k/v only need unit stride in D, so KV-cache views are read in place.
-  const auto unit_d = [](const at::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
-  const auto q = q_.contiguous(), k = unit_d(k_), v = unit_d(v_);
-  switch (q.scalar_type()) {
-    case at::kDouble: return forward_impl<double, double>(q, k, v, p);
-    case at::kBFloat16: return forward_impl<at::BFloat16, float>(q, k, v, p);
-    default: return forward_impl<float, float>(q, k, v, p);
-  }
+void attention_forward_cpu(const CpuAttentionForwardArgs<double>& a) {
+  if (a.dtype != CpuDType::kFloat64) bad_dtype("attention_forward_cpu");
+  forward_impl<double, double>(a);
 }
 
-CpuAttentionGrads attention_backward_cpu(const at::Tensor& q_, const at::Tensor& k_, const at::Tensor& v_,
-                                         const at::Tensor& out_, const at::Tensor& lse_, const at::Tensor& dout_,
-                                         const ops::AttentionParams& p, BackwardSchedule schedule) {
-  TORCH_CHECK(attention_cpu_supported(q_, k_, v_), "attention_backward_cpu: unsupported inputs");
-  const auto dt = q_.scalar_type();
-  const auto acc = dt == at::kDouble ? at::kDouble : at::kFloat;
-  const auto q = q_.contiguous(), k = k_.contiguous(), v = v_.contiguous();
-  const auto out = out_.to(dt).contiguous(), dout = dout_.to(dt).contiguous(), lse = lse_.to(acc).contiguous();
-  switch (dt) {
-    case at::kDouble: return backward_impl<double, double>(q, k, v, out, lse, dout, p, schedule);
-    case at::kBFloat16: return backward_impl<at::BFloat16, float>(q, k, v, out, lse, dout, p, schedule);
-    default: return backward_impl<float, float>(q, k, v, out, lse, dout, p, schedule);
-  }
+void attention_backward_cpu(const CpuAttentionBackwardArgs<float>& a) {
+  if (a.dtype == CpuDType::kFloat32) return backward_impl<float, float>(a);
+  if (a.dtype == CpuDType::kBFloat16) return backward_impl<c10::BFloat16, float>(a);
+  bad_dtype("attention_backward_cpu");
+}
+
+void attention_backward_cpu(const CpuAttentionBackwardArgs<double>& a) {
+  if (a.dtype != CpuDType::kFloat64) bad_dtype("attention_backward_cpu");
+  backward_impl<double, double>(a);
 }
 
 }  // namespace drope::kernels

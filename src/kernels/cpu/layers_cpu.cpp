@@ -1,7 +1,9 @@
 #include "drope/kernels/layers_cpu.h"
 
+#include <algorithm>
 #include <cmath>
-#include <vector>
+#include <stdexcept>
+#include <type_traits>
 
 #include <ATen/Parallel.h>
 
@@ -145,78 +147,33 @@ struct Rotary {
   }
 };
 
-template <typename F>
-void for_dtype(const at::Tensor& t, const F& f) {
-  if (t.scalar_type() == at::kDouble) return f(double{});
-  TORCH_CHECK(t.scalar_type() == at::kFloat, "fused layer kernels take float32 or float64, got ", t.scalar_type());
-  f(float{});
-}
-
 }  // namespace
 
-bool layers_cpu_supported(std::initializer_list<at::Tensor> tensors) {
-  const at::Tensor* first = nullptr;
-  for (const auto& t : tensors) {
-    if (!t.defined() || !t.device().is_cpu()) return false;
-    if (t.scalar_type() != at::kFloat && t.scalar_type() != at::kDouble) return false;
-    if (first && t.scalar_type() != first->scalar_type()) return false;
-    first = &t;
-  }
-  return first != nullptr;
+template <typename T>
+static void rms_forward(const RmsNormForwardArgs<T>& a) {
+  RmsForward<T> k{a.x, a.w, a.y, a.rstd, a.n, acc_t<T>(a.eps)};
+  dispatch_rows(a.rows, a.n, k);
 }
 
-std::tuple<at::Tensor, at::Tensor> rms_norm_forward_cpu(const at::Tensor& x_in, const at::Tensor& weight, double eps) {
-  const int64_t n = x_in.size(-1);
-  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == n, "RMSNorm weight must have shape (", n, "), got ",
-              weight.sizes());
-  auto x = x_in.contiguous();
-  auto w = weight.contiguous();
-  auto y = at::empty_like(x);
-  auto shape = x.sizes().vec();
-  shape.pop_back();
-  auto rstd = at::empty(shape, x.options());
-  const int64_t rows = n == 0 ? 0 : x.numel() / n;
-  for_dtype(x, [&](auto tag) {
-    using T = decltype(tag);
-    RmsForward<T> k{x.data_ptr<T>(), w.data_ptr<T>(), y.data_ptr<T>(), rstd.data_ptr<T>(), n, acc_t<T>(eps)};
-    dispatch_rows(rows, n, k);
-  });
-  return {y, rstd};
+template <typename T>
+static void rms_backward(const RmsNormBackwardArgs<T>& a) {
+  if (a.dw_rows < at::get_num_threads())
+    throw std::invalid_argument("rms_norm_backward_cpu: dw_parts needs one row per intra-op thread");
+  RmsBackward<T> k{a.dy, a.x, a.w, a.rstd, a.dx, a.dw_parts, a.n};
+  dispatch_rows(a.rows, a.n, k);
 }
 
-std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& dy_in, const at::Tensor& x_in,
-                                                         const at::Tensor& weight, const at::Tensor& rstd_in) {
-  const int64_t n = x_in.size(-1);
-  auto dy = dy_in.contiguous(), x = x_in.contiguous(), w = weight.contiguous(), rstd = rstd_in.contiguous();
-  auto dx = at::empty_like(x);
-  const int64_t rows = n == 0 ? 0 : x.numel() / n;
-  const auto acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  auto parts = at::zeros({at::get_num_threads(), n}, x.options().dtype(acc));
-  for_dtype(x, [&](auto tag) {
-    using T = decltype(tag);
-    RmsBackward<T> k{dy.data_ptr<T>(), x.data_ptr<T>(),  w.data_ptr<T>(), rstd.data_ptr<T>(),
-                     dx.data_ptr<T>(), parts.data_ptr<acc_t<T>>(), n};
-    dispatch_rows(rows, n, k);
-  });
-  return {dx, parts.sum(0).to(weight.scalar_type())};
+template <typename T>
+static void rotary(const RotaryArgs<T>& a) {
+  Rotary<T> k{a.x, a.y, a.cos, a.sin, a.heads, a.len, a.dim, a.xs[0], a.xs[1], a.xs[2], a.inverse};
+  dispatch_rows(a.batch * a.heads * a.len, a.dim, k);
 }
 
-at::Tensor rotary_cpu(const at::Tensor& x_in, const at::Tensor& cos_in, const at::Tensor& sin_in, bool inverse) {
-  TORCH_CHECK(x_in.dim() == 4, "rotary: x must be (B, H, T, D), got ", x_in.dim(), " dims");
-  const int64_t B = x_in.size(0), H = x_in.size(1), T = x_in.size(2), D = x_in.size(3);
-  TORCH_CHECK(D % 2 == 0, "rotary: head dim must be even, got ", D);
-  TORCH_CHECK(cos_in.dim() == 2 && cos_in.size(0) == T && cos_in.size(1) == D && sin_in.sizes() == cos_in.sizes(),
-              "rotary: cos/sin must be (", T, ", ", D, ")");
-  auto x = x_in.stride(3) == 1 ? x_in : x_in.contiguous();
-  auto c = cos_in.contiguous(), s = sin_in.contiguous();
-  auto y = at::empty({B, H, T, D}, x.options());
-  for_dtype(x, [&](auto tag) {
-    using Tp = decltype(tag);
-    Rotary<Tp> k{x.data_ptr<Tp>(), y.data_ptr<Tp>(), c.data_ptr<Tp>(), s.data_ptr<Tp>(), H, T, D,
-                 x.stride(0),      x.stride(1),      x.stride(2),      inverse};
-    dispatch_rows(B * H * T, D, k);
-  });
-  return y;
-}
+void rms_norm_forward_cpu(const RmsNormForwardArgs<float>& a) { rms_forward(a); }
+void rms_norm_forward_cpu(const RmsNormForwardArgs<double>& a) { rms_forward(a); }
+void rms_norm_backward_cpu(const RmsNormBackwardArgs<float>& a) { rms_backward(a); }
+void rms_norm_backward_cpu(const RmsNormBackwardArgs<double>& a) { rms_backward(a); }
+void rotary_cpu(const RotaryArgs<float>& a) { rotary(a); }
+void rotary_cpu(const RotaryArgs<double>& a) { rotary(a); }
 
 }  // namespace drope::kernels

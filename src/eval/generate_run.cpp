@@ -1,0 +1,34 @@
+// drope-eval generate: greedy continuations of prompts (KV cache, chunked prefill, batched decode) as JSONL.
+#include <fmt/format.h>
+
+#include "drope/core/error.h"
+#include "drope/core/files.h"
+#include "drope/eval/generate.h"
+#include "drope/eval/runners.h"
+#include "drope/text/jsonl.h"
+
+namespace drope::eval {
+
+void run_generate(const GenerateRun& r) {
+  std::vector<std::string> prompts = r.prompts;
+  if (!r.prompts_file.empty())
+    text::for_each_jsonl_object(r.prompts_file, [&](int64_t line, const nlohmann::json& j) {
+      prompts.push_back(text::jsonl_string(j, "prompt", r.prompts_file, line));
+      return true;
+    });
+  if (prompts.empty()) fail("give --prompt or --prompts");
+  auto em = load_eval_model(r.method, true);
+  auto gens = generate(em.model, *em.tokenizer, prompts, r.options, r.bos);
+  std::string lines;
+  for (size_t i = 0; i < gens.size(); ++i) {
+    nlohmann::json j = {{"prompt", prompts[i]}, {"output", gens[i].text}, {"finish", gens[i].finish},
+                        {"prompt_tokens", gens[i].prompt_tokens}, {"tokens", gens[i].tokens}};
+    lines += j.dump() + "\n";
+  }
+  if (r.out.empty())
+    fmt::print("{}", lines);
+  else
+    write_file_atomic(r.out, lines), fmt::print("wrote {} generations to {}\n", gens.size(), r.out);
+}
+
+}  // namespace drope::eval
