@@ -6,9 +6,13 @@
 #include <cstdint>
 #include <string>
 
+#include <memory>
+
 #include <CLI/CLI.hpp>
 
+#include "app_common.h"
 #include "drope/eval/method.h"
+#include "drope/eval/runners.h"
 
 namespace drope::evalcli {
 
@@ -28,6 +32,32 @@ void add_method_options(CLI::App* cmd, MethodOptions& o);
 
 // The method the flags describe; inconsistent or out-of-range flags fail naming the flag.
 eval::MethodSpec method_spec(const MethodOptions& o);
+
+// A run that takes the method flags: the flags, and the run they fill.
+template <typename Run>
+struct MethodRun {
+  MethodOptions m;
+  Run run;
+};
+
+inline eval::MethodSpec& method_of(eval::NiahRun& r) { return r.c.method; }
+inline eval::MethodSpec& method_of(eval::NiahGridRun& r) { return r.c.method; }
+template <typename Run>
+eval::MethodSpec& method_of(Run& r) {
+  return r.method;
+}
+
+// Registers cmd's callback: the method from the flags, then fn(run); the exit status goes to rc.
+template <typename Run>
+void on_run(CLI::App* cmd, const std::shared_ptr<MethodRun<Run>>& o, int& rc, void (*fn)(const Run&)) {
+  cmd->callback([o, &rc, fn] {
+    rc = app::run([&] {
+      method_of(o->run) = method_spec(o->m);
+      fn(o->run);
+      return 0;
+    });
+  });
+}
 
 // Command families; each callback stores its exit status in `rc`.
 void add_logits_command(CLI::App& cli, int& rc);

@@ -1,16 +1,10 @@
 // Flags of `drope-eval generate` (eval::run_generate).
-#include "app_common.h"
-#include "drope/eval/runners.h"
 #include "eval/common.h"
 
 namespace drope::evalcli {
 
 void add_generate_command(CLI::App& cli, int& rc) {
-  struct Opts {
-    MethodOptions m;
-    eval::GenerateRun run;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<MethodRun<eval::GenerateRun>>();
   auto* cmd = cli.add_subcommand("generate", "Greedy generation for prompts (text in, JSONL out)");
   add_method_options(cmd, o->m);
   cmd->add_option("--prompt", o->run.prompts, "A prompt (repeatable)");
@@ -21,13 +15,7 @@ void add_generate_command(CLI::App& cli, int& rc) {
   cmd->add_option("--prefill-chunk", o->run.options.prefill_chunk, "Prompt tokens per prefill forward (default 2048)");
   cmd->add_flag("--bos", o->run.bos, "Prepend the tokenizer's BOS token");
   cmd->add_option("--out", o->run.out, "Write generations as JSONL here (default: print)");
-  cmd->callback([o, &rc] {
-    rc = app::run([&] {
-      o->run.method = method_spec(o->m);
-      eval::run_generate(o->run);
-      return 0;
-    });
-  });
+  on_run(cmd, o, rc, &eval::run_generate);
 }
 
 }  // namespace drope::evalcli

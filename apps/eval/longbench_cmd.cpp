@@ -1,17 +1,11 @@
 // Flags of `drope-eval longbench` and `drope-eval longbench-score` (eval::run_longbench,
 // eval::run_longbench_score).
-#include "app_common.h"
-#include "drope/eval/runners.h"
 #include "eval/common.h"
 
 namespace drope::evalcli {
 
 void add_longbench_commands(CLI::App& cli, int& rc) {
-  struct Opts {
-    MethodOptions m;
-    eval::LongBenchRun run;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<MethodRun<eval::LongBenchRun>>();
   auto* cmd = cli.add_subcommand("longbench", "LongBench v1 / LongBench-E: generate predictions and score them");
   add_method_options(cmd, o->m);
   cmd->add_option("--data", o->run.data, "Directory with <task>.jsonl (LongBench-E: <task>_e.jsonl)")->required();
@@ -30,13 +24,7 @@ void add_longbench_commands(CLI::App& cli, int& rc) {
   cmd->add_option("--chat-format", o->run.chat_format,
                   "Chat prompt with a {prompt} field for the tasks that take one, e.g. '[INST]{prompt}[/INST]' "
                   "(default: none, the raw prompt)");
-  cmd->callback([o, &rc] {
-    rc = app::run([&] {
-      o->run.method = method_spec(o->m);
-      eval::run_longbench(o->run);
-      return 0;
-    });
-  });
+  on_run(cmd, o, rc, &eval::run_longbench);
 
   auto s = std::make_shared<eval::LongBenchScoreRun>();
   auto* score = cli.add_subcommand("longbench-score", "Score LongBench prediction files like the official eval.py");

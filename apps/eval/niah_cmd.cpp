@@ -1,6 +1,4 @@
 // Flags of `drope-eval niah` and `drope-eval niah-grid` (eval::run_niah, eval::run_niah_grid).
-#include "app_common.h"
-#include "drope/eval/runners.h"
 #include "eval/common.h"
 
 namespace drope::evalcli {
@@ -29,11 +27,7 @@ void add_common_options(CLI::App* cmd, MethodOptions& m, eval::NiahRunCommon& c)
 }  // namespace
 
 void add_niah_commands(CLI::App& cli, int& rc) {
-  struct Opts {
-    MethodOptions m;
-    eval::NiahRun run;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<MethodRun<eval::NiahRun>>();
   o->run.c.trials = 500;
   o->run.c.out = "results/niah";
   auto* cmd = cli.add_subcommand("niah", "RULER needle-in-a-haystack tasks (string_match_all), task × length table");
@@ -43,19 +37,9 @@ void add_niah_commands(CLI::App& cli, int& rc) {
                   "multikey_1, multivalue) or 'all' (default)");
   cmd->add_option("--trials", o->run.c.trials, "Samples per task and length (default 500)");
   cmd->add_option("--out", o->run.c.out, "Output prefix: .json/.csv/.md table and .samples.jsonl (default results/niah)");
-  cmd->callback([o, &rc] {
-    rc = app::run([&] {
-      o->run.c.method = method_spec(o->m);
-      eval::run_niah(o->run);
-      return 0;
-    });
-  });
+  on_run(cmd, o, rc, &eval::run_niah);
 
-  struct GridOpts {
-    MethodOptions m;
-    eval::NiahGridRun run;
-  };
-  auto g = std::make_shared<GridOpts>();
+  auto g = std::make_shared<MethodRun<eval::NiahGridRun>>();
   g->run.c.trials = 5;
   g->run.c.out = "results/niah-grid";
   auto* grid = cli.add_subcommand("niah-grid", "Kamradt-style needle grid: lengths × depths, heatmap of scores");
@@ -64,13 +48,7 @@ void add_niah_commands(CLI::App& cli, int& rc) {
   grid->add_option("--trials", g->run.c.trials, "Samples per cell (default 5)");
   grid->add_option("--out", g->run.c.out,
                    "Output prefix: .json/.csv/.md table, .png/.svg heatmap, .samples.jsonl (default results/niah-grid)");
-  grid->callback([g, &rc] {
-    rc = app::run([&] {
-      g->run.c.method = method_spec(g->m);
-      eval::run_niah_grid(g->run);
-      return 0;
-    });
-  });
+  on_run(grid, g, rc, &eval::run_niah_grid);
 }
 
 }  // namespace drope::evalcli

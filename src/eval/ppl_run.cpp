@@ -170,20 +170,12 @@ void run_ppl(const PplRun& r) {
   panel.log_y = true;
   panel.series = earlier;
   panel.series.push_back(cur);
-  plot::Series train;
-  train.label = "train length";
-  train.dashed = true;
-  train.markers = false;
-  train.color = 7;
-  double lo = 1e300, hi = 0;
-  for (const auto& s : panel.series)
-    for (double y : s.y)
+  double lo = 1e300, hi = 0;  // the training-length line spans the curves' range
+  for (const auto& c : panel.series)
+    for (double y : c.y)
       if (std::isfinite(y) && y > 0) lo = std::min(lo, y), hi = std::max(hi, y);
-  if (hi > 0) {
-    train.x = {double(em.train_length), double(em.train_length)};
-    train.y = {lo, hi};
-    panel.series.push_back(train);
-  }
+  const double C = double(em.train_length);
+  if (hi > 0) panel.series.push_back(plot::guide_line("train length", {C, C}, {lo, hi}));
   fig.panels.push_back(panel);
   // Plots first: a failed render leaves the previous tables in place as well.
   plot::save(fig, r.out + ".png");

@@ -33,11 +33,11 @@ bool cuda_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 #endif
 }
 
-kernels::CpuDType cpu_dtype(const at::Tensor& t) {
+kernels::AttnDType cpu_dtype(const at::Tensor& t) {
   switch (t.scalar_type()) {
-    case at::kDouble: return kernels::CpuDType::kFloat64;
-    case at::kBFloat16: return kernels::CpuDType::kBFloat16;
-    default: return kernels::CpuDType::kFloat32;
+    case at::kDouble: return kernels::AttnDType::kFloat64;
+    case at::kBFloat16: return kernels::AttnDType::kBFloat16;
+    default: return kernels::AttnDType::kFloat32;
   }
 }
 
@@ -51,7 +51,7 @@ AttentionOutput cpu_forward_as(const at::Tensor& q_, const at::Tensor& k_, const
   const auto q = q_.contiguous(), k = unit_d(k_), v = unit_d(v_);
   const auto acc = c10::CppTypeToScalarType<acc_t>::value;
   const at::Tensor slopes = detail::kernel_slopes(a, at::kCPU, acc);
-  kernels::CpuAttentionForwardArgs<acc_t> f;
+  kernels::AttnForwardArgs<acc_t> f;
   f.p = detail::kernel_params<acc_t>(q, k, v, a, slopes.defined() ? slopes.data_ptr<acc_t>() : nullptr);
   f.dtype = cpu_dtype(q);
   auto out = at::empty_like(q);
@@ -78,7 +78,7 @@ AttentionGrads cpu_backward_as(const at::Tensor& q_, const at::Tensor& k_, const
   const auto q = q_.contiguous(), k = k_.contiguous(), v = v_.contiguous();
   const at::Tensor out = out_.to(dt).contiguous(), dout = dout_.to(dt).contiguous(), lse = lse_.to(acc).contiguous();
   const at::Tensor slopes = detail::kernel_slopes(a, at::kCPU, acc);
-  kernels::CpuAttentionBackwardArgs<acc_t> b;
+  kernels::AttnBackwardArgs<acc_t> b;
   b.p = detail::kernel_params<acc_t>(q, k, v, a, slopes.defined() ? slopes.data_ptr<acc_t>() : nullptr);
   b.dtype = cpu_dtype(q);
   b.schedule = schedule;

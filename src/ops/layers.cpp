@@ -52,15 +52,9 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_forward(const at::Tensor& x_in, cons
   auto rstd = at::empty(shape, x.options());
   for_dtype(x, [&](auto tag) {
     using T = decltype(tag);
-    kernels::RmsNormForwardArgs<T> a;
-    a.x = x.data_ptr<T>();
-    a.w = w.data_ptr<T>();
-    a.y = y.data_ptr<T>();
-    a.rstd = rstd.data_ptr<T>();
-    a.n = x.size(-1);
-    a.rows = a.n == 0 ? 0 : x.numel() / a.n;
-    a.eps = eps;
-    kernels::rms_norm_forward_cpu(a);
+    const int64_t n = x.size(-1), rows = n == 0 ? 0 : x.numel() / n;
+    kernels::rms_norm_forward_cpu(kernels::RmsNormForwardArgs<T>{x.data_ptr<T>(), w.data_ptr<T>(), y.data_ptr<T>(),
+                                                                 rstd.data_ptr<T>(), rows, n, eps});
   });
   return {y, rstd};
 }
@@ -73,17 +67,10 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& dy_in, co
   auto parts = at::zeros({at::get_num_threads(), x.size(-1)}, x.options());
   for_dtype(x, [&](auto tag) {
     using T = decltype(tag);
-    kernels::RmsNormBackwardArgs<T> a;
-    a.dy = dy.data_ptr<T>();
-    a.x = x.data_ptr<T>();
-    a.w = w.data_ptr<T>();
-    a.rstd = rstd.data_ptr<T>();
-    a.dx = dx.data_ptr<T>();
-    a.dw_parts = parts.data_ptr<T>();
-    a.dw_rows = parts.size(0);
-    a.n = x.size(-1);
-    a.rows = a.n == 0 ? 0 : x.numel() / a.n;
-    kernels::rms_norm_backward_cpu(a);
+    const int64_t n = x.size(-1), rows = n == 0 ? 0 : x.numel() / n;
+    kernels::rms_norm_backward_cpu(kernels::RmsNormBackwardArgs<T>{
+        dy.data_ptr<T>(), x.data_ptr<T>(), w.data_ptr<T>(), rstd.data_ptr<T>(), dx.data_ptr<T>(),
+        parts.data_ptr<T>(), parts.size(0), rows, n});
   });
   return {dx, parts.sum(0).to(weight.scalar_type())};
 }
@@ -95,18 +82,9 @@ at::Tensor rotary_fused(const at::Tensor& x_in, const at::Tensor& cos_in, const 
   auto y = at::empty({x.size(0), x.size(1), x.size(2), x.size(3)}, x.options());
   for_dtype(x, [&](auto tag) {
     using T = decltype(tag);
-    kernels::RotaryArgs<T> a;
-    a.x = x.data_ptr<T>();
-    a.y = y.data_ptr<T>();
-    a.cos = c.data_ptr<T>();
-    a.sin = s.data_ptr<T>();
-    a.batch = x.size(0);
-    a.heads = x.size(1);
-    a.len = x.size(2);
-    a.dim = x.size(3);
-    for (int d = 0; d < 3; ++d) a.xs[d] = x.stride(d);
-    a.inverse = inverse;
-    kernels::rotary_cpu(a);
+    kernels::rotary_cpu(kernels::RotaryArgs<T>{x.data_ptr<T>(), y.data_ptr<T>(), c.data_ptr<T>(), s.data_ptr<T>(),
+                                               x.size(0), x.size(1), x.size(2), x.size(3),
+                                               {x.stride(0), x.stride(1), x.stride(2)}, inverse});
   });
   return y;
 }

@@ -763,6 +763,17 @@ std::string render(const Heatmap& m, const std::string& format) {
   return render_page(W, H, m.png_scale, format, [&](cairo_t* cr) { draw_heatmap(cr, m, W, H, left, top, cbar, rows, cols); });
 }
 
+Series guide_line(const std::string& label, std::vector<double> x, std::vector<double> y) {
+  Series s;
+  s.label = label;
+  s.x = std::move(x);
+  s.y = std::move(y);
+  s.dashed = true;
+  s.markers = false;
+  s.color = 7;
+  return s;
+}
+
 void save(const Figure& fig, const std::string& path) { save_any(fig, path); }
 void save(const Heatmap& map, const std::string& path) { save_any(map, path); }
 

@@ -16,37 +16,14 @@
 
 namespace drope::kernels::cuda {
 
-enum class DType { kFloat16, kBFloat16 };
-
-// Inputs/outputs of one call. p carries sizes, q/k/v strides (head dim contiguous) and options, with
-// p.alibi_slopes a DEVICE pointer to H float32 slopes (or null). out/dout/dq are contiguous (B, H, T, D),
-// dk/dv contiguous (B, H_kv, S, D); lse and rowdot are contiguous (B, H, T) float32.
-struct ForwardArgs {
-  AttnParams<float> p;
-  DType dtype = DType::kBFloat16;
-  const void *q = nullptr, *k = nullptr, *v = nullptr;
-  void* out = nullptr;
-  float* lse = nullptr;
-};
-
-struct BackwardArgs {
-  AttnParams<float> p;
-  DType dtype = DType::kBFloat16;
-  const void *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *dout = nullptr;
-  const float* lse = nullptr;
-  float* rowdot = nullptr;   // scratch (B, H, T)
-  float* dq_accum = nullptr;  // scratch (B, H, T, D) float32, ZEROED by the caller
-  void *dq = nullptr, *dk = nullptr, *dv = nullptr;
-};
+// kFloat16 or kBFloat16 inputs; p.alibi_slopes a DEVICE pointer; lse, rowdot, dq_accum float32.
+using DType = AttnDType;
+using ForwardArgs = AttnForwardArgs<float>;
+using BackwardArgs = AttnBackwardArgs<float>;
 
 // Split-KV decode: every query row's visible keys are cut into num_splits chunks, one CTA each; a second
 // kernel combines the partial (max, sum, accumulator) triples.
-struct DecodeArgs {
-  AttnParams<float> p;
-  DType dtype = DType::kBFloat16;
-  const void *q = nullptr, *k = nullptr, *v = nullptr;
-  void* out = nullptr;
-  float* lse = nullptr;
+struct DecodeArgs : ForwardArgs {
   int num_splits = 1;
   float* part_m = nullptr;    // scratch (B·H·T, num_splits)
   float* part_l = nullptr;    // scratch (B·H·T, num_splits)

@@ -30,6 +30,42 @@ struct AttnParams {
   const acc_t* alibi_slopes = nullptr;   // (H) or null: logit bias −slope_h · (i − j)
 };
 
+// Element type of q, k, v, out and the gradients (float32/bfloat16/float64 on CPU, float16/bfloat16 on CUDA).
+enum class AttnDType { kFloat32, kBFloat16, kFloat16, kFloat64 };
+
+// One forward call of a fused kernel: q (B, H, T, D) and out contiguous with p.o_stride = p.q_stride, k/v
+// (B, H_kv, S, D) with unit stride in D; p.alibi_slopes holds H values on the kernel's device, or is null;
+// lse receives (B, H, T) contiguous log-sum-exps of the scaled, biased, masked logits.
+template <typename acc_t>
+struct AttnForwardArgs {
+  AttnParams<acc_t> p;
+  AttnDType dtype = AttnDType::kFloat32;
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  void* out = nullptr;
+  acc_t* lse = nullptr;
+};
+
+// How the CPU backward splits its work over threads.
+enum class BackwardSchedule {
+  kAuto,       // kPerKVHead when the (batch, KV head) pairs keep every thread busy, else kTwoPass
+  kPerKVHead,  // one sweep per (batch, KV head) pair computes its dK, dV and its query heads' dQ
+  kTwoPass,    // dK/dV over (batch, KV head, key tile), then dQ over (batch, head, query tile)
+};
+
+// The FlashAttention-2 backward from the forward's out and lse. Every buffer contiguous: q, out, dout, dq
+// (B, H, T, D), k, v, dk, dv (B, H_kv, S, D), lse and the scratch rowdot (B, H, T).
+template <typename acc_t>
+struct AttnBackwardArgs {
+  AttnParams<acc_t> p;
+  AttnDType dtype = AttnDType::kFloat32;
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *dout = nullptr;
+  const acc_t* lse = nullptr;
+  acc_t* rowdot = nullptr;
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  acc_t* dq_accum = nullptr;                           // CUDA: scratch (B, H, T, D), zeroed by the caller
+  BackwardSchedule schedule = BackwardSchedule::kAuto;  // CPU: the work split
+};
+
 // KV head read by query head h (grouped-query attention).
 template <typename acc_t>
 DROPE_HOST_DEVICE inline int64_t kv_head_of(const AttnParams<acc_t>& p, int64_t h) {

@@ -21,6 +21,9 @@ struct Series {
   int color = -1;              // palette index; -1 = the series' position in its panel
 };
 
+// A reference line: dashed, grey, no markers (a training length, a uniform level).
+Series guide_line(const std::string& label, std::vector<double> x, std::vector<double> y);
+
 // One set of axes.
 struct Panel {
   std::string title;

@@ -592,7 +592,7 @@ Job<in_t, T> make_job(const AttnParams<T>& p) {
 }
 
 template <typename in_t, typename T>
-void forward_impl(const CpuAttentionForwardArgs<T>& a) {
+void forward_impl(const AttnForwardArgs<T>& a) {
   auto job = make_job<in_t, T>(a.p);
   job.kind = Job<in_t, T>::kForward;
   job.blocks = (job.p.q_len + kBlockQ - 1) / kBlockQ;
@@ -605,7 +605,7 @@ void forward_impl(const CpuAttentionForwardArgs<T>& a) {
 }
 
 template <typename in_t, typename T>
-void backward_impl(const CpuAttentionBackwardArgs<T>& a) {
+void backward_impl(const AttnBackwardArgs<T>& a) {
   auto job = make_job<in_t, T>(a.p);
   job.q = static_cast<const in_t*>(a.q);
   job.k = static_cast<const in_t*>(a.k);
@@ -647,25 +647,25 @@ void backward_impl(const CpuAttentionBackwardArgs<T>& a) {
 
 }  // namespace
 
-void attention_forward_cpu(const CpuAttentionForwardArgs<float>& a) {
-  if (a.dtype == CpuDType::kFloat32) return forward_impl<float, float>(a);
-  if (a.dtype == CpuDType::kBFloat16) return forward_impl<c10::BFloat16, float>(a);
+void attention_forward_cpu(const AttnForwardArgs<float>& a) {
+  if (a.dtype == AttnDType::kFloat32) return forward_impl<float, float>(a);
+  if (a.dtype == AttnDType::kBFloat16) return forward_impl<c10::BFloat16, float>(a);
   bad_dtype("attention_forward_cpu");
 }
 
-void attention_forward_cpu(const CpuAttentionForwardArgs<double>& a) {
-  if (a.dtype != CpuDType::kFloat64) bad_dtype("attention_forward_cpu");
+void attention_forward_cpu(const AttnForwardArgs<double>& a) {
+  if (a.dtype != AttnDType::kFloat64) bad_dtype("attention_forward_cpu");
   forward_impl<double, double>(a);
 }
 
-void attention_backward_cpu(const CpuAttentionBackwardArgs<float>& a) {
-  if (a.dtype == CpuDType::kFloat32) return backward_impl<float, float>(a);
-  if (a.dtype == CpuDType::kBFloat16) return backward_impl<c10::BFloat16, float>(a);
+void attention_backward_cpu(const AttnBackwardArgs<float>& a) {
+  if (a.dtype == AttnDType::kFloat32) return backward_impl<float, float>(a);
+  if (a.dtype == AttnDType::kBFloat16) return backward_impl<c10::BFloat16, float>(a);
   bad_dtype("attention_backward_cpu");
 }
 
-void attention_backward_cpu(const CpuAttentionBackwardArgs<double>& a) {
-  if (a.dtype != CpuDType::kFloat64) bad_dtype("attention_backward_cpu");
+void attention_backward_cpu(const AttnBackwardArgs<double>& a) {
+  if (a.dtype != AttnDType::kFloat64) bad_dtype("attention_backward_cpu");
   backward_impl<double, double>(a);
 }
 

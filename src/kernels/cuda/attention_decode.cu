@@ -154,6 +154,7 @@ void attention_decode_cuda(const DecodeArgs& a, cudaStream_t stream) {
   switch (a.dtype) {
     case DType::kFloat16: return dispatch_dim<__half>(a, stream);
     case DType::kBFloat16: return dispatch_dim<__nv_bfloat16>(a, stream);
+    default: throw std::runtime_error("attention_decode_cuda: float16 or bfloat16 inputs only");
   }
 }
 

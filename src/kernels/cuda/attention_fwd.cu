@@ -167,6 +167,7 @@ void attention_forward_cuda(const ForwardArgs& a, cudaStream_t stream) {
   switch (a.dtype) {
     case DType::kFloat16: return dispatch_dim<__half>(a, stream);
     case DType::kBFloat16: return dispatch_dim<__nv_bfloat16>(a, stream);
+    default: throw std::runtime_error("attention_forward_cuda: float16 or bfloat16 inputs only");
   }
 }
 
