@@ -3,6 +3,7 @@ evaluations that are reused, side-by-side tables."""
 from __future__ import annotations
 
 import collections
+import fnmatch
 import pathlib
 import re
 import shutil
@@ -69,9 +70,12 @@ def config_steps(path: str | pathlib.Path) -> int:
 
 
 def remove_outputs(run: pathlib.Path, patterns: Sequence[str]) -> None:
-    """DROPE_FORCE: removes what a pipeline writes in `run` (glob patterns), nothing else."""
-    for pattern in patterns:
-        for p in run.glob(pattern):
+    """DROPE_FORCE: removes the entries of `run` whose names match `patterns` (what a pipeline writes there),
+    nothing else; a symbolic link is removed, not followed."""
+    if not run.is_dir():
+        return
+    for p in run.iterdir():
+        if any(fnmatch.fnmatchcase(p.name, pattern) for pattern in patterns):
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p)
             else:

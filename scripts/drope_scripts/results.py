@@ -59,8 +59,3 @@ def load(path: str | pathlib.Path, kind: str | tuple[str, ...] | None = None) ->
         raise ResultsError(f"{path}: cannot read a results file: {e}") from e
     return validate(doc, str(path), kind)
 
-
-def label(doc: dict, fallback: str) -> str:
-    """The method label of a document (method.label), else `fallback`."""
-    m = doc.get("method")
-    return m["label"] if isinstance(m, dict) and isinstance(m.get("label"), str) else fallback
