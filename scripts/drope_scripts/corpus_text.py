@@ -154,7 +154,8 @@ def python_docs(root: str, w: Writer) -> None:
 
 
 def pod_to_text(pod: str) -> str:
-    """POD → text: commands dropped (heading and item text kept), =begin/=end blocks dropped, formatting codes removed."""
+    """POD → text: commands dropped (heading and item text kept), =begin/=end blocks dropped, formatting codes
+    removed."""
     out, keep = [], True
     for block in re.split(r"\n\s*\n", pod):
         b = block.strip("\n")
@@ -223,7 +224,9 @@ def local_text(w: Writer) -> None:
     """This machine's licence texts and plain-text documentation (DROPE_CORPUS_LOCAL=1)."""
     for base in ("/usr/share/common-licenses", "/usr/share/doc"):
         for path in sorted(glob.glob(base + "/**/*", recursive=True)):
-            if not os.path.isfile(path) or path.endswith((".gz", ".html", ".png", ".svg")) or os.path.getsize(path) < 500:
+            if not os.path.isfile(path) or path.endswith((".gz", ".html", ".png", ".svg")):
+                continue
+            if os.path.getsize(path) < 500:
                 continue
             with open(path, "rb") as f:
                 text = f.read().decode("utf-8", "replace")

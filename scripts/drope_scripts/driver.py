@@ -170,6 +170,6 @@ def run_pipeline(name: str, body) -> int:
     except ToolError as e:
         print(f"{name}: {e}", file=sys.stderr)
         return e.returncode
-    except (results.ResultsError, ValueError, OSError) as e:
+    except (results.ResultsError, ValueError, OSError, yaml.YAMLError) as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 1

@@ -20,7 +20,7 @@ import re
 import sys
 
 from . import corpus
-from .driver import ROOT, Driver, Method, checkpoint, concat_tables, config_steps, remove_outputs, run_pipeline
+from .driver import NONE, ROOT, Driver, Method, checkpoint, concat_tables, config_steps, remove_outputs, run_pipeline
 
 C = 256
 PRETRAIN = "configs/train/quickstart-pretrain-rope.yaml"
@@ -98,7 +98,7 @@ def quickstart() -> int:
     # One plot with every method: re-draw the last method's curve with the others beside it.
     last = ms[-1]
     d.tool("drope-eval", "ppl", "--model", last.model, *last.options, "--label", last.name, *ppl_args,
-           "--with", *ppl_json[:-1], "--out", run / "eval" / "ppl", show="none")
+           "--with", *ppl_json[:-1], "--out", run / "eval" / "ppl", show=NONE)
     print(f"plot: {run}/eval/ppl.png")
     mark("ppl")
 
@@ -121,7 +121,8 @@ def quickstart() -> int:
     d.compare(niah_json, run / "results-niah", "NIAH score (string_match_all ×100, 8 trials per task)")
     table = concat_tables([run / "results-ppl.md", run / "results-niah.md"], run / "results.md")
     mark("total")
-    d.stage(f"done in {d.elapsed()} s — {run}/results.md (results-{{ppl,niah}}.{{json,csv}}), plot {run}/eval/ppl.png")
+    d.stage(f"done in {d.elapsed()} s — {run}/results.md (results-{{ppl,niah}}.{{json,csv}}), "
+            f"plot {run}/eval/ppl.png")
     print(table, end="")
     return 0
 

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from . import results, stats
 
-PAPER_TABLE1 = ("Paper Table 1 (0.5B, multi-query / multi-key / multi-value): RoPE 0/0/0, PI 0/0/0, NTK 21.1/19.4/16.5, "
-                "YaRN 17.8/0.5/14.6, ALiBi 5.2/0/1.1, NoPE 9.2/36.2/21.4, RNoPE-SWA 5.2/25.6/20.6, DroPE 28.0/41.6/23.3.")
+PAPER_TABLE1 = ("Paper Table 1 (0.5B, multi-query / multi-key / multi-value): RoPE 0/0/0, PI 0/0/0, "
+                "NTK 21.1/19.4/16.5, YaRN 17.8/0.5/14.6, ALiBi 5.2/0/1.1, NoPE 9.2/36.2/21.4, RNoPE-SWA 5.2/25.6/20.6, "
+                "DroPE 28.0/41.6/23.3.")
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ def table7_section(run: pathlib.Path, drop_at: int) -> list[str]:
     for name in ("alibi", "rnope-swa"):
         vals = seed_values(run, name)
         if vals:
-            lines.append(f"| {name} | {len(vals)} | {vals[0]:.2f} | – | – | – | {100 * (vals[0] / rope - 1):+.1f} % |")
+            change = 100 * (vals[0] / rope - 1)
+            lines.append(f"| {name} | {len(vals)} | {vals[0]:.2f} | – | – | – | {change:+.1f} % |")
     drope, nope = summaries["drope"].mean, summaries["nope"].mean
     lines.append("\nPaper (0.5B, 16K steps): RoPE 21.72, DroPE@14K 21.73 (+0.05 %), NoPE 23.77 (+9.4 %). Here: DroPE "
                  f"within a few percent of RoPE: **{'yes' if drope <= 1.05 * rope else 'no'}**; DroPE better than "

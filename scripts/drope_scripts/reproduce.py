@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 
 from . import corpus, report
-from .driver import ROOT, Driver, Method, checkpoint, concat_tables, remove_outputs, run_pipeline, train_state
+from .driver import NONE, ROOT, Driver, Method, checkpoint, concat_tables, remove_outputs, run_pipeline, train_state
 
 C = 256
 DATA = "runs/data/full"
@@ -160,7 +160,8 @@ def reproduce() -> int:
         niah.append(out.with_name(out.name + ".json"))
     times.mark("niah")
 
-    d.stage("4/4 fitted temperature c (DroPE, NoPE) and perplexity vs length 1×–8× (drope-eval fit-temperature, ppl)")
+    d.stage("4/4 fitted temperature c (DroPE, NoPE) and perplexity vs length 1×–8× "
+            "(drope-eval fit-temperature, ppl)")
     for name in ("drope-s0", "nope-s0"):
         if not (model(name) / "temperature.json").is_file():
             d.tool("drope-eval", "fit-temperature", "--model", model(name), "--tokenizer", DATA, "--data", DATA,
@@ -179,7 +180,7 @@ def reproduce() -> int:
     # All curves on one plot (the last method drawn with the others beside it).
     last = ms[-1]
     d.tool("drope-eval", "ppl", "--model", last.model, *last.options, "--label", last.name, *ppl_args,
-           "--with", *ppl[:-1], "--out", run / "ppl_vs_length", show="none")
+           "--with", *ppl[:-1], "--out", run / "ppl_vs_length", show=NONE)
     d.compare(ppl, run / "results-ppl", f"Perplexity vs length (held-out split), tiny models trained at C = {C} for "
               f"{s.steps} steps")
     d.compare(niah, run / "results-niah", f"NIAH at 2C = {2 * C} (string_match_all ×100)")

@@ -87,7 +87,8 @@ def test_text_helpers():
     assert corpus_text.unwrap(["one", " two ", "", "", "three"]) == "one two\n\nthree"
     assert list(corpus_text.chunks(["aa", "bb", "cc"], 4)) == ["aa\n\nbb", "cc"]
     assert corpus_text.clean("\r\na\t \n\n\n\nb  \n") == "a\n\nb"
-    pod = "=head1 NAME\n\nperlfoo - B<bold> and C<< code >>\n\n=begin html\n\n<p>x</p>\n\n=end html\n\nE<lt>tagE<gt>\n\n=cut\n"
+    pod = ("=head1 NAME\n\nperlfoo - B<bold> and C<< code >>\n\n=begin html\n\n<p>x</p>\n\n=end html\n\n"
+           "E<lt>tagE<gt>\n\n=cut\n")
     assert corpus_text.pod_to_text(pod) == "NAME\n\nperlfoo - bold and code\n\n<tag>"
     info = ("\x1f\nFile: python.info, Node: Intro, Next: B\n\nSee *note Other: x.\n* Menu:\n\n* A::\n\nText\n"
             "\x1f\nFile: python.info, Node: Security<14>\n\nrepeated\n\x1f\nTag Table:\n")

@@ -53,11 +53,12 @@ def test_train_fresh_killed_finished(tools, tmp_path, capsys):
     run.mkdir(parents=True)
     (run / "notes.txt").write_text("mine")
     assert d.train("cfg.yaml", run, 600, ["run.seed=1"], fresh_overrides=["run.init=x"]) == "fresh"
-    assert calls.read_text().splitlines()[-1] == f"drope-train cfg.yaml --set run.out_dir={run} --set run.seed=1 --set run.init=x"
+    head = f"drope-train cfg.yaml --set run.out_dir={run} --set run.seed=1"
+    assert calls.read_text().splitlines()[-1] == f"{head} --set run.init=x"
     assert (run / "notes.txt").read_text() == "mine"  # nothing deleted
     fake_checkpoint(run, 150)
     assert d.train("cfg.yaml", run, 600, ["run.seed=1"], fresh_overrides=["run.init=x"]) == "killed"
-    assert calls.read_text().splitlines()[-1] == f"drope-train cfg.yaml --set run.out_dir={run} --set run.seed=1 --resume"
+    assert calls.read_text().splitlines()[-1] == f"{head} --resume"
     fake_checkpoint(run, 600)
     assert d.train("cfg.yaml", run, 600) == "finished"
     assert len(calls.read_text().splitlines()) == 2

@@ -1,8 +1,5 @@
 """quickstart and reproduce end to end with fake tools (no C++ binaries, no corpus download): the files they
 write, the table they print, reuse on a second run, and the settings knobs."""
-import json
-import os
-import pathlib
 import sys
 
 import pytest

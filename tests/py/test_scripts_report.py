@@ -57,7 +57,8 @@ def test_final_validation_perplexity(run, tmp_path):
 
 def test_table7_rows(run):
     lines = report.table7_section(run, 105)
-    # rope 20, 22: mean 21, std √2, half-width t(0.975, 1)·√2/√2 = 12.7062; drope 21, 21.5: std 0.3536, half 3.1766
+    # rope 20, 22: mean 21, std √2, half-width t(0.975, 1)·√2/√2 = 12.7062;
+    # drope 21, 21.5: std 0.3536, half-width 3.1766
     assert "| rope | 2 | 21.00 | 1.41 | 8.29 – 33.71 | 20.00 – 22.00 | +0.0 % |" in lines
     assert "| nope | 2 | 25.00 | 1.41 | 12.29 – 37.71 | 24.00 – 26.00 | +19.0 % |" in lines
     assert "| drope | 2 | 21.25 | 0.35 | 18.07 – 24.43 | 21.00 – 21.50 | +1.2 % |" in lines
