@@ -26,8 +26,8 @@ ALL, NONE = "all", "none"
 class ToolError(RuntimeError):
     """A tool exited non-zero (its own message is already on stderr)."""
 
-    def __init__(self, cmd: Sequence[str], returncode: int):
-        super().__init__(f"{pathlib.Path(cmd[0]).name} exited {returncode}")
+    def __init__(self, tool: str, returncode: int):
+        super().__init__(f"{tool} exited {returncode}")
         self.returncode = returncode
 
 
@@ -125,7 +125,7 @@ class Driver:
                 rc = p.wait()
             print("".join(last), end="", flush=True)
         if rc != 0:
-            raise ToolError(cmd, rc)
+            raise ToolError(name, rc)
 
     def train(self, config: str | pathlib.Path, run_dir: pathlib.Path, steps: int, overrides: Sequence[str] = (),
               fresh_overrides: Sequence[str] = (), show: Show = ALL) -> str:
