@@ -90,7 +90,11 @@ class StageTimes:
 def reproduce() -> int:
     os.chdir(ROOT)
     env = os.environ
-    s = settings(env)
+    try:
+        s = settings(env)
+    except ValueError as e:
+        print(f"reproduce: {e}", file=sys.stderr)
+        return 2
     d = Driver("reproduce", pathlib.Path(env.get("DROPE_BUILD_DIR", ROOT / "build")), width=4)
     run = pathlib.Path(env.get("DROPE_RUN_DIR", "runs/reproduce"))
     if env.get("DROPE_FORCE", "0") == "1":

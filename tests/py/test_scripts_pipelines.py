@@ -144,3 +144,11 @@ def test_reproduce_settings():
         reproduce.settings({"DROPE_REPRO_SCALE": "huge"})
     with pytest.raises(ValueError, match="DROPE_REPRO_SEEDS must be a positive integer, got 'x'"):
         reproduce.settings({"DROPE_REPRO_SEEDS": "x"})
+
+
+def test_reproduce_refuses_a_bad_knob(fake, monkeypatch, capsys):
+    run, calls = fake
+    monkeypatch.setenv("DROPE_REPRO_STEPS", "-5")
+    assert reproduce.reproduce() == 2
+    assert "DROPE_REPRO_STEPS must be a positive integer, got '-5'" in capsys.readouterr().err
+    assert calls.read_text() == "" and not run.exists()
