@@ -3,10 +3,13 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
-BIN = pathlib.Path(os.environ.get("DROPE_BIN", pathlib.Path(__file__).resolve().parents[2] / "build"))
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(os.environ.get("DROPE_BIN", ROOT / "build"))
+sys.path.insert(0, str(ROOT / "scripts"))  # drope_scripts, the scripts' Python package (test_scripts_*.py)
 
 
 def run_cli(*args, check=True):

@@ -1,0 +1,6 @@
+"""Python parts of the drope scripts (scripts/*.sh run them with the project venv).
+
+corpus / corpus_text: the Debian text corpus (make_corpus.sh); results: the one reader of the tools'
+result files; stats: summary statistics; driver: the train / evaluate steps quickstart and reproduce
+share; quickstart, reproduce, report: the two pipelines and reproduce's REPORT.md.
+"""

@@ -1,0 +1,175 @@
+"""The steps quickstart and reproduce share: staged progress, running the tools, training runs that resume,
+evaluations that are reused, side-by-side tables."""
+from __future__ import annotations
+
+import collections
+import fnmatch
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import yaml
+
+from . import results
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# What a tool's stdout shows: everything, nothing, the lines matching a pattern, or the last n lines.
+Show = str | re.Pattern | int
+ALL, NONE = "all", "none"
+
+
+class ToolError(RuntimeError):
+    """A tool exited non-zero (its own message is already on stderr)."""
+
+    def __init__(self, tool: str, returncode: int):
+        super().__init__(f"{tool} exited {returncode}")
+        self.returncode = returncode
+
+
+@dataclass(frozen=True)
+class Method:
+    """One evaluated method: a label, a model directory and drope-eval options (e.g. --rope-scaling pi --factor 2)."""
+
+    name: str
+    model: pathlib.Path
+    options: tuple[str, ...] = ()
+
+    @property
+    def slug(self) -> str:
+        """The file-name form of the label: lower case, '+' → '-'."""
+        return self.name.lower().replace("+", "-")
+
+
+def checkpoint(run_dir: pathlib.Path, step: int) -> pathlib.Path:
+    """The checkpoint directory drope-train writes at `step`."""
+    return run_dir / "checkpoints" / f"step-{step:08d}"
+
+
+def train_state(run_dir: pathlib.Path, steps: int) -> str:
+    """'finished' (the final checkpoint exists), 'killed' (some checkpoint exists: resume) or 'fresh'."""
+    if (checkpoint(run_dir, steps) / "model.safetensors").is_file():
+        return "finished"
+    if any((run_dir / "checkpoints").glob("step-*")):
+        return "killed"
+    return "fresh"
+
+
+def config_steps(path: str | pathlib.Path) -> int:
+    """train.steps of a drope-train YAML config."""
+    with open(path, encoding="utf-8") as f:
+        doc = yaml.safe_load(f)
+    steps = doc.get("train", {}).get("steps") if isinstance(doc, dict) else None
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"{path}: train.steps must be a positive integer, got {steps!r}")
+    return steps
+
+
+def remove_outputs(run: pathlib.Path, patterns: Sequence[str]) -> None:
+    """DROPE_FORCE: removes the entries of `run` whose names match `patterns` (what a pipeline writes there),
+    nothing else; a symbolic link is removed, not followed."""
+    if not run.is_dir():
+        return
+    for p in run.iterdir():
+        if any(fnmatch.fnmatchcase(p.name, pattern) for pattern in patterns):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+
+
+def concat_tables(parts: Sequence[pathlib.Path], out: pathlib.Path) -> str:
+    """Writes the Markdown tables one after another, an empty line between them; returns the text."""
+    text = "\n".join(p.read_text(encoding="utf-8") for p in parts)
+    out.write_text(text, encoding="utf-8")
+    return text
+
+
+class Driver:
+    """Runs the tools of one build directory for a pipeline named `name`, printing timed stage headings."""
+
+    def __init__(self, name: str, bin_dir: pathlib.Path, width: int):
+        self.name, self.bin_dir, self.width = name, bin_dir, width
+        self.t0 = time.monotonic()
+        self.line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []  # progress when piped
+
+    def elapsed(self) -> int:
+        """Whole seconds since the pipeline started."""
+        return int(time.monotonic() - self.t0)
+
+    def stage(self, msg: str) -> None:
+        print(f"\n\033[1m[{self.name} {self.elapsed():{self.width}d}s] {msg}\033[0m", flush=True)
+
+    def tool(self, name: str, *args: object, show: Show = ALL, line_buffered: bool = False) -> None:
+        """Runs bin_dir/name; stderr passes through, stdout as `show` says. Raises ToolError on failure."""
+        cmd = [str(self.bin_dir / name), *map(str, args)]
+        if line_buffered:
+            cmd = self.line_buffered + cmd
+        sys.stdout.flush()
+        if show == ALL:
+            rc = subprocess.run(cmd).returncode
+        elif show == NONE:
+            rc = subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode
+        else:
+            last: collections.deque[str] = collections.deque(maxlen=show if isinstance(show, int) else None)
+            with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, errors="replace") as p:
+                for line in p.stdout:
+                    if isinstance(show, int):
+                        last.append(line)
+                    elif show.search(line):
+                        print(line, end="", flush=True)
+                rc = p.wait()
+            print("".join(last), end="", flush=True)
+        if rc != 0:
+            raise ToolError(name, rc)
+
+    def train(self, config: str | pathlib.Path, run_dir: pathlib.Path, steps: int, overrides: Sequence[str] = (),
+              fresh_overrides: Sequence[str] = (), show: Show = ALL) -> str:
+        """drope-train `config` into run_dir unless finished: a killed run resumes, a fresh one starts (with
+        `fresh_overrides` too). Deletes nothing: drope-train rewrites an unfinished first attempt's log itself.
+        Returns the state found (train_state)."""
+        state = train_state(run_dir, steps)
+        if state == "finished":
+            return state
+        args = [config, "--set", f"run.out_dir={run_dir}"]
+        for o in overrides:
+            args += ["--set", o]
+        if state == "killed":
+            args.append("--resume")
+        else:
+            for o in fresh_overrides:
+                args += ["--set", o]
+        self.tool("drope-train", *args, show=show, line_buffered=True)
+        return state
+
+    def evaluate(self, command: str, method: Method, out: pathlib.Path, args: Sequence[object], kind: str,
+                 label: str | None = None, show: Show = NONE) -> tuple[dict, bool]:
+        """drope-eval `command` for `method` into the prefix `out`, unless out.json already holds a valid `kind`
+        result. Returns the results document and whether it was computed now."""
+        done = out.with_name(out.name + ".json")
+        computed = not done.is_file()
+        if computed:
+            self.tool("drope-eval", command, "--model", method.model, *method.options, "--label", label or method.name,
+                      *args, "--out", out, show=show)
+        return results.load(done, kind), computed
+
+    def compare(self, files: Sequence[pathlib.Path], out: pathlib.Path, title: str) -> None:
+        """drope-eval compare: one side-by-side table (out.md/.json/.csv)."""
+        self.tool("drope-eval", "compare", *files, "--out", out, "--title", title, show=NONE)
+
+
+def run_pipeline(name: str, body) -> int:
+    """Runs body() with line-buffered stdout; a failed tool or a bad file ends it with a one-line message."""
+    sys.stdout.reconfigure(line_buffering=True)
+    try:
+        return body()
+    except ToolError as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return e.returncode
+    except (results.ResultsError, ValueError, OSError, yaml.YAMLError) as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 1

@@ -1,0 +1,131 @@
+"""The main job on its embedded default, with the real CLIs (scripts/quickstart.sh runs it after set-up).
+
+Builds the small corpus (Jane Austen from a pinned Debian package, SentencePiece vocab 2048), pretrains a
+tiny RoPE model at context C = 256 for 600 steps (drope-train), DroPE-recalibrates its step-450 checkpoint
+with QK-norm for the remaining 150 steps (drope-train, phase drope: the same budget as RoPE), then
+evaluates RoPE, RoPE+PI, RoPE+NTK, RoPE+YaRN (eval-time, factor 2) and DroPE on perplexity and NIAH at
+C and 2C (drope-eval ppl / niah) and prints the side-by-side table (drope-eval compare).
+
+Outputs in runs/quickstart/ (DROPE_RUN_DIR): rope/ and drope/ (run dirs: log.jsonl, checkpoints that
+are model directories), eval/ (per-method ppl/niah .json/.csv/.md, ppl.png/svg: ppl vs length),
+results.md (both tables, printed at the end), results-{ppl,niah}.{md,json,csv}, timing.txt.
+Re-running reuses the corpus, finished training runs and finished evaluations; DROPE_FORCE=1 redoes
+training and evaluation. Binaries from DROPE_BUILD_DIR (build/).
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import sys
+
+from . import corpus
+from .driver import NONE, ROOT, Driver, Method, checkpoint, concat_tables, config_steps, remove_outputs, run_pipeline
+
+C = 256
+PRETRAIN = "configs/train/quickstart-pretrain-rope.yaml"
+DROPE = "configs/train/quickstart-drope.yaml"
+DATA = "runs/data/small"
+HAYSTACK = "runs/corpus/small/heldout"  # Persuasion: never trained on
+OUTPUTS = ("rope", "drope", "eval", "results.md", "results-ppl.*", "results-niah.*", "timing.txt")
+# NIAH: at C only the one-needle prompt fits with this tokenizer (a multi-needle prompt needs ~250-290 tokens).
+NIAH_SPECS = (("C", C, "single_1"), ("2C", 2 * C, "single_1,multikey_1,multivalue"))
+
+
+def methods(rope_model: pathlib.Path, drope_model: pathlib.Path) -> list[Method]:
+    """RoPE with and without eval-time scaling (factor 2), and DroPE."""
+    return [
+        Method("RoPE", rope_model),
+        Method("RoPE+PI", rope_model, ("--rope-scaling", "pi", "--factor", "2")),
+        Method("RoPE+NTK", rope_model, ("--rope-scaling", "ntk", "--factor", "2")),
+        Method("RoPE+YaRN", rope_model, ("--rope-scaling", "yarn", "--factor", "2")),
+        Method("DroPE", drope_model),
+    ]
+
+
+def quickstart() -> int:
+    os.chdir(ROOT)
+    env = os.environ
+    d = Driver("quickstart", pathlib.Path(env.get("DROPE_BUILD_DIR", ROOT / "build")), width=3)
+    run = pathlib.Path(env.get("DROPE_RUN_DIR", "runs/quickstart"))
+    if env.get("DROPE_FORCE", "0") == "1":
+        remove_outputs(run, OUTPUTS)
+    (run / "eval").mkdir(parents=True, exist_ok=True)
+    timing = run / "timing.txt"
+    timing.write_text("")
+
+    def mark(what: str) -> None:
+        with timing.open("a") as f:
+            f.write(f"{what} {d.elapsed()}s\n")
+
+    d.stage("1/5 corpus: Jane Austen (r-cran-janeaustenr), SentencePiece BPE vocab 2048, token shards")
+    rc = corpus.main(["--small"])
+    if rc:
+        return rc
+    mark("corpus")
+
+    pre_steps, drope_steps = config_steps(PRETRAIN), config_steps(DROPE)
+    init_step = pre_steps - drope_steps  # equal budget: DroPE starts DROPE_STEPS before the RoPE run's end
+    rope_model = checkpoint(run / "rope", pre_steps)
+    drope_init = checkpoint(run / "rope", init_step)
+    drope_model = checkpoint(run / "drope", drope_steps)
+
+    d.stage(f"2/5 pretrain a tiny RoPE model at C = {C} ({PRETRAIN})")
+    if d.train(PRETRAIN, run / "rope", pre_steps) == "finished":
+        print(f"already trained: {rope_model}")
+    mark("pretrain")
+
+    d.stage(f"3/5 DroPE: from the RoPE run's step {init_step}, drop RoPE in every layer, add QK-norm, recalibrate "
+            f"{drope_steps} steps at C = {C} (equal budget; {DROPE})")
+    if not (drope_init / "model.safetensors").is_file():
+        print(f"quickstart: {drope_init} is missing (the pretraining config must keep it: checkpoint_every, "
+              "keep_last)", file=sys.stderr)
+        return 1
+    if d.train(DROPE, run / "drope", drope_steps, fresh_overrides=[f"run.init={drope_init}"]) == "finished":
+        print(f"already trained: {drope_model}")
+    mark("drope")
+
+    ms = methods(rope_model, drope_model)
+    d.stage(f"4/5 perplexity on the held-out split at C = {C} and 2C = {2 * C} (drope-eval ppl, sliding windows)")
+    ppl_args = ("--tokenizer", DATA, "--data", DATA, "--lengths", C, 2 * C, "--max-tokens", 16384)
+    ppl_json = []
+    for m in ms:
+        out = run / "eval" / f"ppl-{m.slug}"
+        _, computed = d.evaluate("ppl", m, out, ppl_args, "ppl", show=re.compile("ppl="))
+        if not computed:
+            print(f"{m.name}: reusing {out}.json")
+        ppl_json.append(out.with_name(out.name + ".json"))
+    # One plot with every method: re-draw the last method's curve with the others beside it.
+    last = ms[-1]
+    d.tool("drope-eval", "ppl", "--model", last.model, *last.options, "--label", last.name, *ppl_args,
+           "--with", *ppl_json[:-1], "--out", run / "eval" / "ppl", show=NONE)
+    print(f"plot: {run}/eval/ppl.png")
+    mark("ppl")
+
+    d.stage("5/5 needle in a haystack (drope-eval niah, 8 trials per task, greedy): single_1 at C; single_1, "
+            "multikey_1, multivalue at 2C")
+    niah_json = []
+    for m in ms:
+        for tag, length, tasks in NIAH_SPECS:
+            out = run / "eval" / f"niah-{m.slug}-{tag}"
+            doc, _ = d.evaluate("niah", m, out, ("--tokenizer", DATA, "--lengths", length, "--tasks", tasks,
+                                                 "--trials", 8, "--max-new-tokens", 32, "--haystack", HAYSTACK,
+                                                 "--seed", 0, "--batch-size", 4), "niah", label=f"{m.name} @{tag}")
+            print(f"{m.name} @ {length} tokens: {doc['summary']['avg']:.2f} (mean score, {tasks})")
+            niah_json.append(out.with_name(out.name + ".json"))
+    mark("niah")
+
+    d.compare(ppl_json, run / "results-ppl",
+              f"Perplexity (held-out split), tiny models trained at C = {C} for {pre_steps} steps (DroPE: "
+              f"{init_step} RoPE + {drope_steps} recalibration); eval-time scaling factor 2")
+    d.compare(niah_json, run / "results-niah", "NIAH score (string_match_all ×100, 8 trials per task)")
+    table = concat_tables([run / "results-ppl.md", run / "results-niah.md"], run / "results.md")
+    mark("total")
+    d.stage(f"done in {d.elapsed()} s — {run}/results.md (results-{{ppl,niah}}.{{json,csv}}), "
+            f"plot {run}/eval/ppl.png")
+    print(table, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_pipeline("quickstart", quickstart))

@@ -1,0 +1,203 @@
+"""The paper's claims at small scale, in one Markdown report with plots (runs/reproduce/REPORT.md):
+  1. Fig. 3   positional-bias gradient norms at initialisation, RoPE vs NoPE per layer (drope-analyze)
+  2. Table 7  RoPE vs NoPE vs DroPE (RoPE, positional embeddings dropped + QK-norm at 7/8 of training)
+              validation perplexity at equal budget, over several seeds (mean, std, t interval, min–max)
+  3. Table 1  NIAH multi-query / multi-key / multi-value at 2× the training context for RoPE, RoPE+PI,
+              RoPE+NTK, RoPE+YaRN (eval-time, factor 2), NoPE, ALiBi, RNoPE-SWA, DroPE
+  4.          perplexity vs length up to 8× for the same models; the fitted temperature c (DroPE, NoPE)
+Every model: configs/train/repro-tiny.yaml (tiny, C = 256, vocab 4096) on the full Debian corpus.
+
+Idempotent: finished training runs and evaluations are reused (DROPE_FORCE=1 redoes all). Knobs (env):
+DROPE_REPRO_SCALE (full | reduced), DROPE_REPRO_STEPS, DROPE_REPRO_SEEDS, DROPE_REPRO_TRIALS,
+DROPE_RUN_DIR (runs/reproduce), DROPE_BUILD_DIR (build/).
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import sys
+from dataclasses import dataclass
+
+from . import corpus, report
+from .driver import NONE, ROOT, Driver, Method, checkpoint, concat_tables, remove_outputs, run_pipeline, train_state
+
+C = 256
+DATA = "runs/data/full"
+HAYSTACK = "runs/corpus/full/heldout"
+CONFIG = "configs/train/repro-tiny.yaml"
+OUTPUTS = ("settings.txt", "timing", "fig3", "train", "eval", "ppl_vs_length.*", "results.md", "results-ppl.*",
+           "results-niah.*", "REPORT.md")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The scale of a reproduction: training steps, seeds of RoPE/NoPE/DroPE, NIAH trials, perplexity windows."""
+
+    scale: str
+    steps: int
+    seeds: int
+    trials: int
+    windows: int
+    bias_grad: tuple[str, ...]
+
+    @property
+    def drop_at(self) -> int:
+        """DroPE drops the positional embeddings at 7/8 of training."""
+        return self.steps * 7 // 8
+
+    def line(self) -> str:
+        """settings.txt."""
+        return (f"scale={self.scale} steps={self.steps} seeds={self.seeds} trials={self.trials} "
+                f"drop_at={self.drop_at} C={C}")
+
+
+def settings(env: dict[str, str]) -> Settings:
+    """DROPE_REPRO_SCALE and its overrides DROPE_REPRO_STEPS / _SEEDS / _TRIALS."""
+    scale = env.get("DROPE_REPRO_SCALE", "full")
+    defaults = {"full": (600, 3, 40, 48, ("--seeds", "3", "--seqs", "8")),
+                "reduced": (120, 2, 10, 16, ("--seeds", "2", "--seqs", "4"))}
+    if scale not in defaults:
+        raise ValueError(f"DROPE_REPRO_SCALE must be full or reduced, got '{scale}'")
+    steps, seeds, trials, windows, bg = defaults[scale]
+
+    def knob(name: str, default: int) -> int:
+        v = env.get(name, str(default))
+        if not v.isdigit() or int(v) < 1:
+            raise ValueError(f"{name} must be a positive integer, got '{v}'")
+        return int(v)
+
+    return Settings(scale, knob("DROPE_REPRO_STEPS", steps), knob("DROPE_REPRO_SEEDS", seeds),
+                    knob("DROPE_REPRO_TRIALS", trials), windows, bg)
+
+
+class StageTimes:
+    """Stage durations in run/timing/<stage>, kept from the invocation that did the stage's work: a re-run that
+    reuses finished stages keeps the earlier times."""
+
+    def __init__(self, run: pathlib.Path, d: Driver):
+        self.dir, self.d = run / "timing", d
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.start, self.work = d.elapsed(), False
+
+    def mark(self, stage: str) -> None:
+        f = self.dir / stage
+        if self.work or not f.is_file():
+            f.write_text(f"{self.d.elapsed() - self.start}\n")
+        self.start, self.work = self.d.elapsed(), False
+
+
+def reproduce() -> int:
+    os.chdir(ROOT)
+    env = os.environ
+    try:
+        s = settings(env)
+    except ValueError as e:
+        print(f"reproduce: {e}", file=sys.stderr)
+        return 2
+    d = Driver("reproduce", pathlib.Path(env.get("DROPE_BUILD_DIR", ROOT / "build")), width=4)
+    run = pathlib.Path(env.get("DROPE_RUN_DIR", "runs/reproduce"))
+    if env.get("DROPE_FORCE", "0") == "1":
+        remove_outputs(run, OUTPUTS)
+    (run / "eval").mkdir(parents=True, exist_ok=True)
+    (run / "train").mkdir(parents=True, exist_ok=True)
+    (run / "settings.txt").write_text(s.line() + "\n")
+    times = StageTimes(run, d)
+
+    d.stage("corpus: all five Debian packages, SentencePiece vocab 4096")
+    rc = corpus.main([])
+    if rc:
+        return rc
+    times.mark("corpus")
+
+    d.stage("1/4 Fig. 3: positional-bias gradients at initialisation (drope-analyze bias-grad)")
+    if not (run / "fig3" / "bias_grad.json").is_file():
+        d.tool("drope-analyze", "bias-grad", "--preset", "tiny", *s.bias_grad, "--out", run / "fig3", show=12)
+        times.work = True
+    else:
+        print(f"reusing {run}/fig3")
+    times.mark("fig3")
+
+    def train(name: str, seed: int, *overrides: str) -> None:
+        run_dir = run / "train" / f"{name}-s{seed}"
+        if train_state(run_dir, s.steps) == "finished":
+            print(f"{name} seed {seed}: done ({checkpoint(run_dir, s.steps)})")
+            return
+        print(f"== {name} seed {seed}")
+        times.work = True
+        d.train(CONFIG, run_dir, s.steps, [f"run.name={name}-s{seed}", f"run.seed={seed}", f"train.steps={s.steps}",
+                                           *overrides], show=re.compile(r"^(step|done)"))
+
+    def model(name: str) -> pathlib.Path:
+        return checkpoint(run / "train" / name, s.steps)
+
+    d.stage(f"2/4 training at equal budget: {s.steps} steps × 8 × {C} tokens; RoPE, NoPE, DroPE (drop at step "
+            f"{s.drop_at}) × {s.seeds} seeds; ALiBi, RNoPE-SWA × 1")
+    for seed in range(s.seeds):
+        train("rope", seed, "model.positional.type=rope")
+        train("nope", seed, "model.positional.type=nope")
+        train("drope", seed, "model.positional.type=rope", f"drope.drop_at_step={s.drop_at}")
+    train("alibi", 0, "model.positional.type=alibi")
+    train("rnope-swa", 0, "model.positional.type=rnope-swa")
+    times.mark("train")
+
+    ms = [
+        Method("RoPE", model("rope-s0")),
+        Method("RoPE+PI", model("rope-s0"), ("--rope-scaling", "pi", "--factor", "2")),
+        Method("RoPE+NTK", model("rope-s0"), ("--rope-scaling", "ntk", "--factor", "2")),
+        Method("RoPE+YaRN", model("rope-s0"), ("--rope-scaling", "yarn", "--factor", "2")),
+        Method("NoPE", model("nope-s0")),
+        Method("ALiBi", model("alibi-s0")),
+        Method("RNoPE-SWA", model("rnope-swa-s0")),
+        Method("DroPE", model("drope-s0")),
+    ]
+
+    d.stage(f"3/4 NIAH at 2C = {2 * C} (multiquery, multikey_1, multivalue; {s.trials} trials each; greedy)")
+    niah = []
+    for m in ms:
+        out = run / "eval" / f"niah-{m.slug}"
+        doc, computed = d.evaluate("niah", m, out, ("--tokenizer", DATA, "--lengths", 2 * C, "--tasks", "paper",
+                                                    "--trials", s.trials, "--max-new-tokens", 32, "--haystack",
+                                                    HAYSTACK, "--seed", 0, "--batch-size", 8), "niah")
+        times.work |= computed
+        print(f"{m.name}: {doc['summary']['avg']:.2f} (mean score)")
+        niah.append(out.with_name(out.name + ".json"))
+    times.mark("niah")
+
+    d.stage("4/4 fitted temperature c (DroPE, NoPE) and perplexity vs length 1×–8× "
+            "(drope-eval fit-temperature, ppl)")
+    for name in ("drope-s0", "nope-s0"):
+        if not (model(name) / "temperature.json").is_file():
+            d.tool("drope-eval", "fit-temperature", "--model", model(name), "--tokenizer", DATA, "--data", DATA,
+                   "--multipliers", 2, 4, 8, "--max-windows", s.windows, "--out", run / "eval" / f"temperature-{name}",
+                   show=3)
+            times.work = True
+    ms += [Method("DroPE+temp", model("drope-s0"), ("--temperature", "auto")),
+           Method("NoPE+temp", model("nope-s0"), ("--temperature", "auto"))]
+    ppl_args = ("--tokenizer", DATA, "--data", DATA, "--multipliers", 1, 2, 4, 8, "--max-windows", s.windows)
+    ppl = []
+    for m in ms:
+        out = run / "eval" / f"ppl-{m.slug}"
+        _, computed = d.evaluate("ppl", m, out, ppl_args, "ppl", show=re.compile("ppl="))
+        times.work |= computed
+        ppl.append(out.with_name(out.name + ".json"))
+    # All curves on one plot (the last method drawn with the others beside it).
+    last = ms[-1]
+    d.tool("drope-eval", "ppl", "--model", last.model, *last.options, "--label", last.name, *ppl_args,
+           "--with", *ppl[:-1], "--out", run / "ppl_vs_length", show=NONE)
+    d.compare(ppl, run / "results-ppl", f"Perplexity vs length (held-out split), tiny models trained at C = {C} for "
+              f"{s.steps} steps")
+    d.compare(niah, run / "results-niah", f"NIAH at 2C = {2 * C} (string_match_all ×100)")
+    concat_tables([run / "results-ppl.md", run / "results-niah.md"], run / "results.md")
+    times.mark("eval")
+
+    d.stage("report")
+    text = report.build(run, report.ReportSettings(s.scale, s.steps, s.drop_at, C, s.trials))
+    (run / "REPORT.md").write_text(text, encoding="utf-8")
+    print(text, end="")
+    d.stage(f"done: {run}/REPORT.md (plots: {run}/fig3/bias_grad.png, {run}/ppl_vs_length.png)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_pipeline("reproduce", reproduce))

@@ -1,0 +1,154 @@
+"""quickstart and reproduce end to end with fake tools (no C++ binaries, no corpus download): the files they
+write, the table they print, reuse on a second run, and the settings knobs."""
+import sys
+
+import pytest
+
+from drope_scripts import corpus, quickstart, reproduce
+
+FAKE_TOOL = r'''#!{python}
+"""Fake drope-train / drope-eval / drope-analyze: records its arguments and writes what the pipelines read."""
+import json, math, os, pathlib, sys
+
+name, args = pathlib.Path(sys.argv[0]).name, sys.argv[1:]
+with open(os.environ["FAKE_CALLS"], "a") as f:
+    f.write(" ".join([name, *args]) + "\n")
+
+def opt(flag, default=None):
+    return args[args.index(flag) + 1] if flag in args else default
+
+sets = dict(a.split("=", 1) for a in args if "=" in a and args[args.index(a) - 1] == "--set")
+if name == "drope-train":
+    run = pathlib.Path(sets["run.out_dir"])
+    steps = int(sets["train.steps"]) if "train.steps" in sets else {"quickstart-drope.yaml": 150}.get(
+        pathlib.Path(args[0]).name, 600)
+    for k in [*range(150, steps, 150), steps]:
+        (run / "checkpoints" / f"step-{k:08d}").mkdir(parents=True, exist_ok=True)
+        (run / "checkpoints" / f"step-{k:08d}" / "model.safetensors").write_text("")
+    seed = int(sets.get("run.seed", 0))
+    (run / "log.jsonl").write_text(json.dumps({"step": steps, "val_loss": math.log(20 + seed)}) + "\n")
+    print("step 1 | loss 7\nnoise\ndone")
+elif name == "drope-analyze":
+    out = pathlib.Path(opt("--out"))
+    out.mkdir(parents=True)
+    model = lambda pos, g: {"positional": pos, "num_layers": 1, "weights": {"diagonal": [{"grad_all": {"mean": g}}]}}
+    (out / "bias_grad.json").write_text(json.dumps({"models": [model("rope", 2e-3), model("nope", 1e-3)]}))
+elif args[0] == "fit-temperature":
+    (pathlib.Path(opt("--model")) / "temperature.json").write_text(json.dumps({"kind": "temperature", "c": 0.5}))
+else:
+    out, label = opt("--out"), opt("--label")
+    if args[0] == "compare":
+        pathlib.Path(out + ".md").write_text(f"| compare {len(args) - 5} files: {opt('--title')} |\n")
+    else:
+        summary = {"ppl@256": 3.0} if args[0] == "ppl" else {"avg": 12.5}
+        pathlib.Path(out + ".json").write_text(json.dumps({"kind": args[0], "method": {"label": label},
+                                                           "results": [], "summary": summary}))
+        print(f"{label}  L=256  ppl=3.0")
+'''
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """Fake tools in DROPE_BUILD_DIR, the run directory under tmp_path, no corpus step."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("drope-train", "drope-eval", "drope-analyze"):
+        (bin_dir / name).write_text(FAKE_TOOL.replace("{python}", sys.executable))
+        (bin_dir / name).chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    calls.write_text("")
+    monkeypatch.setenv("FAKE_CALLS", str(calls))
+    monkeypatch.setenv("DROPE_BUILD_DIR", str(bin_dir))
+    monkeypatch.setenv("DROPE_RUN_DIR", str(tmp_path / "run"))
+    for knob in ("DROPE_FORCE", "DROPE_REPRO_SCALE", "DROPE_REPRO_STEPS", "DROPE_REPRO_SEEDS", "DROPE_REPRO_TRIALS"):
+        monkeypatch.delenv(knob, raising=False)
+    monkeypatch.setattr(corpus, "main", lambda argv: 0)
+    monkeypatch.chdir(tmp_path)  # the pipelines chdir to the repository root: restored after the test
+    return tmp_path / "run", calls
+
+
+def tool_calls(calls, name):
+    return [l for l in calls.read_text().splitlines() if l.startswith(name + " ")]
+
+
+def test_quickstart(fake, capsys):
+    run, calls = fake
+    assert quickstart.quickstart() == 0
+    out = capsys.readouterr().out
+    train = tool_calls(calls, "drope-train")
+    assert train == [f"drope-train {quickstart.PRETRAIN} --set run.out_dir={run}/rope",
+                     f"drope-train {quickstart.DROPE} --set run.out_dir={run}/drope "
+                     f"--set run.init={run}/rope/checkpoints/step-00000450"]
+    evals = tool_calls(calls, "drope-eval")
+    assert len(evals) == 5 + 1 + 10 + 2  # ppl per method, the plot, NIAH per method at C and 2C, two tables
+    assert {p.name for p in (run / "eval").glob("*.json")} == {"ppl.json"} | {
+        f"{kind}-{slug}{tag}.json" for slug in ("rope", "rope-pi", "rope-ntk", "rope-yarn", "drope")
+        for kind, tag in (("ppl", ""), ("niah", "-C"), ("niah", "-2C"))}
+    assert "--label RoPE+YaRN @2C" in evals[13] and "--tasks single_1,multikey_1,multivalue" in evals[13]
+    assert "RoPE+NTK  L=256  ppl=3.0" in out and "DroPE @ 512 tokens: 12.50 (mean score, single_1,multikey_1," in out
+    table = (run / "results.md").read_text()
+    assert table.startswith("| compare 5 files: Perplexity (held-out split), tiny models trained at C = 256 for 600 "
+                            "steps (DroPE: 450 RoPE + 150 recalibration)")
+    assert "\n\n| compare 10 files: NIAH score" in table and out.endswith(table)
+    assert [l.split()[0] for l in (run / "timing.txt").read_text().splitlines()] == [
+        "corpus", "pretrain", "drope", "ppl", "niah", "total"]
+
+    calls.write_text("")  # a second run reuses the training runs and the evaluations
+    assert quickstart.quickstart() == 0
+    out = capsys.readouterr().out
+    assert tool_calls(calls, "drope-train") == []
+    assert len(tool_calls(calls, "drope-eval")) == 3  # the plot and the two tables
+    assert f"already trained: {run}/drope/checkpoints/step-00000150" in out
+    assert f"RoPE+PI: reusing {run}/eval/ppl-rope-pi.json" in out
+
+
+def test_quickstart_force_keeps_foreign_files(fake, monkeypatch):
+    run, calls = fake
+    assert quickstart.quickstart() == 0
+    (run / "mine.txt").write_text("keep")
+    monkeypatch.setenv("DROPE_FORCE", "1")
+    calls.write_text("")
+    assert quickstart.quickstart() == 0
+    assert len(tool_calls(calls, "drope-train")) == 2 and (run / "mine.txt").read_text() == "keep"
+
+
+def test_reproduce_reduced(fake, capsys, monkeypatch):
+    run, calls = fake
+    monkeypatch.setenv("DROPE_REPRO_SCALE", "reduced")
+    monkeypatch.setenv("DROPE_REPRO_SEEDS", "2")
+    assert reproduce.reproduce() == 0
+    out = capsys.readouterr().out
+    assert (run / "settings.txt").read_text() == "scale=reduced steps=120 seeds=2 trials=10 drop_at=105 C=256\n"
+    train = tool_calls(calls, "drope-train")
+    assert len(train) == 3 * 2 + 2
+    assert train[2].endswith("--set run.name=drope-s0 --set run.seed=0 --set train.steps=120 "
+                             "--set model.positional.type=rope --set drope.drop_at_step=105")
+    assert "== rnope-swa seed 0" in out and "noise" not in out  # training output filtered to step/done lines
+    assert len(tool_calls(calls, "drope-analyze")) == 1
+    assert sorted(p.name for p in (run / "timing").iterdir()) == ["corpus", "eval", "fig3", "niah", "train"]
+    text = (run / "REPORT.md").read_text()
+    assert "| rope | 2 | 20.50 | 0.71 |" in text and "- drope: c = 0.5" in text and text in out
+
+    calls.write_text("")
+    assert reproduce.reproduce() == 0
+    assert tool_calls(calls, "drope-train") == [] and tool_calls(calls, "drope-analyze") == []
+    assert "rope seed 1: done" in capsys.readouterr().out
+
+
+def test_reproduce_settings():
+    full = reproduce.settings({})
+    assert (full.steps, full.seeds, full.trials, full.windows, full.drop_at) == (600, 3, 40, 48, 525)
+    r = reproduce.settings({"DROPE_REPRO_SCALE": "reduced", "DROPE_REPRO_STEPS": "80", "DROPE_REPRO_TRIALS": "4"})
+    assert (r.steps, r.seeds, r.trials, r.drop_at, r.bias_grad) == (80, 2, 4, 70, ("--seeds", "2", "--seqs", "4"))
+    with pytest.raises(ValueError, match="DROPE_REPRO_SCALE must be full or reduced, got 'huge'"):
+        reproduce.settings({"DROPE_REPRO_SCALE": "huge"})
+    with pytest.raises(ValueError, match="DROPE_REPRO_SEEDS must be a positive integer, got 'x'"):
+        reproduce.settings({"DROPE_REPRO_SEEDS": "x"})
+
+
+def test_reproduce_refuses_a_bad_knob(fake, monkeypatch, capsys):
+    run, calls = fake
+    monkeypatch.setenv("DROPE_REPRO_STEPS", "-5")
+    assert reproduce.reproduce() == 2
+    assert "DROPE_REPRO_STEPS must be a positive integer, got '-5'" in capsys.readouterr().err
+    assert calls.read_text() == "" and not run.exists()
