@@ -23,6 +23,7 @@
 #include "drope/model/variant.h"
 #include "drope/text/tokenizer.h"
 #include "drope/plot/plot.h"
+#include "drope/tasks/niah.h"
 
 namespace {
 
@@ -177,14 +178,12 @@ int main(int argc, char** argv) {
       if (hay.empty()) drope::fail("--haystack {}: the file is empty", nd.haystack);
       if (drope::text::utf8_error_offset(hay) >= 0)
         drope::fail("--haystack {}: invalid UTF-8 at byte {}", nd.haystack, drope::text::utf8_error_offset(hay));
-      // The needle as RULER writes it; key and value from the seed.
+      // The needle and question as the NIAH tasks write them (tasks/niah.h); key and value from the seed.
       std::mt19937_64 rng(nd.seed);
-      const std::string key = fmt::format("item-{}", rng() % 100000), value = std::to_string(1000000 + rng() % 9000000);
-      const std::string needle = fmt::format(" One of the special magic numbers for {} is: {}. ", key, value);
-      const std::string question = fmt::format(
-          "\nWhat is the special magic number for {} mentioned in the provided text? The special magic number for {} "
-          "mentioned in the provided text is",
-          key, key);
+      const std::string key = drope::tasks::draw_needle_item(rng, drope::tasks::NeedleKind::words);
+      const std::string value = drope::tasks::draw_needle_item(rng, drope::tasks::NeedleKind::numbers);
+      const std::string needle = " " + drope::tasks::niah_needle(drope::tasks::NeedleKind::numbers, key, value) + " ";
+      const std::string question = drope::tasks::niah_question(drope::tasks::NeedleKind::numbers, {key}, 1);
       // Methods first, so that a typo fails before any model is loaded.
       std::vector<std::pair<std::string, drope::Variant>> methods;
       for (const auto& m : nd.methods) methods.emplace_back(m, drope::parse_variant(m, "--method"));

@@ -10,6 +10,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/eval/results.h"
 #include "drope/model/rope_scaling.h"
 
 namespace drope::analyze {
@@ -237,11 +238,12 @@ std::string bias_grad_json(const std::vector<BiasGradReport>& reports) {
                       {"config_yaml", model_config_to_yaml(r.config)},
                       {"weights", weights}});
   }
-  json out = {{"description",
-               "Attention positional bias A^c (SPEC §6) per layer: statistics over (sequence, seed) samples of the "
-               "mean over heads; grad_* are norms of the gradient of A^c w.r.t. W_Q (q_proj.weight), W_K "
-               "(k_proj.weight) and all parameters"},
-              {"models", models}};
+  json out = eval::new_results("bias-grad");
+  out["description"] =
+      "Attention positional bias A^c (SPEC §6) per layer: statistics over (sequence, seed) samples of the mean "
+      "over heads; grad_* are norms of the gradient of A^c w.r.t. W_Q (q_proj.weight), W_K (k_proj.weight) and "
+      "all parameters";
+  out["models"] = models;
   return out.dump(2) + "\n";
 }
 
@@ -362,7 +364,8 @@ ConstantSequenceReport constant_sequence_check(DecoderLM& model, int64_t token, 
 }
 
 std::string constant_sequence_json(const ConstantSequenceReport& r, const std::string& model) {
-  json j = {{"model", model},
+  json j = eval::new_results("constant-seq");
+  j.update({{"model", model},
             {"token", r.token},
             {"seq_len", r.seq_len},
             {"max_attention_deviation", r.max_attention_deviation},
@@ -372,7 +375,7 @@ std::string constant_sequence_json(const ConstantSequenceReport& r, const std::s
             {"bias_grad_wk", r.bias_grad_wk},
             {"loss_grad_wq", r.loss_grad_wq},
             {"loss_grad_wk", r.loss_grad_wk},
-            {"output_spread", r.output_spread}};
+            {"output_spread", r.output_spread}});
   return j.dump(2) + "\n";
 }
 
@@ -445,9 +448,10 @@ NeedleAttention needle_attention(DecoderLM& model, const torch::Tensor& ids, int
 }
 
 std::string needle_attention_json(const std::vector<NeedleAttention>& runs) {
-  nlohmann::json j = nlohmann::json::array();
+  nlohmann::json j = eval::new_results("needle-attention");
+  j["runs"] = nlohmann::json::array();
   for (const auto& r : runs)
-    j.push_back({{"label", r.label}, {"needle_begin", r.needle_begin}, {"needle_end", r.needle_end},
+    j["runs"].push_back({{"label", r.label}, {"needle_begin", r.needle_begin}, {"needle_end", r.needle_end},
                  {"prompt_tokens", r.prompt_tokens}, {"key_offset", r.key_offset}, {"mean", r.mean},
                  {"per_layer", r.per_layer}, {"needle_mass", r.needle_mass},
                  {"mean_needle_mass", r.mean_needle_mass}, {"uniform_mass", r.uniform_mass}});

@@ -186,6 +186,12 @@ std::string niah_answer_prefix(NeedleKind value_kind, const std::vector<std::str
   return fill_template(kAnswerPrefix, value_kind, "", query_keys, values_asked);
 }
 
+std::string niah_question(NeedleKind value_kind, const std::vector<std::string>& query_keys, int64_t values_asked) {
+  const std::string tmpl(kTemplate);
+  const std::string after = tmpl.substr(tmpl.find("{context}") + std::string("{context}").size());
+  return fill_template(after + kAnswerPrefix, value_kind, "", query_keys, values_asked);
+}
+
 // ---- randomness -----------------------------------------------------------------------------------------
 
 uint64_t mix64(uint64_t x) {

@@ -70,6 +70,7 @@ def test_bias_grad_happy_path(tmp):
     assert (out / "bias_grad.png").read_bytes()[:8] == PNG_MAGIC
     assert (out / "bias_grad.svg").read_text().startswith("<?xml")
     res = json.loads((out / "bias_grad.json").read_text())
+    assert (res["schema"], res["schema_version"], res["kind"]) == ("drope.results", 1, "bias-grad")
     names = [m["name"] for m in res["models"]]
     assert names == ["tiny-rope", "tiny-nope"]
     for m in res["models"]:
@@ -86,6 +87,7 @@ def test_bias_grad_happy_path(tmp):
 def test_constant_seq_and_attention(tmp, model_dir):
     r = run_cli("drope-analyze", "constant-seq", "--preset", "micro", "--positional", "nope", "--out", tmp / "cs")
     res = json.loads((tmp / "cs" / "constant_seq.json").read_text())
+    assert (res["schema"], res["kind"]) == ("drope.results", "constant-seq")
     assert res["max_attention_deviation"] < 1e-12 and res["bias_grad_wq"] < 1e-12
     assert "Proposition 3.1" in r.stdout
     run_cli("drope-analyze", "constant-seq", "--model", model_dir, "--out", tmp / "cs2")
@@ -115,7 +117,9 @@ def test_needle_attention(tmp, model_dir):
     out = tmp / "na"
     r = run_cli("drope-analyze", "needle-attention", "--model", model_dir, "--method", "none", "--method", "yarn:2",
                 "--method", "temperature:0.4", "--length", "300", "--depth", "25", "--window", "8", "--out", out)
-    runs = json.loads((out / "needle_attention.json").read_text())
+    doc = json.loads((out / "needle_attention.json").read_text())
+    assert (doc["schema"], doc["schema_version"], doc["kind"]) == ("drope.results", 1, "needle-attention")
+    runs = doc["runs"]
     assert [x["label"].split(" ")[-1] for x in runs][1:] == ["yarn:2", "temperature:0.4"]
     for x in runs:
         assert x["prompt_tokens"] == 300 and 0 <= x["mean_needle_mass"] <= 1

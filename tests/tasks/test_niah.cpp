@@ -107,6 +107,20 @@ TEST(NiahText, SingularRewriteExactly) {
   EXPECT_NE(c.find("special magic word for are-{context} mentioned"), std::string::npos) << c;
 }
 
+TEST(NiahText, QuestionIsThePromptAfterTheContext) {
+  for (int64_t asked : {1, 2})
+    for (auto kind : {NeedleKind::numbers, NeedleKind::words}) {
+      const auto prompt = niah_prompt(kind, "CONTEXT", {"alpha-beta", "gamma-delta"}, asked);
+      const auto question = niah_question(kind, {"alpha-beta", "gamma-delta"}, asked);
+      ASSERT_GE(prompt.size(), question.size());
+      EXPECT_EQ(prompt.substr(prompt.size() - question.size()), question);
+      EXPECT_EQ(prompt.substr(prompt.find("CONTEXT") + 7), question);
+    }
+  EXPECT_EQ(niah_question(NeedleKind::numbers, {"k"}, 1),
+            "\nWhat is the special magic number for k mentioned in the provided text? The special magic number "
+            "for k mentioned in the provided text is");
+}
+
 TEST(NiahText, PresetsFollowRuler) {
   const auto& t = niah_tasks();
   ASSERT_EQ(t.size(), 8u);

@@ -69,6 +69,11 @@ std::string niah_prompt(NeedleKind value_kind, const std::string& context, const
 std::string niah_answer_prefix(NeedleKind value_kind, const std::vector<std::string>& query_keys,
                                int64_t values_asked);
 
+// The prompt after the context: the question and its answer prefix ("\nWhat is the special magic number
+// for {key} mentioned in the provided text? The special magic number for {key} ... is" when one value is
+// asked), for callers that assemble the context themselves (drope-analyze needle-attention).
+std::string niah_question(NeedleKind value_kind, const std::vector<std::string>& query_keys, int64_t values_asked);
+
 // Word lists for `adjective-noun` keys (written for this project; lowercase ASCII letters, distinct).
 const std::vector<std::string>& niah_adjectives();
 const std::vector<std::string>& niah_nouns();
