@@ -5,13 +5,14 @@
 #include "eval/common.h"
 
 int main(int argc, char** argv) {
-  CLI::App cli{"drope-eval: perplexity, needle-in-a-haystack, LongBench and generation for drope and HF models"};
+  CLI::App cli{"drope-eval: perplexity, needle-in-a-haystack, offset-key retrieval, LongBench and generation for drope and HF models"};
   cli.require_subcommand(1);
   int rc = 0;
   drope::evalcli::add_logits_command(cli, rc);
   drope::evalcli::add_ppl_commands(cli, rc);
   drope::evalcli::add_generate_command(cli, rc);
   drope::evalcli::add_niah_commands(cli, rc);
+  drope::evalcli::add_offset_key_command(cli, rc);
   drope::evalcli::add_longbench_commands(cli, rc);
   drope::evalcli::add_compare_command(cli, rc);
   drope::app::check_numeric_flags(cli);

@@ -66,5 +66,6 @@ void add_generate_command(CLI::App& cli, int& rc);    // generate
 void add_niah_commands(CLI::App& cli, int& rc);       // niah (RULER tasks), niah-grid (Kamradt grid)
 void add_longbench_commands(CLI::App& cli, int& rc);  // longbench, longbench-score
 void add_compare_command(CLI::App& cli, int& rc);     // compare: side-by-side tables of result files
+void add_offset_key_command(CLI::App& cli, int& rc);  // offset-key: synthetic retrieval accuracy vs length
 
 }  // namespace drope::evalcli

@@ -82,7 +82,8 @@ std::vector<int32_t> concat(const std::vector<std::vector<int32_t>>& docs, int32
   return s;
 }
 
-// Lengths from --lengths, or --multipliers × the training length.
+}  // namespace
+
 std::vector<int64_t> resolve_lengths(const std::vector<int64_t>& lengths, const std::vector<double>& mult,
                                      int64_t train_len) {
   if (!lengths.empty() && !mult.empty()) fail("give either --lengths or --multipliers, not both");
@@ -98,6 +99,8 @@ std::vector<int64_t> resolve_lengths(const std::vector<int64_t>& lengths, const 
   }
   return out;
 }
+
+namespace {
 
 // Reads the curve of an earlier `ppl` result file (--with).
 plot::Series read_curve(const std::string& path, int color) {

@@ -1,7 +1,7 @@
-// The one format of evaluation results (drope-eval ppl / fit-temperature / niah / niah-grid / longbench /
+// The one format of evaluation results (drope-eval ppl / fit-temperature / niah / niah-grid / offset-key / longbench /
 // longbench-score / compare): a JSON document
 //   {"schema": "drope.results", "schema_version": 1, "kind": "ppl" | "temperature" | "niah" | "niah-grid" |
-//    "longbench" | "longbench_e" | "compare/<kind>", "method": {"label": ..., ...}, "results": [...],
+//    "offset-key" | "longbench" | "longbench_e" | "compare/<kind>", "method": {"label": ..., ...}, "results": [...],
 //    "summary": {"<column>": number, ...}, ...kind-specific settings}
 // written with a CSV and a Markdown table beside it, and read back by every reader (compare, ppl --with,
 // scripts/drope_scripts/results.py). docs/formats.md lists each kind's fields.

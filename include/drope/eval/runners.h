@@ -25,6 +25,11 @@ struct EvalData {
   std::string text_key = "text";
 };
 
+// Lengths from --lengths, or --multipliers × the training length (rounded); both or neither given, a
+// multiplier ≤ 0, a length < 2 or > kMaxEvalTokens fail naming the flag.
+std::vector<int64_t> resolve_lengths(const std::vector<int64_t>& lengths, const std::vector<double>& mult,
+                                     int64_t train_len);
+
 // ---- perplexity (SPEC §5.1) ------------------------------------------------------------------------------
 
 struct PplRun {

@@ -1,0 +1,131 @@
+// drope-eval offset-key: the offset-key retrieval task (tasks/offset_key.h) scored per length.
+#include "drope/eval/offset_key.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "drope/core/error.h"
+#include "drope/eval/perplexity.h"
+#include "drope/eval/results.h"
+#include "drope/eval/runners.h"
+#include "drope/plot/plot.h"
+#include "drope/tasks/offset_key.h"
+#include "drope/tasks/report.h"
+
+namespace drope::eval {
+
+namespace {
+
+// Argmax predictions at the answer positions of `seqs`, one no-grad forward of the batch. Only the answer
+// positions go through the LM head.
+std::vector<std::vector<int64_t>> predict(DecoderLM& model, const std::vector<tasks::OffsetKeySequence>& seqs) {
+  const int64_t B = int64_t(seqs.size()), L = int64_t(seqs[0].tokens.size());
+  const int64_t Q = int64_t(seqs[0].answer_positions.size());
+  std::vector<int64_t> ids, pos;
+  ids.reserve(size_t(B * L));
+  for (const auto& s : seqs) {
+    ids.insert(ids.end(), s.tokens.begin(), s.tokens.end());
+    pos.insert(pos.end(), s.answer_positions.begin(), s.answer_positions.end());
+  }
+  torch::NoGradGuard no_grad;
+  auto h = model->hidden(torch::tensor(ids, torch::kLong).view({B, L}));       // (B, L, C)
+  auto at = torch::tensor(pos, torch::kLong).view({B, Q, 1}).expand({B, Q, h.size(2)});
+  auto logits = torch::matmul(h.gather(1, at), model->lm_head_weight().t());  // (B, Q, V)
+  auto best = logits.to(torch::kFloat).argmax(-1).contiguous();
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
+  const int64_t* p = best.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) out[size_t(b)].assign(p + b * Q, p + (b + 1) * Q);
+  return out;
+}
+
+double percent(double fraction) { return 100.0 * fraction; }
+
+}  // namespace
+
+void run_offset_key(const OffsetKeyRun& r) {
+  if (r.queries <= 0) fail("--queries must be > 0, got {}", r.queries);
+  if (r.batch <= 0) fail("--batch-size must be > 0, got {}", r.batch);
+  if (r.far_threshold < 0) fail("--far-threshold must be >= 0 (0 = the training length), got {}", r.far_threshold);
+  for (auto L : r.lengths) tasks::check_offset_key_length(L, "--lengths");
+  auto em = load_eval_model(r.method, false);
+  tasks::check_offset_key_vocab(em.model->config().vocab_size, "--model " + r.method.model_dir);
+  const auto lengths = resolve_lengths(r.lengths, r.multipliers, em.train_length);
+  for (auto L : lengths) tasks::check_offset_key_length(L, r.lengths.empty() ? "--multipliers" : "--lengths");
+  const int64_t far = r.far_threshold > 0 ? r.far_threshold : em.train_length;
+  const int64_t per_seq = tasks::OffsetKeyVocab::kColours;
+  const int64_t sequences = (r.queries + per_seq - 1) / per_seq;
+  for (auto L : lengths)
+    check_fits_in_memory(em.model->config(), L, L, std::min(r.batch, sequences),
+                         fmt::format("offset-key at length {}", L));
+
+  nlohmann::json results = nlohmann::json::array(), summary = nlohmann::json::object();
+  tasks::Table table;
+  table.title = fmt::format("Offset-key retrieval — {} (far: distance > {})", em.label, far);
+  table.columns = {"method", "length", "x train", "accuracy %", "far accuracy %", "queries", "far queries"};
+  plot::Series all, far_curve;
+  all.label = "all needles";
+  far_curve.label = fmt::format("far needles (> {})", far);
+  for (auto L : lengths) {
+    tasks::OffsetKeyScore score;
+    for (int64_t first = 0; first < sequences; first += r.batch) {
+      const int64_t n = std::min(r.batch, sequences - first);
+      std::vector<tasks::OffsetKeySequence> seqs;
+      for (int64_t i = 0; i < n; ++i)
+        seqs.push_back(tasks::make_offset_key_sequence(
+            r.seed, tasks::offset_key_index(tasks::OffsetKeySplit::test, uint64_t(first + i)), L));
+      const auto preds = predict(em.model, seqs);
+      for (int64_t i = 0; i < n; ++i) score += tasks::score_offset_key(seqs[size_t(i)], preds[size_t(i)], far);
+    }
+    const double acc = percent(score.accuracy()), far_acc = percent(score.far_accuracy());
+    const bool has_far = score.far_queries > 0;
+    fmt::print("{}  L={}  accuracy {:.2f}%  far {}  ({} queries, {} far)\n", em.label, L, acc,
+               has_far ? fmt::format("{:.2f}%", far_acc) : "-", score.queries, score.far_queries);
+    std::fflush(stdout);
+    results.push_back({{"length", L},
+                       {"accuracy", acc},
+                       {"far_accuracy", has_far ? nlohmann::json(far_acc) : nlohmann::json(nullptr)},
+                       {"queries", score.queries},
+                       {"far_queries", score.far_queries},
+                       {"correct", score.correct},
+                       {"far_correct", score.far_correct}});
+    summary[fmt::format("acc@{}", L)] = acc;
+    if (has_far) summary[fmt::format("far@{}", L)] = far_acc;
+    table.add_row({em.label, std::to_string(L), tasks::fixed(double(L) / double(em.train_length), 2),
+                   tasks::fixed(acc, 2), has_far ? tasks::fixed(far_acc, 2) : "-", std::to_string(score.queries),
+                   std::to_string(score.far_queries)});
+    all.x.push_back(double(L));
+    all.y.push_back(acc);
+    if (has_far) far_curve.x.push_back(double(L)), far_curve.y.push_back(far_acc);
+  }
+  nlohmann::json doc = new_results("offset-key");
+  doc.update({{"method", em.describe()},
+              {"seed", r.seed},
+              {"far_threshold", far},
+              {"train_length", em.train_length},
+              {"index_split", "test"},
+              {"results", results},
+              {"summary", summary}});
+  plot::Figure fig;
+  plot::Panel panel;
+  panel.title = fmt::format("Offset-key retrieval — {}", em.label);
+  panel.xlabel = "sequence length (tokens)";
+  panel.ylabel = "accuracy (%)";
+  panel.y_min = 0;
+  panel.y_max = 100;
+  panel.series = {all};
+  if (!far_curve.x.empty()) panel.series.push_back(far_curve);
+  const double C = double(em.train_length), chance = 100.0 / double(tasks::OffsetKeyVocab::kValuesPerColour);
+  panel.series.push_back(plot::guide_line("train length", {C, C}, {0, 100}));
+  panel.series.push_back(plot::guide_line("chance within a colour", {all.x.front(), all.x.back()}, {chance, chance}));
+  fig.panels.push_back(panel);
+  plot::save(fig, r.out + ".png");
+  plot::save(fig, r.out + ".svg");
+  for (const auto& p : write_results(r.out, doc, table)) fmt::print("wrote {}\n", p);
+  fmt::print("wrote {}.png and {}.svg\n", r.out, r.out);
+}
+
+}  // namespace drope::eval

@@ -1,0 +1,72 @@
+"""drope-eval offset-key end to end on a tiny random model: the results schema, the far/near split, chance-level
+accuracy, determinism, method variants and bad flags."""
+import json
+
+import pytest
+
+from conftest import expect_error, run_cli
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    root = tmp_path_factory.mktemp("offsetkey")
+    run_cli("drope-model", "init", "--preset", "micro", "--seed", 3, "--out", root / "m")  # vocab 256, C = 64
+    return root
+
+
+def run_ok(model, out, *extra):
+    run_cli("drope-eval", "offset-key", "--model", model / "m", "--out", out, "--threads", 1, *extra)
+    return json.loads(out.with_suffix(".json").read_text())
+
+
+def test_results_schema_split_and_chance(model, tmp):
+    doc = run_ok(model, tmp / "ok", "--lengths", "64,128", "--queries", 40, "--batch-size", 4)
+    assert doc["schema"] == "drope.results" and doc["kind"] == "offset-key"
+    assert doc["far_threshold"] == 64 and doc["train_length"] == 64
+    assert doc["method"]["label"] == "m"
+    r64, r128 = doc["results"]
+    assert (r64["length"], r128["length"]) == (64, 128)
+    for r in (r64, r128):
+        assert r["queries"] == 40
+        assert 0 <= r["correct"] <= 40 and r["accuracy"] == pytest.approx(100 * r["correct"] / 40)
+        # A random model: near chance (1/16 within the right colour, 1/256 over the vocabulary); loosely bounded.
+        assert r["accuracy"] <= 40
+    # At L = C no needle is farther than C from its query; at 2C some are.
+    assert r64["far_queries"] == 0 and r64["far_accuracy"] is None
+    assert 0 < r128["far_queries"] <= 40 and r128["far_accuracy"] is not None
+    assert set(doc["summary"]) == {"acc@64", "acc@128", "far@128"}
+    for ext in (".csv", ".md", ".png", ".svg"):
+        assert (tmp / ("ok" + ext)).stat().st_size > 0
+
+
+def test_deterministic_and_far_threshold(model, tmp):
+    a = run_ok(model, tmp / "a", "--lengths", 80, "--queries", 20)
+    b = run_ok(model, tmp / "b", "--lengths", 80, "--queries", 20, "--batch-size", 3)  # batching changes nothing
+    assert a["results"] == b["results"]
+    c = run_ok(model, tmp / "c", "--lengths", 80, "--queries", 20, "--far-threshold", 1)
+    assert c["results"][0]["far_queries"] == 20 and c["far_threshold"] == 1
+    # queries round up to whole sequences of 4
+    assert run_ok(model, tmp / "d", "--lengths", 80, "--queries", 5)["results"][0]["queries"] == 8
+
+
+def test_multipliers_and_variant(model, tmp):
+    doc = run_ok(model, tmp / "y", "--multipliers", "1,2", "--queries", 8, "--rope-scaling", "yarn", "--factor", 2)
+    assert [r["length"] for r in doc["results"]] == [64, 128]
+    assert "yarn" in doc["method"]["label"]
+
+
+def test_bad_flags(model, tmp):
+    base = ["drope-eval", "offset-key", "--model", model / "m", "--out", tmp / "x"]
+    expect_error(run_cli(*base, "--lengths", 10, check=False), "--lengths", "at least 17 tokens", "got 10")
+    expect_error(run_cli(*base, "--multipliers", 0.1, check=False), "--multipliers", "at least 17 tokens", "got 6")
+    expect_error(run_cli(*base, "--lengths", 64, "--queries", 0, check=False), "--queries", "> 0")
+    expect_error(run_cli(*base, "--lengths", 64, "--batch-size", 0, check=False), "--batch-size", "> 0")
+    expect_error(run_cli(*base, "--lengths", 64, "--multipliers", 2, check=False), "either --lengths or --multipliers")
+    expect_error(run_cli(*base, check=False), "give --lengths or --multipliers")
+    expect_error(run_cli("drope-eval", "offset-key", "--lengths", 64, check=False), "--model")
+    cfg = tmp / "small.yaml"
+    cfg.write_text("model:\n  preset: micro\n  vocab_size: 128\n")
+    run_cli("drope-model", "init", "--config", cfg, "--out", tmp / "small")
+    expect_error(run_cli("drope-eval", "offset-key", "--model", tmp / "small", "--lengths", 64, check=False),
+                 "at least 196 token ids", "has 128")
+    assert not (tmp / "x.json").exists()
