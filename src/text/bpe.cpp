@@ -32,35 +32,6 @@ namespace {
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// Appends the UTF-8 encoding of code point `cp`.
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-// Decodes the code point at s[i] of valid UTF-8 and advances i.
-uint32_t next_cp(std::string_view s, size_t& i) {
-  const auto b = static_cast<unsigned char>(s[i]);
-  int n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-  uint32_t cp = n == 1 ? b : n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
-  for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-  i += static_cast<size_t>(n);
-  return cp;
-}
-
 // Unicode White_Space, as Rust's char::is_whitespace (used by added tokens' lstrip/rstrip).
 bool is_unicode_space(uint32_t c) {
   return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
@@ -78,7 +49,7 @@ struct ByteTable {
     for (int b = 0; b < 256; ++b) {
       const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
       const uint32_t cp = printable ? static_cast<uint32_t>(b) : extra++;
-      append_utf8(to_text[b], cp);
+      utf8_append(to_text[b], cp);
       to_byte[cp] = b;
     }
   }
@@ -168,7 +139,7 @@ class Regex {
       } else {
         if (ov[1] >= s.size()) break;
         size_t i = ov[1];
-        next_cp(s, i);
+        utf8_next(s, i);
         start = i;
       }
     }
@@ -305,7 +276,7 @@ class BpeTokenizer final : public Tokenizer {
       std::string mapped;
       bool all = true;
       for (size_t k = 0; k < tok.size();) {
-        const uint32_t cp = next_cp(tok, k);
+        const uint32_t cp = utf8_next(tok, k);
         if (cp >= table.to_byte.size() || table.to_byte[cp] < 0) {
           all = false;
           break;
@@ -602,7 +573,7 @@ class BpeTokenizer final : public Tokenizer {
   static size_t strip_left(std::string_view s, size_t floor, size_t b) {
     size_t run = floor;
     for (size_t i = floor; i < b;)
-      if (!is_unicode_space(next_cp(s, i))) run = i;
+      if (!is_unicode_space(utf8_next(s, i))) run = i;
     return run;
   }
 
@@ -610,7 +581,7 @@ class BpeTokenizer final : public Tokenizer {
   static size_t strip_right(std::string_view s, size_t e) {
     while (e < s.size()) {
       size_t i = e;
-      if (!is_unicode_space(next_cp(s, i))) break;
+      if (!is_unicode_space(utf8_next(s, i))) break;
       e = i;
     }
     return e;
@@ -673,7 +644,7 @@ class BpeTokenizer final : public Tokenizer {
     std::string ch;
     for (size_t i = 0; i < piece.size();) {
       const size_t at = i;
-      next_cp(piece, i);
+      utf8_next(piece, i);
       ch.assign(piece, at, i - at);
       auto it = token_to_id_.find(ch);
       if (it != token_to_id_.end()) {
