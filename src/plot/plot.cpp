@@ -265,10 +265,9 @@ TickSet y_ticks(const Axis& a) {
   return t;
 }
 
-// Draws one panel into the box (x, y, w, h).
-void draw_panel(cairo_t* cr, const Panel& panel, double bx, double by, double bw, double bh) {
-  Pen pen(cr);
-  // Data ranges.
+// The data extent of a panel's series, lines and bands (points a log y axis cannot show are skipped);
+// fails on series whose x, y and band lengths differ.
+std::pair<Range, Range> data_ranges(const Panel& panel) {
   Range xr, yr;
   for (const auto& s : panel.series) {
     if (s.x.size() != s.y.size()) fail("series '{}': x has {} points but y has {}", s.label, s.x.size(), s.y.size());
@@ -292,7 +291,22 @@ void draw_panel(cairo_t* cr, const Panel& panel, double bx, double by, double bw
   }
   if (xr.empty()) xr = {0, 1};
   if (yr.empty()) yr = panel.log_y ? Range{0.1, 1} : Range{0, 1};
+  return {xr, yr};
+}
+
+// Everything a panel's drawing steps share: the axes, their ticks and the plot area (px, py, pw, ph).
+struct PanelFrame {
   Axis xa, ya;
+  TickSet yt;
+  std::vector<double> xt;
+  double xstep = 1.0;
+  double px = 0, py = 0, pw = 0, ph = 0;
+};
+
+// The data side of the axes: the ranges padded (x a little more for integer x), y from 0 when the data
+// start near it, the panel's y_min / y_max when given; and their ticks.
+void fit_axes(const Panel& panel, const Range& xr, const Range& yr, PanelFrame& f) {
+  Axis &xa = f.xa, &ya = f.ya;
   ya.log = panel.log_y;
   {
     double span = xr.hi - xr.lo;
@@ -312,55 +326,61 @@ void draw_panel(cairo_t* cr, const Panel& panel, double bx, double by, double bw
     if (std::isfinite(panel.y_max)) ya.hi = panel.log_y ? std::log10(panel.y_max) : panel.y_max;
     if (!(ya.hi > ya.lo)) fail("panel '{}': empty y range", panel.title);
   }
-  TickSet yt = y_ticks(ya);
-  std::vector<double> xt = ticks(xa.lo, xa.hi, false, panel.integer_x);
-  const double xstep = xt.size() > 1 ? xt[1] - xt[0] : 1.0;
+  f.yt = y_ticks(ya);
+  f.xt = ticks(xa.lo, xa.hi, false, panel.integer_x);
+  f.xstep = f.xt.size() > 1 ? f.xt[1] - f.xt[0] : 1.0;
+}
 
-  // Margins from the text that has to fit.
+// The plot area inside the box (bx, by, bw, bh), margins from the text that has to fit; sets the
+// pixel side of the axes.
+void layout_panel(Pen& pen, const Panel& panel, double bx, double by, double bw, double bh, PanelFrame& f) {
   pen.font(kFont);
   double ylab_w = 0;
-  for (const auto& l : yt.labels) ylab_w = std::max(ylab_w, pen.label_width(l));
+  for (const auto& l : f.yt.labels) ylab_w = std::max(ylab_w, pen.label_width(l));
   const double tick_h = kFont;
   const double left = 10 + (panel.ylabel.empty() ? 0 : kLabelFont * 1.3 + 6) + ylab_w + 8;
   const double bottom = 8 + tick_h + 8 + (panel.xlabel.empty() ? 0 : kLabelFont * 1.3 + 4) + 6;
   const double top = panel.title.empty() ? 14 : kTitleFont * 1.3 + 14;
   const double right = 18;
-  const double px = bx + left, py = by + top, pw = bw - left - right, ph = bh - top - bottom;
-  if (pw < 40 || ph < 40) fail("panel '{}' is too small for its labels", panel.title);
-  xa.p0 = px;
-  xa.p1 = px + pw;
-  ya.p0 = py + ph;
-  ya.p1 = py;
+  f.px = bx + left, f.py = by + top, f.pw = bw - left - right, f.ph = bh - top - bottom;
+  if (f.pw < 40 || f.ph < 40) fail("panel '{}' is too small for its labels", panel.title);
+  f.xa.p0 = f.px;
+  f.xa.p1 = f.px + f.pw;
+  f.ya.p0 = f.py + f.ph;
+  f.ya.p1 = f.py;
+}
 
-  // Grid.
+// Light grid lines: y minor ticks (when the log range is short), then y and x major ticks.
+void draw_grid(cairo_t* cr, const PanelFrame& f) {
+  const double px = f.px, py = f.py, pw = f.pw, ph = f.ph;
   cairo_set_line_width(cr, 1.0);
   set_color(cr, 0xf0f0f0);
-  const bool minor_grid = ya.hi - ya.lo <= 3.5;
-  for (double v : minor_grid ? yt.minor : std::vector<double>{}) {
-    cairo_move_to(cr, px, ya.map(v));
-    cairo_line_to(cr, px + pw, ya.map(v));
+  const bool minor_grid = f.ya.hi - f.ya.lo <= 3.5;
+  for (double v : minor_grid ? f.yt.minor : std::vector<double>{}) {
+    cairo_move_to(cr, px, f.ya.map(v));
+    cairo_line_to(cr, px + pw, f.ya.map(v));
   }
   cairo_stroke(cr);
   set_color(cr, 0xdddddd);
-  for (double v : yt.major) {
-    cairo_move_to(cr, px, ya.map(v));
-    cairo_line_to(cr, px + pw, ya.map(v));
+  for (double v : f.yt.major) {
+    cairo_move_to(cr, px, f.ya.map(v));
+    cairo_line_to(cr, px + pw, f.ya.map(v));
   }
-  for (double v : xt) {
-    cairo_move_to(cr, xa.map(v), py);
-    cairo_line_to(cr, xa.map(v), py + ph);
+  for (double v : f.xt) {
+    cairo_move_to(cr, f.xa.map(v), py);
+    cairo_line_to(cr, f.xa.map(v), py + ph);
   }
   cairo_stroke(cr);
+}
 
-  // Data, clipped to the plot area.
-  cairo_save(cr);
-  cairo_rectangle(cr, px, py, pw, ph);
-  cairo_clip(cr);
+uint32_t series_color(const Series& s, size_t index) { return palette_color(s.color >= 0 ? s.color : int(index)); }
+
+// Shaded bands (lower..upper), one polygon per run of valid points.
+void draw_bands(cairo_t* cr, const Panel& panel, const Axis& xa, const Axis& ya) {
   for (size_t si = 0; si < panel.series.size(); ++si) {
     const auto& s = panel.series[si];
     if (s.lower.empty()) continue;
-    const uint32_t c = palette_color(s.color >= 0 ? s.color : int(si));
-    // One polygon per run of valid points.
+    const uint32_t c = series_color(s, si);
     size_t i = 0;
     while (i < s.x.size()) {
       size_t j = i;
@@ -376,11 +396,15 @@ void draw_panel(cairo_t* cr, const Panel& panel, double bx, double by, double bw
       i = j + 1;
     }
   }
+}
+
+// Series lines (broken at invalid points, dashed when asked) and their markers.
+void draw_lines(cairo_t* cr, const Panel& panel, const Axis& xa, const Axis& ya) {
   cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
   cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
   for (size_t si = 0; si < panel.series.size(); ++si) {
     const auto& s = panel.series[si];
-    const uint32_t c = palette_color(s.color >= 0 ? s.color : int(si));
+    const uint32_t c = series_color(s, si);
     set_color(cr, c);
     cairo_set_line_width(cr, 2.0);
     dash(cr, s.dashed);
@@ -409,35 +433,49 @@ void draw_panel(cairo_t* cr, const Panel& panel, double bx, double by, double bw
       cairo_stroke(cr);
     }
   }
-  cairo_restore(cr);
+}
 
-  // Frame and ticks.
+// Bands and lines, clipped to the plot area.
+void draw_series(cairo_t* cr, const Panel& panel, const PanelFrame& f) {
+  cairo_save(cr);
+  cairo_rectangle(cr, f.px, f.py, f.pw, f.ph);
+  cairo_clip(cr);
+  draw_bands(cr, panel, f.xa, f.ya);
+  draw_lines(cr, panel, f.xa, f.ya);
+  cairo_restore(cr);
+}
+
+// The frame and the tick marks (y major, y minor, x).
+void draw_frame(cairo_t* cr, const PanelFrame& f) {
+  const double px = f.px, py = f.py, pw = f.pw, ph = f.ph;
   set_color(cr, 0x444444);
   cairo_set_line_width(cr, 1.0);
   cairo_rectangle(cr, px, py, pw, ph);
   cairo_stroke(cr);
-  for (double v : yt.major) {
-    cairo_move_to(cr, px - 4, ya.map(v));
-    cairo_line_to(cr, px, ya.map(v));
+  for (double v : f.yt.major) {
+    cairo_move_to(cr, px - 4, f.ya.map(v));
+    cairo_line_to(cr, px, f.ya.map(v));
   }
-  for (double v : yt.minor) {
-    cairo_move_to(cr, px - 2, ya.map(v));
-    cairo_line_to(cr, px, ya.map(v));
+  for (double v : f.yt.minor) {
+    cairo_move_to(cr, px - 2, f.ya.map(v));
+    cairo_line_to(cr, px, f.ya.map(v));
   }
-  for (double v : xt) {
-    cairo_move_to(cr, xa.map(v), py + ph);
-    cairo_line_to(cr, xa.map(v), py + ph + 4);
+  for (double v : f.xt) {
+    cairo_move_to(cr, f.xa.map(v), py + ph);
+    cairo_line_to(cr, f.xa.map(v), py + ph + 4);
   }
   cairo_stroke(cr);
+}
 
-  // Tick labels.
+// Tick labels, axis labels and the panel title (box (bx, by, -, bh) as given to draw_panel).
+void draw_labels(cairo_t* cr, Pen& pen, const Panel& panel, const PanelFrame& f, double bx, double by, double bh) {
+  const double px = f.px, py = f.py, pw = f.pw, ph = f.ph;
   set_color(cr, 0x222222);
   pen.font(kFont);
-  for (size_t i = 0; i < yt.major.size(); ++i) pen.label(px - 7, ya.map(yt.major[i]), yt.labels[i], 1.0, 0.5);
-  const double xmax_abs = std::max(std::abs(xa.lo), std::abs(xa.hi));
-  for (double v : xt) pen.label(xa.map(v), py + ph + 8, linear_label(v, xstep, xmax_abs), 0.5, 0.0);
+  for (size_t i = 0; i < f.yt.major.size(); ++i) pen.label(px - 7, f.ya.map(f.yt.major[i]), f.yt.labels[i], 1.0, 0.5);
+  const double xmax_abs = std::max(std::abs(f.xa.lo), std::abs(f.xa.hi));
+  for (double v : f.xt) pen.label(f.xa.map(v), py + ph + 8, linear_label(v, f.xstep, xmax_abs), 0.5, 0.0);
 
-  // Axis labels and title.
   pen.font(kLabelFont);
   if (!panel.xlabel.empty()) pen.text(px + pw / 2, by + bh - 8, panel.xlabel, 0.5, 1.0);
   if (!panel.ylabel.empty()) pen.text(bx + 10, py + ph / 2, panel.ylabel, 0.5, 0.0, -M_PI / 2);
@@ -445,21 +483,12 @@ void draw_panel(cairo_t* cr, const Panel& panel, double bx, double by, double bw
     pen.font(kTitleFont, true);
     pen.text(px + pw / 2, by + 10, panel.title, 0.5, 0.0);
   }
+}
 
-  // Legend in the corner that hides the fewest points.
-  std::vector<const Series*> entries;
-  std::vector<uint32_t> colors;
-  for (size_t si = 0; si < panel.series.size(); ++si)
-    if (!panel.series[si].label.empty()) {
-      entries.push_back(&panel.series[si]);
-      colors.push_back(palette_color(panel.series[si].color >= 0 ? panel.series[si].color : int(si)));
-    }
-  if (entries.empty()) return;
-  pen.font(kFont);
-  double lw = 0;
-  for (const auto* s : entries) lw = std::max(lw, pen.width(s->label));
-  const double row = kFont * 1.45, sample = 26;
-  const double boxw = lw + sample + 20, boxh = row * entries.size() + 10;
+// The top-left corner of a boxw × boxh legend: the plot corner (top right, top left, bottom right,
+// bottom left, first wins ties) whose box covers the fewest data points.
+std::pair<double, double> legend_corner(const Panel& panel, const PanelFrame& f, double boxw, double boxh) {
+  const double px = f.px, py = f.py, pw = f.pw, ph = f.ph;
   const std::array<std::pair<double, double>, 4> corners = {{{px + pw - boxw - 8, py + 8},
                                                              {px + 8, py + 8},
                                                              {px + pw - boxw - 8, py + ph - boxh - 8},
@@ -472,8 +501,8 @@ void draw_panel(cairo_t* cr, const Panel& panel, double bx, double by, double bw
     for (const auto& s : panel.series)
       for (size_t i = 0; i < s.x.size(); ++i) {
         auto inside = [&](double v) {
-          if (!xa.valid(s.x[i]) || !ya.valid(v)) return;
-          const double X = xa.map(s.x[i]), Y = ya.map(v);
+          if (!f.xa.valid(s.x[i]) || !f.ya.valid(v)) return;
+          const double X = f.xa.map(s.x[i]), Y = f.ya.map(v);
           if (X >= lx - 4 && X <= lx + boxw + 4 && Y >= ly - 4 && Y <= ly + boxh + 4) cost += 1;
         };
         inside(s.y[i]);
@@ -487,7 +516,25 @@ void draw_panel(cairo_t* cr, const Panel& panel, double bx, double by, double bw
       best = k;
     }
   }
-  const auto [lx, ly] = corners[best];
+  return corners[best];
+}
+
+// The legend of the labelled series, in the corner that hides the fewest points.
+void draw_legend(cairo_t* cr, Pen& pen, const Panel& panel, const PanelFrame& f) {
+  std::vector<const Series*> entries;
+  std::vector<uint32_t> colors;
+  for (size_t si = 0; si < panel.series.size(); ++si)
+    if (!panel.series[si].label.empty()) {
+      entries.push_back(&panel.series[si]);
+      colors.push_back(series_color(panel.series[si], si));
+    }
+  if (entries.empty()) return;
+  pen.font(kFont);
+  double lw = 0;
+  for (const auto* s : entries) lw = std::max(lw, pen.width(s->label));
+  const double row = kFont * 1.45, sample = 26;
+  const double boxw = lw + sample + 20, boxh = row * entries.size() + 10;
+  const auto [lx, ly] = legend_corner(panel, f, boxw, boxh);
   cairo_rectangle(cr, lx, ly, boxw, boxh);
   cairo_set_source_rgba(cr, 1, 1, 1, 0.9);
   cairo_fill_preserve(cr);
@@ -510,6 +557,20 @@ void draw_panel(cairo_t* cr, const Panel& panel, double bx, double by, double bw
     set_color(cr, 0x222222);
     pen.text(lx + 14 + sample, cy, entries[e]->label, 0.0, 0.5);
   }
+}
+
+// Draws one panel into the box (x, y, w, h).
+void draw_panel(cairo_t* cr, const Panel& panel, double bx, double by, double bw, double bh) {
+  Pen pen(cr);
+  PanelFrame f;
+  const auto [xr, yr] = data_ranges(panel);
+  fit_axes(panel, xr, yr, f);
+  layout_panel(pen, panel, bx, by, bw, bh, f);
+  draw_grid(cr, f);
+  draw_series(cr, panel, f);
+  draw_frame(cr, f);
+  draw_labels(cr, pen, panel, f, bx, by, bh);
+  draw_legend(cr, pen, panel, f);
 }
 
 // ----- heatmap ------------------------------------------------------------------------------------

@@ -16,48 +16,11 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include <unicode/unistr.h>
-
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/text/tokenizer.h"
 
 namespace drope::tasks {
-
-std::u32string utf8_to_u32(std::string_view s) {
-  std::u32string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  while (i < s.size()) {
-    unsigned char c = byte(i);
-    int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    bool ok = len > 0 && i + len <= s.size();
-    for (int k = 1; ok && k < len; ++k) {
-      if ((byte(i + k) & 0xC0) != 0x80) ok = false;
-      cp = (cp << 6) | (byte(i + k) & 0x3F);
-    }
-    // Reject overlong forms, surrogates and values past U+10FFFF, as a strict decoder does.
-    static const char32_t min_for_len[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (ok && (cp < min_for_len[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) ok = false;
-    if (!ok) {
-      out.push_back(0xFFFD);
-      ++i;
-      continue;
-    }
-    out.push_back(cp);
-    i += len;
-  }
-  return out;
-}
-
-std::string u32_to_utf8(std::u32string_view s) {
-  std::string out;
-  icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(s.data()), static_cast<int32_t>(s.size()))
-      .toUTF8String(out);
-  return out;
-}
 
 bool py_isspace(char32_t c) {
   // CPython's _PyUnicode_IsWhitespace: bidirectional class WS/B/S or category Zs.

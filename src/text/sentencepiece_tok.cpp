@@ -143,14 +143,6 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t pieces_ = 0, bos_ = -1, eos_ = -1;
 };
 
-// Largest prefix length <= max of `s` that ends on a UTF-8 character boundary.
-size_t utf8_cut(std::string_view s, size_t max) {
-  if (s.size() <= max) return s.size();
-  size_t n = max;
-  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-  return n == 0 ? max : n;
-}
-
 // Training text held in memory: SentencePiece loads every sentence anyway. Past this many bytes the
 // remaining lines are not used.
 constexpr int64_t kMaxTrainingBytes = int64_t{1} << 30;

@@ -1,4 +1,4 @@
-// Tokenizer factory and the lossy UTF-8 decoding shared by both implementations.
+// Tokenizer factory: picks the HF BPE or SentencePiece implementation by file.
 #include "drope/text/tokenizer.h"
 
 #include <filesystem>
@@ -8,22 +8,6 @@
 namespace fs = std::filesystem;
 
 namespace drope::text {
-
-std::string utf8_lossy(std::string_view bytes) {
-  std::string out;
-  out.reserve(bytes.size());
-  for (size_t i = 0; i < bytes.size();) {
-    const int n = utf8_step(bytes, i);
-    if (n > 0) {
-      out.append(bytes.substr(i, static_cast<size_t>(n)));
-      i += static_cast<size_t>(n);
-    } else {
-      out += "\xEF\xBF\xBD";
-      i += static_cast<size_t>(-n);
-    }
-  }
-  return out;
-}
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   std::error_code ec;

@@ -48,7 +48,7 @@ Variant drope_variant(const RunConfig& cfg) {
 
 std::atomic<bool> g_stop{false};
 
-// Test-only fault injection (documented in README "Training"): DROPE_FAULT_NAN_AT_STEP=4,5 makes the
+// Test-only fault injection (documented in docs/training.md, crash safety): DROPE_FAULT_NAN_AT_STEP=4,5 makes the
 // loss of those steps (1-based) NaN; DROPE_FAULT_NAN_WEIGHTS_AT_STEP=n poisons one weight after step n.
 std::vector<int64_t> fault_steps(const char* var) {
   std::vector<int64_t> out;

@@ -76,7 +76,7 @@ void train_sentencepiece(const std::vector<std::string>& corpus_files, const Sen
 using drope::utf8_error_offset;
 
 // `bytes` as valid UTF-8: each maximal invalid subsequence becomes U+FFFD (Unicode's recommended
-// practice, as Rust's from_utf8_lossy and HF tokenizers do).
-std::string utf8_lossy(std::string_view bytes);
+// practice, as Rust's from_utf8_lossy and HF tokenizers do; drope/core/utf8.h).
+using drope::utf8_lossy;
 
 }  // namespace drope::text
