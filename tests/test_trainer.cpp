@@ -6,6 +6,7 @@
 #include "drope/eval/perplexity.h"
 #include "drope/io/model_io.h"
 #include "drope/model/variant.h"
+#include "drope/tasks/offset_key.h"
 #include "drope/train/checkpoint.h"
 #include "drope/train/optim.h"
 #include "drope/train/run_config.h"
@@ -213,4 +214,51 @@ TEST(Trainer, Bf16AutocastTrainsAndDiffersFromFloat32) {
   EXPECT_LT(b16.losses.back().second, b16.losses.front().second);
   EXPECT_NE(b16.losses.back().second, f32.losses.back().second);  // the forward really ran in bf16
   EXPECT_NEAR(b16.losses.back().second, f32.losses.back().second, 0.1);
+}
+
+// data.task: offset-key trains on generated sequences with loss on the answers only: the first step's loss
+// (initial weights) equals the cross-entropy of the answers alone, computed here from the full logits of the
+// same sequences (train split, run seed); validation uses the held-out split.
+TEST(Trainer, OffsetKeyTaskLossIsOnTheAnswersOnly) {
+  torch::set_num_threads(1);
+  auto d = test::tmp_dir("offsetkey");
+  const std::string text = "run: {name: t, out_dir: " + d + "/run, seed: 5}\n"
+                           "model: {preset: micro, vocab_size: 256, max_position: 32}\n"
+                           "data: {task: offset-key, seq_len: 32, batch_size: 4}\n"
+                           "optim: {lr: 3.0e-3}\n"
+                           "schedule: {type: cosine, warmup: 2, steps: 3}\n"
+                           "train: {steps: 3, log_every: 1, eval_batches: 2}\n";
+  write_file_atomic(d + "/cfg.yaml", text);
+  auto cfg = load_run_config(d + "/cfg.yaml");
+  EXPECT_EQ(cfg.data.task, "offset-key");
+  write_file_atomic(d + "/rt.yaml", run_config_to_yaml(cfg));
+  EXPECT_EQ(load_run_config(d + "/rt.yaml").data.task, "offset-key");
+  TrainOptions o;
+  o.quiet = true;
+  o.run_yaml = run_config_to_yaml(cfg);
+  const auto r = run_training(cfg, o);
+  ASSERT_EQ(r.losses.size(), 3u);
+  EXPECT_TRUE(std::isfinite(r.val_loss));
+
+  DecoderLM model(cfg.model);
+  model->reset_parameters(cfg.seed);
+  torch::NoGradGuard ng;
+  double sum = 0, all_targets = 0;
+  int64_t n = 0;
+  for (int64_t b = 0; b < 4; ++b) {
+    const auto s = tasks::make_offset_key_sequence(5, tasks::offset_key_index(tasks::OffsetKeySplit::train, uint64_t(b)), 33);
+    auto ids = torch::tensor(s.tokens, torch::kLong).view({1, -1});
+    auto logp = torch::log_softmax(model->forward(ids.narrow(1, 0, 32)).to(torch::kDouble), -1)[0];  // (32, V)
+    for (size_t q = 0; q < s.answers.size(); ++q, ++n)
+      sum -= logp[s.answer_positions[q]][s.answers[q]].item<double>();
+    for (int64_t t = 0; t < 32; ++t) all_targets -= logp[t][s.tokens[size_t(t + 1)]].item<double>() / (4 * 32);
+  }
+  EXPECT_EQ(n, 16);
+  EXPECT_NEAR(r.losses.front().second, sum / double(n), 1e-4);
+  EXPECT_GT(std::abs(all_targets - sum / double(n)), 1e-3);  // the unmasked loss would be told apart
+
+  test::expect_error([&] { load_run_config(d + "/cfg.yaml", {"data.task=needles"}); }, {"data.task", "needles"});
+  test::expect_error([&] { load_run_config(d + "/cfg.yaml", {"data.text=/usr/share/common-licenses/GPL-3"}); },
+                     {"exactly one of data.dataset, data.text or data.task"});
+  test::expect_error([&] { load_run_config(d + "/cfg.yaml", {"data.seq_len=8"}); }, {"data.seq_len"});
 }

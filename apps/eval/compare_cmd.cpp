@@ -11,6 +11,9 @@ void add_compare_command(CLI::App& cli, int& rc) {
   cmd->add_option("files", o->files, "Result .json files written by drope-eval")->required();
   cmd->add_option("--out", o->out, "Output prefix (.json/.csv/.md)");
   cmd->add_option("--title", o->title, "Table title");
+  cmd->add_option("--plot", o->plot,
+                  "Also plot summary entries <name>@L vs L per method (e.g. far, acc, ppl); files sharing a label "
+                  "are seeds: mean and min-max band");
   cmd->callback([o, &rc] { rc = app::run([&] { return eval::run_compare(*o), 0; }); });
 }
 

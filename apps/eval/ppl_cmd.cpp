@@ -5,8 +5,8 @@ namespace drope::evalcli {
 
 namespace {
 
-void add_data_options(CLI::App* cmd, eval::EvalData& d) {
-  cmd->add_option("--data", d.paths, "Token dataset dir (index.json), .jsonl or text files")->required();
+void add_data_options(CLI::App* cmd, eval::EvalData& d, bool required) {
+  cmd->add_option("--data", d.paths, "Token dataset dir (index.json), .jsonl or text files")->required(required);
   cmd->add_option("--split", d.split, "Split of a token dataset (default val)");
   cmd->add_option("--text-key", d.text_key, "Field holding the text in .jsonl files (default text)");
 }
@@ -24,7 +24,7 @@ void add_ppl_commands(CLI::App& cli, int& rc) {
   auto o = std::make_shared<MethodRun<eval::PplRun>>();
   auto* cmd = cli.add_subcommand("ppl", "Perplexity vs context length (sliding-window or truncate protocol)");
   add_method_options(cmd, o->m);
-  add_data_options(cmd, o->run.data);
+  add_data_options(cmd, o->run.data, true);
   cmd->add_option("--lengths", o->run.lengths, "Window lengths (tokens)")->delimiter(',');
   cmd->add_option("--multipliers", o->run.multipliers, "Window lengths as multiples of the training length")
       ->delimiter(',');
@@ -36,10 +36,14 @@ void add_ppl_commands(CLI::App& cli, int& rc) {
 
   auto f = std::make_shared<MethodRun<eval::TemperatureFitRun>>();
   auto* fit = cli.add_subcommand("fit-temperature",
-                                 "Fit c of the attention temperature β = 1 + c·ln(L/C) on held-out text; saved for "
+                                 "Fit c of the attention temperature β = 1 + c·ln(L/C) on held-out text or task data; saved for "
                                  "--temperature auto");
   add_method_options(fit, f->m);
-  add_data_options(fit, f->run.data);
+  add_data_options(fit, f->run.data, false);
+  fit->add_option("--task", f->run.task, "Fit on a synthetic task's held-out sequences instead of --data: offset-key");
+  fit->add_option("--queries", f->run.queries, "--task: held-out answers per length (default 512)");
+  fit->add_option("--seed", f->run.seed, "--task: generator seed (default 42)");
+  fit->add_option("--batch-size", f->run.batch, "--task: sequences per forward (default 16)");
   fit->add_option("--lengths", f->run.lengths, "Target lengths (> training length)")->delimiter(',');
   fit->add_option("--multipliers", f->run.multipliers,
                   "Target lengths as multiples of the training length (default 2,4)")->delimiter(',');

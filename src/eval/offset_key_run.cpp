@@ -46,6 +46,34 @@ double percent(double fraction) { return 100.0 * fraction; }
 
 }  // namespace
 
+double offset_key_answer_nll(DecoderLM& model, uint64_t seed, int64_t length, int64_t sequences, int64_t batch) {
+  if (sequences <= 0 || batch <= 0) fail("offset-key: need sequences > 0 and batch > 0, got {} and {}", sequences, batch);
+  tasks::check_offset_key_length(length, "offset-key held-out length");
+  torch::NoGradGuard no_grad;
+  double nll = 0;
+  int64_t answers = 0;
+  for (int64_t first = 0; first < sequences; first += batch) {
+    const int64_t B = std::min(batch, sequences - first);
+    std::vector<int64_t> ids, pos, target;
+    for (int64_t i = 0; i < B; ++i) {
+      const auto s = tasks::make_offset_key_sequence(
+          seed, tasks::offset_key_index(tasks::OffsetKeySplit::heldout, uint64_t(first + i)), length);
+      ids.insert(ids.end(), s.tokens.begin(), s.tokens.end());
+      pos.insert(pos.end(), s.answer_positions.begin(), s.answer_positions.end());
+      target.insert(target.end(), s.answers.begin(), s.answers.end());
+    }
+    const int64_t Q = int64_t(pos.size()) / B;
+    auto h = model->hidden(torch::tensor(ids, torch::kLong).view({B, length}));  // (B, L, C)
+    auto at = torch::tensor(pos, torch::kLong).view({B, Q, 1}).expand({B, Q, h.size(2)});
+    auto logits = torch::matmul(h.gather(1, at), model->lm_head_weight().t()).to(torch::kDouble).view({B * Q, -1});
+    nll += torch::nn::functional::cross_entropy(logits, torch::tensor(target, torch::kLong),
+                                                torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+               .item<double>();
+    answers += B * Q;
+  }
+  return nll / double(answers);
+}
+
 void run_offset_key(const OffsetKeyRun& r) {
   if (r.queries <= 0) fail("--queries must be > 0, got {}", r.queries);
   if (r.batch <= 0) fail("--batch-size must be > 0, got {}", r.batch);

@@ -132,15 +132,22 @@ PerplexityResult perplexity_truncate(DecoderLM& model, const std::vector<std::ve
 
 TemperatureFit fit_temperature(DecoderLM& model, const std::vector<int32_t>& stream, const std::vector<int64_t>& lengths,
                                const PerplexityOptions& base, double beta_max) {
+  return fit_temperature_with(model, lengths, beta_max, [&](int64_t L) {
+    auto o = base;
+    o.length = L;
+    return perplexity_sliding(model, stream, o).ppl;
+  });
+}
+
+TemperatureFit fit_temperature_with(DecoderLM& model, const std::vector<int64_t>& lengths, double beta_max,
+                                    const std::function<double(int64_t)>& held_out_ppl) {
   const int64_t C = model->config().max_position;
   const double saved = model->config().softmax_temperature;
   TemperatureFit fit;
   auto ppl_at = [&](int64_t L, double beta) {
     // β at length L through the model's own formula: c = (β − 1) / ln(L / C).
     model->set_softmax_temperature(beta <= 1.0 ? 0.0 : (beta - 1.0) / std::log(double(L) / double(C)));
-    auto o = base;
-    o.length = L;
-    return perplexity_sliding(model, stream, o).ppl;
+    return held_out_ppl(L);
   };
   try {
     for (int64_t L : lengths) {

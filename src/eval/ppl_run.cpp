@@ -1,4 +1,5 @@
 // drope-eval ppl (perplexity vs length, sliding or truncate protocol) and fit-temperature, as library runs.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,9 +10,11 @@
 #include "drope/core/files.h"
 #include "drope/core/json.h"
 #include "drope/core/utf8.h"
+#include "drope/eval/offset_key.h"
 #include "drope/eval/results.h"
 #include "drope/eval/runners.h"
 #include "drope/plot/plot.h"
+#include "drope/tasks/offset_key.h"
 #include "drope/tasks/report.h"
 #include "drope/text/jsonl.h"
 #include "drope/text/shards.h"
@@ -190,14 +193,31 @@ void run_ppl(const PplRun& r) {
 void run_fit_temperature(const TemperatureFitRun& r) {
   if (!(r.beta_max > 1.0)) fail("--beta-max must be > 1, got {}", r.beta_max);
   if (r.method.variant.set_temperature) fail("fit-temperature: --temperature cannot be combined (it is what is fitted)");
-  const bool text_input = has_text_input(r.data);
+  const bool on_task = !r.task.empty();
+  if (on_task == !r.data.paths.empty()) fail("fit-temperature: give exactly one of --data or --task");
+  if (on_task && r.task != "offset-key") fail("--task: unknown task '{}' (expected offset-key)", r.task);
+  if (on_task && (r.queries <= 0 || r.batch <= 0))
+    fail("fit-temperature: --queries and --batch-size must be > 0, got {} and {}", r.queries, r.batch);
+  const bool text_input = !on_task && has_text_input(r.data);
   auto em = load_eval_model(r.method, text_input);
   auto mult = r.multipliers;
   if (r.lengths.empty() && mult.empty()) mult = {2, 4};
   const auto lengths = resolve_lengths(r.lengths, mult, em.train_length);
-  int32_t eos = -1;
-  const auto stream = concat(load_documents(r.data, em, eos), eos);
-  const auto fit = fit_temperature(em.model, stream, lengths, r.protocol, r.beta_max);
+  TemperatureFit fit;
+  if (on_task) {
+    tasks::check_offset_key_vocab(em.model->config().vocab_size, "--model " + r.method.model_dir);
+    for (auto L : lengths) tasks::check_offset_key_length(L, r.lengths.empty() ? "--multipliers" : "--lengths");
+    const int64_t per_seq = tasks::OffsetKeyVocab::kColours, sequences = (r.queries + per_seq - 1) / per_seq;
+    for (auto L : lengths)
+      check_fits_in_memory(em.model->config(), L, L, std::min(r.batch, sequences), fmt::format("fit-temperature at length {}", L));
+    fit = fit_temperature_with(em.model, lengths, r.beta_max, [&](int64_t L) {
+      return std::exp(offset_key_answer_nll(em.model, r.seed, L, sequences, r.batch));
+    });
+  } else {
+    int32_t eos = -1;
+    const auto stream = concat(load_documents(r.data, em, eos), eos);
+    fit = fit_temperature(em.model, stream, lengths, r.protocol, r.beta_max);
+  }
   nlohmann::json per = nlohmann::json::array();
   tasks::Table table;
   table.title = fmt::format("Attention temperature fit — {} (c = {:.4f})", em.label, fit.c);
@@ -212,7 +232,7 @@ void run_fit_temperature(const TemperatureFitRun& r) {
                    tasks::fixed(fit.best_ppl[i], 3), tasks::fixed(fit.base_ppl[i], 3)});
   }
   nlohmann::json doc = new_results("temperature");
-  doc.update({{"c", fit.c}, {"train_length", em.train_length},
+  doc.update({{"c", fit.c}, {"train_length", em.train_length}, {"data", on_task ? r.task : "text"},
               {"method", em.describe()}, {"fits", per}, {"summary", {{"c", fit.c}}}});
   const std::string save = r.save.empty() ? temperature_file(r.method.model_dir) : r.save;
   write_file_atomic(save, doc.dump(2) + "\n");

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/tasks/offset_key.h"
 #include "drope/text/shards.h"
 
 namespace fs = std::filesystem;
@@ -87,7 +90,47 @@ SplitSources dataset_sources(const std::string& dataset, int64_t seq_len) {
   return s;
 }
 
+OffsetKeySource::OffsetKeySource(uint64_t seed, bool heldout, int64_t seq_len)
+    : seed_(seed), heldout_(heldout), seq_len_(seq_len) {
+  tasks::check_offset_key_length(seq_len + 1, "data.seq_len + 1");
+}
+
+// Index space of a split: 2^62 sequences (offset_key_index).
+int64_t OffsetKeySource::num_blocks() const { return int64_t{1} << 62; }
+
+int64_t OffsetKeySource::vocab_size() const { return tasks::OffsetKeyVocab::size; }
+
+torch::Tensor OffsetKeySource::block(int64_t b) const {
+  auto t = torch::empty({seq_len_ + 1}, torch::kLong);
+  const auto split = heldout_ ? tasks::OffsetKeySplit::heldout : tasks::OffsetKeySplit::train;
+  tasks::fill_offset_key_batch(seed_, tasks::offset_key_index(split, uint64_t(b)), 1, seq_len_ + 1,
+                               t.data_ptr<int64_t>(), nullptr);
+  return t;
+}
+
+torch::Tensor OffsetKeySource::loss_mask(int64_t b) const {
+  auto tokens = torch::empty({seq_len_ + 1}, torch::kLong);
+  auto m = torch::empty({seq_len_ + 1}, torch::kUInt8);
+  const auto split = heldout_ ? tasks::OffsetKeySplit::heldout : tasks::OffsetKeySplit::train;
+  tasks::fill_offset_key_batch(seed_, tasks::offset_key_index(split, uint64_t(b)), 1, seq_len_ + 1,
+                               tokens.data_ptr<int64_t>(), m.data_ptr<uint8_t>());
+  return m;
+}
+
+std::string OffsetKeySource::describe() const {
+  return fmt::format("offset-key task (seed {}, {} split, answers only)", seed_, heldout_ ? "held-out" : "train");
+}
+
+SplitSources task_sources(const std::string& task, uint64_t seed, int64_t seq_len) {
+  if (task != "offset-key") fail("data.task: unknown task '{}' (expected offset-key)", task);
+  SplitSources s;
+  s.train = std::make_unique<OffsetKeySource>(seed, false, seq_len);
+  s.val = std::make_unique<OffsetKeySource>(seed, true, seq_len);
+  return s;
+}
+
 int64_t BlockSampler::index(int64_t pos) {
+  if (src_.generated()) return pos;
   const int64_t n = src_.num_blocks();
   const int64_t epoch = pos / n, i = pos % n;
   if (!shuffle_) return i;
@@ -103,6 +146,17 @@ torch::Tensor BlockSampler::batch(int64_t pos, int64_t count) {
   std::vector<torch::Tensor> rows;
   rows.reserve(count);
   for (int64_t k = 0; k < count; ++k) rows.push_back(src_.block(index(pos + k)));
+  return torch::stack(rows);  // (count, T + 1)
+}
+
+torch::Tensor BlockSampler::mask(int64_t pos, int64_t count) {
+  std::vector<torch::Tensor> rows;
+  rows.reserve(count);
+  for (int64_t k = 0; k < count; ++k) {
+    auto m = src_.loss_mask(index(pos + k));
+    if (!m.defined()) return {};
+    rows.push_back(m);
+  }
   return torch::stack(rows);  // (count, T + 1)
 }
 

@@ -1,7 +1,10 @@
 #include "drope/train/run_config.h"
 
+#include <fmt/format.h>
+
 #include "drope/core/error.h"
 #include "drope/core/numbers.h"
+#include "drope/tasks/offset_key.h"
 
 namespace drope::train {
 
@@ -71,6 +74,7 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   YamlMap d = top.map("data");
   d.get("dataset", c.data.dataset);
   d.get("text", c.data.text);
+  d.get_choice("task", c.data.task, {"offset-key"});
   d.get("seq_len", c.data.seq_len);
   d.get("batch_size", c.data.batch_size);
   d.get("micro_batch", c.data.micro_batch);
@@ -120,12 +124,17 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
     if (!ok) fail("{}: {}", source, what);
   };
   need(!c.out_dir.empty(), "run.out_dir is required");
-  need(c.data.dataset.empty() != c.data.text.empty(), "give exactly one of data.dataset or data.text");
+  need(int(!c.data.dataset.empty()) + int(!c.data.text.empty()) + int(!c.data.task.empty()) == 1,
+       "give exactly one of data.dataset, data.text or data.task");
   need(c.data.seq_len > 0 && c.data.batch_size > 0 && c.data.micro_batch >= 0,
        "data.seq_len and data.batch_size must be positive, data.micro_batch >= 0");
   need(c.data.seq_len <= (int64_t{1} << 24) && c.data.batch_size <= (int64_t{1} << 24) &&
            c.data.micro_batch <= c.data.batch_size,
        "data.seq_len and data.batch_size must be at most 2^24, data.micro_batch at most data.batch_size");
+  need(c.data.task.empty() || c.data.seq_len + 1 >= tasks::kOffsetKeyMinLength,
+       fmt::format("data.seq_len must be at least {} for data.task offset-key (a sequence of seq_len + 1 tokens "
+                   "holds BOS, 4 needles and the 12-token query block), got {}",
+                   tasks::kOffsetKeyMinLength - 1, c.data.seq_len));
   need(c.train.steps > 0, "train.steps must be positive");
   need(c.train.log_every > 0, "train.log_every must be positive");
   need(c.train.eval_every >= 0 && c.train.checkpoint_every >= 0 && c.train.eval_batches > 0,
@@ -178,7 +187,9 @@ std::string run_config_to_yaml(const RunConfig& c) {
     << YAML::Key << "factor" << YAML::Value << c.scaling.factor << YAML::Key << "original_max_position" << YAML::Value
     << c.scaling.original_max_position << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "dataset" << YAML::Value << c.data.dataset
-    << YAML::Key << "text" << YAML::Value << c.data.text << YAML::Key << "seq_len" << YAML::Value << c.data.seq_len
+    << YAML::Key << "text" << YAML::Value << c.data.text;
+  if (!c.data.task.empty()) e << YAML::Key << "task" << YAML::Value << c.data.task;
+  e << YAML::Key << "seq_len" << YAML::Value << c.data.seq_len
     << YAML::Key << "batch_size" << YAML::Value << c.data.batch_size << YAML::Key << "micro_batch" << YAML::Value
     << c.data.micro_batch << YAML::Key << "shuffle" << YAML::Value << c.data.shuffle << YAML::EndMap;
   e << YAML::Key << "optim" << YAML::Value << YAML::BeginMap << YAML::Key << "lr" << YAML::Value << c.optim.lr

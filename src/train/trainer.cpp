@@ -192,6 +192,10 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     auto s = byte_text_sources(cfg.data.text, T);
     train_src = std::move(s.train);
     val_src = std::move(s.val);
+  } else if (!cfg.data.task.empty()) {
+    auto s = task_sources(cfg.data.task, cfg.seed, T);
+    train_src = std::move(s.train);
+    val_src = std::move(s.val);
   } else {
     auto s = dataset_sources(cfg.data.dataset, T);
     train_src = std::move(s.train);
@@ -277,23 +281,36 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   BlockSampler sampler(*train_src, cfg.seed, cfg.data.shuffle);
   BlockSampler val_sampler(*val_src, 0, false);
   const bool bf16 = cfg.train.dtype == "bfloat16";
-  auto step_loss = [&](const torch::Tensor& batch) {
+  // Mean cross-entropy of the batch's targets; with a loss mask (a task's answers) only the masked targets
+  // count, and only their rows reach the LM head.
+  auto step_loss = [&](const torch::Tensor& batch, const torch::Tensor& mask) {
     AutocastGuard autocast(bf16, device.type());
     auto b = batch.to(device);
     auto labels = b.narrow(1, 1, T).reshape({-1});
+    torch::Tensor rows;  // undefined = every target
+    if (mask.defined()) {
+      rows = mask.narrow(1, 1, T).reshape({-1}).nonzero().squeeze(1).to(device);
+      labels = labels.index_select(0, rows);
+    }
     if (cfg.train.chunked_loss) {  // the (micro·T, V) logits never exist at once
       auto h = model->hidden(b.narrow(1, 0, T));  // (micro, T, C)
-      return ops::linear_cross_entropy(h.reshape({-1, h.size(-1)}), model->lm_head_weight(), labels);
+      h = h.reshape({-1, h.size(-1)});
+      if (rows.defined()) h = h.index_select(0, rows);
+      return ops::linear_cross_entropy(h, model->lm_head_weight(), labels);
     }
     auto logits = model->forward(b.narrow(1, 0, T));  // (micro, T, V)
-    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), labels);
+    logits = logits.reshape({-1, logits.size(-1)});
+    if (rows.defined()) logits = logits.index_select(0, rows);
+    return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
   };
   auto validate = [&]() {
     torch::NoGradGuard ng;
     model->eval();
     double sum = 0;
-    for (int64_t k = 0; k < cfg.train.eval_batches; ++k)
-      sum += step_loss(val_sampler.batch((k * W + dist.rank()) * micro, micro)).item<double>();
+    for (int64_t k = 0; k < cfg.train.eval_batches; ++k) {
+      const int64_t pos = (k * W + dist.rank()) * micro;
+      sum += step_loss(val_sampler.batch(pos, micro), val_sampler.mask(pos, micro)).item<double>();
+    }
     model->train();
     return dist.mean(sum / double(cfg.train.eval_batches));
   };
@@ -358,7 +375,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     double loss_sum = 0;
     for (int64_t a = 0; a < accum; ++a) {
       const int64_t pos = s * B + a * micro * W + dist.rank() * micro;
-      auto loss = step_loss(sampler.batch(pos, micro)) / double(accum);
+      auto loss = step_loss(sampler.batch(pos, micro), sampler.mask(pos, micro)) / double(accum);
       if (contains(nan_loss_steps, s + 1)) loss = loss * std::numeric_limits<double>::quiet_NaN();
       if (a == accum - 1) sync->arm();  // the last micro-batch's backward reduces gradients as they finish
       loss.backward();

@@ -70,3 +70,51 @@ def test_bad_flags(model, tmp):
     expect_error(run_cli("drope-eval", "offset-key", "--model", tmp / "small", "--lengths", 64, check=False),
                  "at least 196 token ids", "has 128")
     assert not (tmp / "x.json").exists()
+
+
+def test_fit_temperature_on_the_task(model, tmp):
+    """fit-temperature --task offset-key: the answers' held-out perplexity per β, c saved for --temperature auto;
+    β = 1 is in the grid, so the best perplexity is never above the β = 1 one."""
+    save = tmp / "temperature.json"
+    run_cli("drope-eval", "fit-temperature", "--model", model / "m", "--task", "offset-key", "--multipliers", 2,
+            "--queries", 16, "--batch-size", 2, "--save", save, "--out", tmp / "fit", "--threads", 1)
+    doc = json.loads(save.read_text())
+    assert doc["kind"] == "temperature" and doc["data"] == "offset-key"
+    (fit,) = doc["fits"]
+    assert fit["length"] == 128 and 1.0 <= fit["best_beta"] <= 2.5
+    assert fit["best_ppl"] <= fit["base_ppl"]
+    assert 1.0 in fit["grid_beta"]
+    # perplexity of answers: a random model sits near the vocabulary size, far from 1
+    assert 20 < fit["base_ppl"] < 2000
+    assert doc["c"] == pytest.approx((fit["best_beta"] - 1) / __import__("math").log(2), abs=1e-9)
+    base = ["drope-eval", "fit-temperature", "--model", model / "m", "--save", tmp / "t2.json"]
+    expect_error(run_cli(*base, check=False), "exactly one of --data or --task")
+    expect_error(run_cli(*base, "--task", "needles", check=False), "--task", "needles", "offset-key")
+    expect_error(run_cli(*base, "--task", "offset-key", "--data", tmp, check=False), "exactly one of --data or --task")
+    expect_error(run_cli(*base, "--task", "offset-key", "--queries", 0, check=False), "--queries")
+    assert not (tmp / "t2.json").exists()
+
+
+def test_compare_plot_seeds(tmp):
+    """compare --plot acc: files sharing a label are seeds of one method (mean line, min-max band)."""
+    def results(name, label, accs):
+        doc = {"schema": "drope.results", "schema_version": 1, "kind": "offset-key",
+               "method": {"label": label, "train_length": 64},
+               "summary": {f"acc@{L}": a for L, a in accs.items()}}
+        path = tmp / f"{name}.json"
+        path.write_text(json.dumps(doc))
+        return path
+
+    files = [results("a1", "A", {64: 90, 128: 10}), results("a2", "A", {64: 70, 128: 30}),
+             results("b", "B", {64: 50, 128: 50})]
+    run_cli("drope-eval", "compare", *files, "--plot", "acc", "--out", tmp / "cmp")
+    svg = (tmp / "cmp.svg").read_text()
+    assert svg.startswith("<?xml") and (tmp / "cmp.png").stat().st_size > 0
+    assert [m["label"] for m in json.loads((tmp / "cmp.json").read_text())["methods"]] == ["A", "A", "B"]
+    # the same means without seeds (no band) draw differently; cairo writes text as glyphs, so compare drawings
+    mean = results("amean", "A", {64: 80, 128: 20})
+    run_cli("drope-eval", "compare", mean, files[2], "--plot", "acc", "--out", tmp / "one")
+    assert (tmp / "one.svg").read_text() != svg
+    expect_error(run_cli("drope-eval", "compare", *files, "--plot", "nothing", "--out", tmp / "bad", check=False),
+                 "--plot nothing", "no file has a summary entry 'nothing@L'")
+    assert not (tmp / "bad.json").exists() and not (tmp / "bad.png").exists()

@@ -31,4 +31,9 @@ struct OffsetKeyRun {
 // a plot of accuracy vs length.
 void run_offset_key(const OffsetKeyRun& r);
 
+// Mean NLL (nats) of the answers of `sequences` held-out sequences (tasks::OffsetKeySplit::heldout) of
+// `length` tokens for `seed`, in no-grad forwards of `batch` sequences: the held-out loss that
+// `drope-eval fit-temperature --task offset-key` minimises over β.
+double offset_key_answer_nll(DecoderLM& model, uint64_t seed, int64_t length, int64_t sequences, int64_t batch);
+
 }  // namespace drope::eval

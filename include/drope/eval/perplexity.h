@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,9 @@ struct TemperatureFit {
 };
 TemperatureFit fit_temperature(DecoderLM& model, const std::vector<int32_t>& stream, const std::vector<int64_t>& lengths,
                                const PerplexityOptions& base, double beta_max = 2.5);
+// The same search with any held-out perplexity: held_out_ppl(L) evaluates the model (at the temperature the
+// search has set) on held-out data of length L, e.g. the answers of a synthetic task.
+TemperatureFit fit_temperature_with(DecoderLM& model, const std::vector<int64_t>& lengths, double beta_max,
+                                    const std::function<double(int64_t)>& held_out_ppl);
 
 }  // namespace drope::eval

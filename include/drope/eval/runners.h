@@ -52,6 +52,11 @@ struct TemperatureFitRun {
   double beta_max = 2.5;
   std::string save;                  // default <model>/temperature.json
   std::string out;                   // optional tables and plot
+  // Instead of `data`: a synthetic task's held-out sequences ("offset-key": perplexity of the answers).
+  std::string task;
+  int64_t queries = 512;             // task: answers per length
+  uint64_t seed = 42;                // task: generator seed
+  int64_t batch = 16;                // task: sequences per forward
 };
 void run_fit_temperature(const TemperatureFitRun& r);
 
@@ -116,6 +121,9 @@ struct CompareRun {
   std::vector<std::string> files;
   std::string out = "results/compare";
   std::string title;
+  // Also draw <out>.png/.svg: summary entries "<plot>@L" against L, one line per method label; files that
+  // share a label are seeds of one method (their mean, with a min–max band).
+  std::string plot;
 };
 void run_compare(const CompareRun& r);
 

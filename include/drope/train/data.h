@@ -21,6 +21,12 @@ class BlockSource {
   // (T + 1) int64 tokens of block `b` in storage order.
   virtual torch::Tensor block(int64_t b) const = 0;
   virtual std::string describe() const = 0;
+  // Sources whose loss covers only some targets (a task's answers): a (T + 1) uint8 mask parallel to
+  // block(b), mask[t] = 1 iff token t carries loss (as a label, t ≥ 1). Undefined = every target counts.
+  virtual torch::Tensor loss_mask(int64_t /*b*/) const { return {}; }
+  // Generated sources (a synthetic task) have a block for every index and no epoch order to shuffle:
+  // position p of a run is block p.
+  virtual bool generated() const { return false; }
 };
 
 // Blocks over an in-memory token stream.
@@ -51,12 +57,36 @@ SplitSources byte_text_sources(const std::string& path, int64_t seq_len);
 // The train and val splits of a dataset prepared by `drope-data prepare` (memory-mapped token shards).
 SplitSources dataset_sources(const std::string& dataset, int64_t seq_len);
 
+// Generated offset-key sequences (tasks/offset_key.h) of length T + 1 for data.task: offset-key. Block b of
+// split `split` is sequence offset_key_index(split, b) of `seed`; the loss mask keeps only the answers.
+class OffsetKeySource final : public BlockSource {
+ public:
+  OffsetKeySource(uint64_t seed, bool heldout, int64_t seq_len);
+  int64_t num_blocks() const override;
+  int64_t seq_len() const override { return seq_len_; }
+  int64_t vocab_size() const override;
+  torch::Tensor block(int64_t b) const override;
+  torch::Tensor loss_mask(int64_t b) const override;
+  bool generated() const override { return true; }
+  std::string describe() const override;
+
+ private:
+  uint64_t seed_;
+  bool heldout_;
+  int64_t seq_len_;
+};
+
+// The train and held-out splits of a synthetic task (data.task); `seed` is the run's seed.
+SplitSources task_sources(const std::string& task, uint64_t seed, int64_t seq_len);
+
 // Blocks at global positions [pos, pos + count) of the epoch order (a seeded permutation per epoch
 // when `shuffle`): (count, T + 1) int64.
 class BlockSampler {
  public:
   BlockSampler(const BlockSource& src, uint64_t seed, bool shuffle) : src_(src), seed_(seed), shuffle_(shuffle) {}
   torch::Tensor batch(int64_t pos, int64_t count);
+  // The loss masks of the same blocks, (count, T + 1) uint8; undefined when the source has none.
+  torch::Tensor mask(int64_t pos, int64_t count);
 
  private:
   int64_t index(int64_t pos);

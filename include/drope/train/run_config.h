@@ -14,6 +14,7 @@ namespace drope::train {
 struct DataConfig {
   std::string dataset;           // directory written by `drope-data prepare` (index.json + shards)
   std::string text;              // or: a text file / directory read as bytes (vocab 256), split 90/10
+  std::string task;              // or: a synthetic task's generated sequences (offset-key), seeded by run.seed
   int64_t seq_len = 256;         // tokens per training sequence
   int64_t batch_size = 16;       // global sequences per optimizer step (all ranks, all micro-steps)
   int64_t micro_batch = 0;       // sequences per rank per forward; 0 = batch_size / world (no accumulation)
