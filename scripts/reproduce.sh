@@ -2,14 +2,16 @@
 # The paper's claims at small scale, in one Markdown report with plots (runs/reproduce/REPORT.md): Fig. 3
 # (positional-bias gradients at initialisation), Table 7 (RoPE vs NoPE vs DroPE perplexity at equal budget
 # over seeds), Table 1 (NIAH at 2× the training context, with eval-time RoPE scaling, ALiBi, RNoPE-SWA),
-# perplexity vs length up to 8× and the fitted temperature c.
+# perplexity vs length up to 8× and the fitted temperature c, and offset-key retrieval (issue 18: RoPE,
+# RoPE+PI/NTK/YaRN, NoPE, DroPE at C-8C over 3 seeds, mean ± 95 % CI, plot, one verdict line per claim).
 #
 #   bash scripts/reproduce.sh                             # DROPE_REPRO_SCALE=full: target ≤ 45 min on 2 idle cores
 #   DROPE_REPRO_SCALE=reduced bash scripts/reproduce.sh   # ~1/3 of the training, fewer trials: a smoke run
 #
 # Idempotent: finished training runs and evaluations are reused (DROPE_FORCE=1 redoes all). Knobs (env):
-# DROPE_REPRO_STEPS, DROPE_REPRO_SEEDS, DROPE_REPRO_TRIALS, DROPE_RUN_DIR (runs/reproduce),
-# DROPE_SKIP_SETUP, DROPE_BUILD_DIR. The steps: scripts/drope_scripts/reproduce.py and report.py.
+# DROPE_REPRO_STEPS, DROPE_REPRO_SEEDS, DROPE_REPRO_TRIALS, DROPE_REPRO_OK_SEEDS (offset-key seeds),
+# DROPE_RUN_DIR (runs/reproduce), DROPE_SKIP_SETUP, DROPE_BUILD_DIR. The steps:
+# scripts/drope_scripts/reproduce.py, offset_key.py and report.py.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ "${DROPE_SKIP_SETUP:-0}" != 1 ]; then bash "$ROOT/scripts/setup.sh"; fi

@@ -59,14 +59,19 @@ def train_state(run_dir: pathlib.Path, steps: int) -> str:
     return "fresh"
 
 
-def config_steps(path: str | pathlib.Path) -> int:
-    """train.steps of a drope-train YAML config."""
+def config_int(path: str | pathlib.Path, section: str, key: str) -> int:
+    """section.key of a drope-train YAML config: a positive integer."""
     with open(path, encoding="utf-8") as f:
         doc = yaml.safe_load(f)
-    steps = doc.get("train", {}).get("steps") if isinstance(doc, dict) else None
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ValueError(f"{path}: train.steps must be a positive integer, got {steps!r}")
-    return steps
+    value = doc.get(section, {}).get(key) if isinstance(doc, dict) else None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{path}: {section}.{key} must be a positive integer, got {value!r}")
+    return value
+
+
+def config_steps(path: str | pathlib.Path) -> int:
+    """train.steps of a drope-train YAML config."""
+    return config_int(path, "train", "steps")
 
 
 def remove_outputs(run: pathlib.Path, patterns: Sequence[str]) -> None:
@@ -157,9 +162,11 @@ class Driver:
                       *args, "--out", out, show=show)
         return results.load(done, kind), computed
 
-    def compare(self, files: Sequence[pathlib.Path], out: pathlib.Path, title: str) -> None:
-        """drope-eval compare: one side-by-side table (out.md/.json/.csv)."""
-        self.tool("drope-eval", "compare", *files, "--out", out, "--title", title, show=NONE)
+    def compare(self, files: Sequence[pathlib.Path], out: pathlib.Path, title: str, plot: str | None = None) -> None:
+        """drope-eval compare: one side-by-side table (out.md/.json/.csv); with `plot` (a metric, e.g. far) also
+        out.png/.svg: that summary metric vs length per label, files sharing a label drawn as seeds."""
+        self.tool("drope-eval", "compare", *files, *(("--plot", plot) if plot else ()), "--out", out, "--title", title,
+                  show=NONE)
 
 
 def run_pipeline(name: str, body) -> int:

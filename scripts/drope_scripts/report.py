@@ -6,11 +6,15 @@ import math
 import pathlib
 from dataclasses import dataclass
 
-from . import results, stats
+from . import offset_key_report, results, stats
 
 PAPER_TABLE1 = ("Paper Table 1 (0.5B, multi-query / multi-key / multi-value): RoPE 0/0/0, PI 0/0/0, "
                 "NTK 21.1/19.4/16.5, YaRN 17.8/0.5/14.6, ALiBi 5.2/0/1.1, NoPE 9.2/36.2/21.4, RNoPE-SWA 5.2/25.6/20.6, "
                 "DroPE 28.0/41.6/23.3.")
+PILOT_OFFSET_KEY = ("Issue 18's pilot (PyTorch, GELU MLP, one seed, 1,024 queries per cell, ±3 points), far needles "
+                    "at 2C / 4C / 8C: RoPE 89/49/16 (100 at C), PI 70/54/44, NTK 99/88/62, YaRN 91/75/70, NoPE + β "
+                    "84/71/58 (88 at C), DroPE + β 95/90/89 (96 at C; c = 0.2, 0.4 at 8C), DroPE without β 79/67 at "
+                    "2C/4C; its DroPE had 1,000 steps against RoPE's 800.")
 
 
 @dataclass(frozen=True)
@@ -88,10 +92,24 @@ def table7_section(run: pathlib.Path, drop_at: int) -> list[str]:
     return lines
 
 
+def offset_key_section(run: pathlib.Path) -> list[str]:
+    """Offset-key retrieval (issue 18): the table over seeds, the plot, the claim verdicts with their criteria."""
+    doc = results.load(run / "offset-key" / "results.json", offset_key_report.AGGREGATE_KIND)
+    b = doc["budget"]
+    return ["## 5. Offset-key retrieval: far needles beyond C (issue 18)\n",
+            "A synthetic long-range retrieval task (`drope-eval offset-key`; models and training in "
+            f"`configs/train/offset-key-*.yaml`, C = {doc['train_length']}): RoPE {b['rope_steps']} steps; DroPE = "
+            f"RoPE's step-{b['rope_steps'] - b['recalibration_steps']} checkpoint without RoPE, with QK-norm, "
+            f"recalibrated for {b['recalibration_steps']} steps (equal budget); NoPE from scratch {b['rope_steps']} "
+            "steps; the temperature c fitted per model on held-out offset-key sequences.\n",
+            offset_key_report.markdown(doc, "offset-key"), PILOT_OFFSET_KEY + "\n"]
+
+
 def build(run: pathlib.Path, s: ReportSettings) -> str:
     """The whole report."""
     timing = {f.name: int(f.read_text()) for f in (run / "timing").iterdir()}
-    minutes = {k: timing.get(k, 0) / 60 for k in ("corpus", "fig3", "train", "niah", "eval")}
+    minutes = {k: timing.get(k, 0) / 60 for k in ("corpus", "fig3", "train", "niah", "eval", "offset-key-train",
+                                                  "offset-key-eval")}
     settings = (run / "settings.txt").read_text().strip()
     c = s.context
     lines = [f"# DroPE reproduction at small scale ({s.scale})\n",
@@ -100,7 +118,8 @@ def build(run: pathlib.Path, s: ReportSettings) -> str:
              "on the Debian corpus (`scripts/make_corpus.sh`, 5 % document-level validation split). Wall time "
              f"{sum(timing.values()) / 60:.1f} min on this machine (corpus {minutes['corpus']:.1f}, Fig. 3 "
              f"{minutes['fig3']:.1f}, training {minutes['train']:.1f}, NIAH {minutes['niah']:.1f}, perplexity + "
-             f"temperature {minutes['eval']:.1f} min; each stage timed in the run that computed it). "
+             f"temperature {minutes['eval']:.1f}, offset-key training {minutes['offset-key-train']:.1f} + "
+             f"evaluation {minutes['offset-key-eval']:.1f} min; each stage timed in the run that computed it). "
              f"`scripts/reproduce.sh`, settings: `{settings}`.\n"]
     lines += fig3_section(results.load(run / "fig3" / "bias_grad.json", "bias-grad"))
     lines += table7_section(run, s.drop_at)
@@ -115,4 +134,5 @@ def build(run: pathlib.Path, s: ReportSettings) -> str:
         if p.is_file():
             lines.append(f"- {name.split('-')[0]}: c = {round(results.load(p, 'temperature')['c'], 3)}")
     lines.append("\n(paper: c = 0.412 for the from-scratch DroPE model.)\n")
+    lines += offset_key_section(run)
     return "\n".join(lines) + "\n"

@@ -5,11 +5,16 @@
   3. Table 1  NIAH multi-query / multi-key / multi-value at 2× the training context for RoPE, RoPE+PI,
               RoPE+NTK, RoPE+YaRN (eval-time, factor 2), NoPE, ALiBi, RNoPE-SWA, DroPE
   4.          perplexity vs length up to 8× for the same models; the fitted temperature c (DroPE, NoPE)
-Every model: configs/train/repro-tiny.yaml (tiny, C = 256, vocab 4096) on the full Debian corpus.
+  5.          offset-key retrieval (issue 18, offset_key.py): RoPE, RoPE+PI/NTK/YaRN (factor L/C), NoPE and
+              DroPE (fitted temperature, and c = 0) at C–8C over DROPE_REPRO_OK_SEEDS seeds (mean, 95 % t
+              interval), far accuracy vs length, and the verdicts on claims (a)–(f)
+Every model of 1–4: configs/train/repro-tiny.yaml (tiny, C = 256, vocab 4096) on the full Debian corpus; of 5:
+configs/train/offset-key-{rope,drope}.yaml (C = 128, generated sequences).
 
 Idempotent: finished training runs and evaluations are reused (DROPE_FORCE=1 redoes all). Knobs (env):
 DROPE_REPRO_SCALE (full | reduced), DROPE_REPRO_STEPS, DROPE_REPRO_SEEDS, DROPE_REPRO_TRIALS,
-DROPE_RUN_DIR (runs/reproduce), DROPE_BUILD_DIR (build/).
+DROPE_REPRO_OK_SEEDS (offset-key seeds: 3 full, 1 reduced), DROPE_RUN_DIR (runs/reproduce), DROPE_BUILD_DIR
+(build/).
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from . import corpus, report
+from . import corpus, offset_key, report
 from .driver import NONE, ROOT, Driver, Method, checkpoint, concat_tables, remove_outputs, run_pipeline, train_state
 
 C = 256
@@ -27,12 +32,14 @@ DATA = "runs/data/full"
 HAYSTACK = "runs/corpus/full/heldout"
 CONFIG = "configs/train/repro-tiny.yaml"
 OUTPUTS = ("settings.txt", "timing", "fig3", "train", "eval", "ppl_vs_length.*", "results.md", "results-ppl.*",
-           "results-niah.*", "REPORT.md")
+           "results-niah.*", "offset-key", "REPORT.md")
+OFFSET_KEY_QUERIES = 1000
 
 
 @dataclass(frozen=True)
 class Settings:
-    """The scale of a reproduction: training steps, seeds of RoPE/NoPE/DroPE, NIAH trials, perplexity windows."""
+    """The scale of a reproduction: training steps, seeds of RoPE/NoPE/DroPE, NIAH trials, perplexity windows,
+    seeds of the offset-key experiment (its training length comes from its configs)."""
 
     scale: str
     steps: int
@@ -40,6 +47,7 @@ class Settings:
     trials: int
     windows: int
     bias_grad: tuple[str, ...]
+    ok_seeds: int
 
     @property
     def drop_at(self) -> int:
@@ -49,17 +57,17 @@ class Settings:
     def line(self) -> str:
         """settings.txt."""
         return (f"scale={self.scale} steps={self.steps} seeds={self.seeds} trials={self.trials} "
-                f"drop_at={self.drop_at} C={C}")
+                f"drop_at={self.drop_at} C={C} ok_seeds={self.ok_seeds}")
 
 
 def settings(env: dict[str, str]) -> Settings:
-    """DROPE_REPRO_SCALE and its overrides DROPE_REPRO_STEPS / _SEEDS / _TRIALS."""
+    """DROPE_REPRO_SCALE and its overrides DROPE_REPRO_STEPS / _SEEDS / _TRIALS / _OK_SEEDS."""
     scale = env.get("DROPE_REPRO_SCALE", "full")
-    defaults = {"full": (600, 3, 40, 48, ("--seeds", "3", "--seqs", "8")),
-                "reduced": (120, 2, 10, 16, ("--seeds", "2", "--seqs", "4"))}
+    defaults = {"full": (600, 3, 40, 48, ("--seeds", "3", "--seqs", "8"), 3),
+                "reduced": (120, 2, 10, 16, ("--seeds", "2", "--seqs", "4"), 1)}
     if scale not in defaults:
         raise ValueError(f"DROPE_REPRO_SCALE must be full or reduced, got '{scale}'")
-    steps, seeds, trials, windows, bg = defaults[scale]
+    steps, seeds, trials, windows, bg, ok_seeds = defaults[scale]
 
     def knob(name: str, default: int) -> int:
         v = env.get(name, str(default))
@@ -68,7 +76,7 @@ def settings(env: dict[str, str]) -> Settings:
         return int(v)
 
     return Settings(scale, knob("DROPE_REPRO_STEPS", steps), knob("DROPE_REPRO_SEEDS", seeds),
-                    knob("DROPE_REPRO_TRIALS", trials), windows, bg)
+                    knob("DROPE_REPRO_TRIALS", trials), windows, bg, knob("DROPE_REPRO_OK_SEEDS", ok_seeds))
 
 
 class StageTimes:
@@ -110,7 +118,7 @@ def reproduce() -> int:
         return rc
     times.mark("corpus")
 
-    d.stage("1/4 Fig. 3: positional-bias gradients at initialisation (drope-analyze bias-grad)")
+    d.stage("1/5 Fig. 3: positional-bias gradients at initialisation (drope-analyze bias-grad)")
     if not (run / "fig3" / "bias_grad.json").is_file():
         d.tool("drope-analyze", "bias-grad", "--preset", "tiny", *s.bias_grad, "--out", run / "fig3", show=12)
         times.work = True
@@ -131,7 +139,7 @@ def reproduce() -> int:
     def model(name: str) -> pathlib.Path:
         return checkpoint(run / "train" / name, s.steps)
 
-    d.stage(f"2/4 training at equal budget: {s.steps} steps × 8 × {C} tokens; RoPE, NoPE, DroPE (drop at step "
+    d.stage(f"2/5 training at equal budget: {s.steps} steps × 8 × {C} tokens; RoPE, NoPE, DroPE (drop at step "
             f"{s.drop_at}) × {s.seeds} seeds; ALiBi, RNoPE-SWA × 1")
     for seed in range(s.seeds):
         train("rope", seed, "model.positional.type=rope")
@@ -152,7 +160,7 @@ def reproduce() -> int:
         Method("DroPE", model("drope-s0")),
     ]
 
-    d.stage(f"3/4 NIAH at 2C = {2 * C} (multiquery, multikey_1, multivalue; {s.trials} trials each; greedy)")
+    d.stage(f"3/5 NIAH at 2C = {2 * C} (multiquery, multikey_1, multivalue; {s.trials} trials each; greedy)")
     niah = []
     for m in ms:
         out = run / "eval" / f"niah-{m.slug}"
@@ -164,7 +172,7 @@ def reproduce() -> int:
         niah.append(out.with_name(out.name + ".json"))
     times.mark("niah")
 
-    d.stage("4/4 fitted temperature c (DroPE, NoPE) and perplexity vs length 1×–8× "
+    d.stage("4/5 fitted temperature c (DroPE, NoPE) and perplexity vs length 1×–8× "
             "(drope-eval fit-temperature, ppl)")
     for name in ("drope-s0", "nope-s0"):
         if not (model(name) / "temperature.json").is_file():
@@ -191,11 +199,22 @@ def reproduce() -> int:
     concat_tables([run / "results-ppl.md", run / "results-niah.md"], run / "results.md")
     times.mark("eval")
 
+    plan = offset_key.Plan(seeds=tuple(range(s.ok_seeds)), queries=OFFSET_KEY_QUERIES, nope=True,
+                           train_show=re.compile(r"^(step|done)"))
+    d.stage(f"5/5 offset-key retrieval (issue 18): {offset_key.describe(plan)}")
+
+    def ok_mark(stage: str, computed: bool) -> None:
+        times.work |= computed
+        times.mark(stage)
+
+    offset_key.run(d, run / "offset-key", plan, ok_mark)
+
     d.stage("report")
     text = report.build(run, report.ReportSettings(s.scale, s.steps, s.drop_at, C, s.trials))
     (run / "REPORT.md").write_text(text, encoding="utf-8")
     print(text, end="")
-    d.stage(f"done: {run}/REPORT.md (plots: {run}/fig3/bias_grad.png, {run}/ppl_vs_length.png)")
+    d.stage(f"done: {run}/REPORT.md (plots: {run}/fig3/bias_grad.png, {run}/ppl_vs_length.png, "
+            f"{run}/offset-key/far.png)")
     return 0
 
 

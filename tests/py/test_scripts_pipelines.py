@@ -20,9 +20,10 @@ def opt(flag, default=None):
 sets = dict(a.split("=", 1) for a in args if "=" in a and args[args.index(a) - 1] == "--set")
 if name == "drope-train":
     run = pathlib.Path(sets["run.out_dir"])
-    steps = int(sets["train.steps"]) if "train.steps" in sets else {"quickstart-drope.yaml": 150}.get(
-        pathlib.Path(args[0]).name, 600)
-    for k in [*range(150, steps, 150), steps]:
+    steps, every = {"quickstart-drope.yaml": (150, 150), "offset-key-rope.yaml": (800, 200),
+                    "offset-key-drope.yaml": (200, 200)}.get(pathlib.Path(args[0]).name, (600, 150))
+    steps = int(sets.get("train.steps", steps))
+    for k in [*range(every, steps, every), steps]:
         (run / "checkpoints" / f"step-{k:08d}").mkdir(parents=True, exist_ok=True)
         (run / "checkpoints" / f"step-{k:08d}" / "model.safetensors").write_text("")
     seed = int(sets.get("run.seed", 0))
@@ -38,7 +39,22 @@ elif args[0] == "fit-temperature":
 else:
     out, label = opt("--out"), opt("--label")
     if args[0] == "compare":
-        pathlib.Path(out + ".md").write_text(f"| compare {len(args) - 5} files: {opt('--title')} |\n")
+        files = args[1:next(i for i, a in enumerate(args) if a.startswith("--"))]
+        plot = f" plot {opt('--plot')}" if "--plot" in args else ""
+        pathlib.Path(out + ".md").write_text(f"| compare {len(files)} files{plot}: {opt('--title')} |\n")
+    elif args[0] == "offset-key":
+        # accuracy 90 at every length; far accuracy 100 - 10 * L / 128 (+ 5 with the fitted temperature, + seed)
+        bonus = (5 if opt("--temperature") == "auto" else 0) + int(opt("--seed"))
+        rows = [{"length": L, "accuracy": 90.0, "far_accuracy": None if L <= 128 else 100.0 - 10 * L / 128 + bonus,
+                 "queries": 1000, "far_queries": 0 if L <= 128 else 500, "correct": 900,
+                 "far_correct": 0 if L <= 128 else 400} for L in map(int, opt("--lengths").split(","))]
+        summary = {f"{k}@{r['length']}": r[a] for r in rows for k, a in (("acc", "accuracy"), ("far", "far_accuracy"))
+                   if r[a] is not None}
+        factor = float(opt("--factor")) if "--factor" in args else None
+        pathlib.Path(out + ".json").write_text(json.dumps({
+            "schema": "drope.results", "schema_version": 1, "kind": "offset-key", "seed": int(opt("--seed")),
+            "far_threshold": 128, "train_length": 128, "index_split": "test",
+            "method": {"label": label, "factor": factor, "train_length": 128}, "results": rows, "summary": summary}))
     else:
         summary = {"ppl@256": 3.0} if args[0] == "ppl" else {"avg": 12.5}
         pathlib.Path(out + ".json").write_text(json.dumps({"kind": args[0], "method": {"label": label},
@@ -60,7 +76,8 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_CALLS", str(calls))
     monkeypatch.setenv("DROPE_BUILD_DIR", str(bin_dir))
     monkeypatch.setenv("DROPE_RUN_DIR", str(tmp_path / "run"))
-    for knob in ("DROPE_FORCE", "DROPE_REPRO_SCALE", "DROPE_REPRO_STEPS", "DROPE_REPRO_SEEDS", "DROPE_REPRO_TRIALS"):
+    for knob in ("DROPE_FORCE", "DROPE_REPRO_SCALE", "DROPE_REPRO_STEPS", "DROPE_REPRO_SEEDS", "DROPE_REPRO_TRIALS",
+                 "DROPE_REPRO_OK_SEEDS"):
         monkeypatch.delenv(knob, raising=False)
     monkeypatch.setattr(corpus, "main", lambda argv: 0)
     monkeypatch.chdir(tmp_path)  # the pipelines chdir to the repository root: restored after the test
@@ -76,11 +93,33 @@ def test_quickstart(fake, capsys):
     assert quickstart.quickstart() == 0
     out = capsys.readouterr().out
     train = tool_calls(calls, "drope-train")
+    ok = run / "offset-key"
     assert train == [f"drope-train {quickstart.PRETRAIN} --set run.out_dir={run}/rope",
                      f"drope-train {quickstart.DROPE} --set run.out_dir={run}/drope "
-                     f"--set run.init={run}/rope/checkpoints/step-00000450"]
+                     f"--set run.init={run}/rope/checkpoints/step-00000450",
+                     f"drope-train configs/train/offset-key-rope.yaml --set run.out_dir={ok}/train/rope-s0 "
+                     "--set run.name=offset-key-rope-s0 --set run.seed=0",
+                     f"drope-train configs/train/offset-key-drope.yaml --set run.out_dir={ok}/train/drope-s0 "
+                     f"--set run.name=offset-key-drope-s0 --set run.seed=0 "
+                     f"--set run.init={ok}/train/rope-s0/checkpoints/step-00000600"]
     evals = tool_calls(calls, "drope-eval")
-    assert len(evals) == 5 + 1 + 10 + 2  # ppl per method, the plot, NIAH per method at C and 2C, two tables
+    # ppl per method, the plot, NIAH per method at C and 2C; offset-key: the temperature fit, RoPE, PI / NTK / YaRN
+    # at 2C, 4C, 8C, DroPE with and without the temperature, the plot; two tables
+    assert len(evals) == 5 + 1 + 10 + (1 + 1 + 9 + 2 + 1) + 2
+    ok_evals = [e for e in evals if "offset-key" in e]
+    assert ok_evals[0] == (f"drope-eval fit-temperature --model {ok}/train/drope-s0/checkpoints/step-00000200 "
+                           "--task offset-key --multipliers 2,4,8 --queries 512")
+    assert ok_evals[1] == (f"drope-eval offset-key --model {ok}/train/rope-s0/checkpoints/step-00000800 --label RoPE "
+                           f"--lengths 128,256,512,1024 --queries 1000 --seed 0 --out {ok}/eval/rope-s0")
+    assert ok_evals[4] == (f"drope-eval offset-key --model {ok}/train/rope-s0/checkpoints/step-00000800 --rope-scaling "
+                           f"pi --factor 8 --label RoPE+PI --lengths 1024 --queries 1000 --seed 0 "
+                           f"--out {ok}/eval/rope-pi-s0-L1024")
+    assert "--temperature auto --label DroPE+temp" in ok_evals[11]
+    assert "--temperature 0 --label DroPE c=0" in ok_evals[12]
+    assert ok_evals[13].startswith(f"drope-eval compare {ok}/eval/rope-s0.json {ok}/eval/rope-pi-s0.json ") and \
+        f"drope-c0-s0.json --plot far --out {ok}/far --title" in ok_evals[13]
+    assert {p.name for p in (ok / "eval").glob("*-s0.json")} == {
+        f"{slug}-s0.json" for slug in ("rope", "rope-pi", "rope-ntk", "rope-yarn", "drope-temp", "drope-c0")}
     assert {p.name for p in (run / "eval").glob("*.json")} == {"ppl.json"} | {
         f"{kind}-{slug}{tag}.json" for slug in ("rope", "rope-pi", "rope-ntk", "rope-yarn", "drope")
         for kind, tag in (("ppl", ""), ("niah", "-C"), ("niah", "-2C"))}
@@ -90,14 +129,18 @@ def test_quickstart(fake, capsys):
     assert table.startswith("| compare 5 files: Perplexity (held-out split), tiny models trained at C = 256 for 600 "
                             "steps (DroPE: 450 RoPE + 150 recalibration)")
     assert "\n\n| compare 10 files: NIAH score" in table and out.endswith(table)
+    assert table.index("| compare 5 files") < table.index("### Offset-key retrieval at C = 128") < table.index(
+        "| compare 10 files")
+    assert "| RoPE+PI | – | 80.0 | 60.0 | 20.0 |" in table and "| DroPE+temp | 90.0 | 85.0 | 65.0 | 25.0 |" in table
+    assert "\nclaim (f) the temperature matters: agrees\n" in table and "1 seed: no confidence interval" in table
     assert [l.split()[0] for l in (run / "timing.txt").read_text().splitlines()] == [
-        "corpus", "pretrain", "drope", "ppl", "niah", "total"]
+        "corpus", "pretrain", "drope", "ppl", "niah", "offset-key-train", "offset-key-eval", "total"]
 
     calls.write_text("")  # a second run reuses the training runs and the evaluations
     assert quickstart.quickstart() == 0
     out = capsys.readouterr().out
     assert tool_calls(calls, "drope-train") == []
-    assert len(tool_calls(calls, "drope-eval")) == 3  # the plot and the two tables
+    assert len(tool_calls(calls, "drope-eval")) == 4  # the two plots and the two tables
     assert f"already trained: {run}/drope/checkpoints/step-00000150" in out
     assert f"RoPE+PI: reusing {run}/eval/ppl-rope-pi.json" in out
 
@@ -109,41 +152,55 @@ def test_quickstart_force_keeps_foreign_files(fake, monkeypatch):
     monkeypatch.setenv("DROPE_FORCE", "1")
     calls.write_text("")
     assert quickstart.quickstart() == 0
-    assert len(tool_calls(calls, "drope-train")) == 2 and (run / "mine.txt").read_text() == "keep"
+    assert len(tool_calls(calls, "drope-train")) == 4 and (run / "mine.txt").read_text() == "keep"
 
 
 def test_reproduce_reduced(fake, capsys, monkeypatch):
     run, calls = fake
     monkeypatch.setenv("DROPE_REPRO_SCALE", "reduced")
     monkeypatch.setenv("DROPE_REPRO_SEEDS", "2")
+    monkeypatch.setenv("DROPE_REPRO_OK_SEEDS", "2")
     assert reproduce.reproduce() == 0
     out = capsys.readouterr().out
-    assert (run / "settings.txt").read_text() == "scale=reduced steps=120 seeds=2 trials=10 drop_at=105 C=256\n"
+    assert (run / "settings.txt").read_text() == ("scale=reduced steps=120 seeds=2 trials=10 drop_at=105 C=256 "
+                                                  "ok_seeds=2\n")
     train = tool_calls(calls, "drope-train")
-    assert len(train) == 3 * 2 + 2
+    assert len(train) == 3 * 2 + 2 + 3 * 2  # offset-key: RoPE, DroPE, NoPE per seed
+    assert train[-1].endswith("--set run.name=offset-key-nope-s1 --set run.seed=1 --set model.positional.type=nope")
+    fits = [e for e in tool_calls(calls, "drope-eval") if e.startswith("drope-eval fit-temperature")]
+    assert len(fits) == 2 + 2 * 2 and sum("--task offset-key" in f for f in fits) == 4
     assert train[2].endswith("--set run.name=drope-s0 --set run.seed=0 --set train.steps=120 "
                              "--set model.positional.type=rope --set drope.drop_at_step=105")
     assert "== rnope-swa seed 0" in out and "noise" not in out  # training output filtered to step/done lines
     assert len(tool_calls(calls, "drope-analyze")) == 1
-    assert sorted(p.name for p in (run / "timing").iterdir()) == ["corpus", "eval", "fig3", "niah", "train"]
+    assert sorted(p.name for p in (run / "timing").iterdir()) == ["corpus", "eval", "fig3", "niah", "offset-key-eval",
+                                                                  "offset-key-train", "train"]
     text = (run / "REPORT.md").read_text()
     assert "| rope | 2 | 20.50 | 0.71 |" in text and "- drope: c = 0.5" in text and text in out
+    # far accuracy: seed bonus 0 and 1, so two values 0.5 apart around the mean: half-width t(0.975, 1)·0.5/√2·√2
+    assert "## 5. Offset-key retrieval" in text and "| NoPE+temp | 90.0 ± 0.0 | 85.5 ± 6.4 | 65.5 ± 6.4 |" in text
+    assert "\nclaim (a) RoPE collapses beyond C on far needles: agrees\n" in text
 
     calls.write_text("")
     assert reproduce.reproduce() == 0
     assert tool_calls(calls, "drope-train") == [] and tool_calls(calls, "drope-analyze") == []
+    assert not any("fit-temperature" in e or "offset-key --model" in e for e in tool_calls(calls, "drope-eval"))
     assert "rope seed 1: done" in capsys.readouterr().out
 
 
 def test_reproduce_settings():
     full = reproduce.settings({})
-    assert (full.steps, full.seeds, full.trials, full.windows, full.drop_at) == (600, 3, 40, 48, 525)
+    assert (full.steps, full.seeds, full.trials, full.windows, full.drop_at, full.ok_seeds) == (600, 3, 40, 48, 525, 3)
+    assert reproduce.settings({"DROPE_REPRO_SCALE": "reduced"}).ok_seeds == 1
+    assert reproduce.settings({"DROPE_REPRO_OK_SEEDS": "5"}).ok_seeds == 5
     r = reproduce.settings({"DROPE_REPRO_SCALE": "reduced", "DROPE_REPRO_STEPS": "80", "DROPE_REPRO_TRIALS": "4"})
     assert (r.steps, r.seeds, r.trials, r.drop_at, r.bias_grad) == (80, 2, 4, 70, ("--seeds", "2", "--seqs", "4"))
     with pytest.raises(ValueError, match="DROPE_REPRO_SCALE must be full or reduced, got 'huge'"):
         reproduce.settings({"DROPE_REPRO_SCALE": "huge"})
     with pytest.raises(ValueError, match="DROPE_REPRO_SEEDS must be a positive integer, got 'x'"):
         reproduce.settings({"DROPE_REPRO_SEEDS": "x"})
+    with pytest.raises(ValueError, match="DROPE_REPRO_OK_SEEDS must be a positive integer, got '0'"):
+        reproduce.settings({"DROPE_REPRO_OK_SEEDS": "0"})
 
 
 def test_reproduce_refuses_a_bad_knob(fake, monkeypatch, capsys):

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from drope_scripts import report
+from drope_scripts import offset_key_report, report
 
 
 def bias_grad(rope, nope):
@@ -28,7 +28,8 @@ def log(run_dir, ppls):
 def run(tmp_path):
     run = tmp_path / "reproduce"
     (run / "timing").mkdir(parents=True)
-    for stage, s in {"corpus": 60, "fig3": 30, "train": 600, "niah": 120, "eval": 90}.items():
+    for stage, s in {"corpus": 60, "fig3": 30, "train": 600, "niah": 120, "eval": 90, "offset-key-train": 120,
+                     "offset-key-eval": 60}.items():
         (run / "timing" / stage).write_text(f"{s}\n")
     (run / "settings.txt").write_text("scale=reduced steps=120 seeds=2 trials=10 drop_at=105 C=256\n")
     (run / "fig3").mkdir()
@@ -43,6 +44,19 @@ def run(tmp_path):
     ckpt.mkdir(parents=True)
     (ckpt / "temperature.json").write_text(json.dumps({"schema": "drope.results", "schema_version": 1,
                                                        "kind": "temperature", "c": 0.41234, "fits": []}))
+    # offset-key: RoPE and DroPE+temp, one seed each (the claims that need other methods are inconclusive)
+    (run / "offset-key" / "eval").mkdir(parents=True)
+    files = {}
+    for label, at_c, far in (("RoPE", 99.0, 40.0), ("DroPE+temp", 98.0, 85.0)):
+        rows = [{"length": 128, "accuracy": at_c, "far_accuracy": None},
+                {"length": 512, "accuracy": 70.0, "far_accuracy": far}]
+        f = run / "offset-key" / "eval" / f"{label}.json"
+        f.write_text(json.dumps({"schema": "drope.results", "schema_version": 1, "kind": "offset-key",
+                                 "train_length": 128, "method": {"label": label}, "results": rows,
+                                 "summary": offset_key_report.summary_of(rows)}))
+        files[label] = [f]
+    doc = offset_key_report.aggregate(files, 128, (1, 4), (200, 800))
+    (run / "offset-key" / "results.json").write_text(json.dumps(doc))
     return run
 
 
@@ -84,12 +98,20 @@ def test_whole_report(run):
     text = report.build(run, SETTINGS)
     assert text.startswith("# DroPE reproduction at small scale (reduced)\n")
     assert "120 steps × 8 sequences × 256 tokens = 0.25M tokens each" in text
-    assert "Wall time 15.0 min on this machine (corpus 1.0, Fig. 3 0.5, training 10.0, NIAH 2.0, perplexity + " \
-           "temperature 1.5 min" in text
+    assert "Wall time 18.0 min on this machine (corpus 1.0, Fig. 3 0.5, training 10.0, NIAH 2.0, perplexity + " \
+           "temperature 1.5, offset-key training 2.0 + evaluation 1.0 min; each stage" in text
     assert "settings: `scale=reduced steps=120 seeds=2 trials=10 drop_at=105 C=256`" in text
     assert "| RoPE | 20.00 |" in text and "NIAH: 10 trials per task at 512 tokens" in text
     assert "- drope: c = 0.412\n" in text and "- nope:" not in text
-    assert text.index("## 1. Fig. 3") < text.index("## 2. Table 7") < text.index("## 3–4.")
+    assert text.index("## 1. Fig. 3") < text.index("## 2. Table 7") < text.index("## 3–4.") < text.index(
+        "## 5. Offset-key retrieval")
+    assert "RoPE's step-600 checkpoint without RoPE, with QK-norm, recalibrated for 200 steps" in text
+    assert "| method | C = 128 (all) | 4C = 512 (far) |\n|---|---:|---:|\n| RoPE | 99.0 | 40.0 |\n" \
+           "| DroPE+temp | 98.0 | 85.0 |\n" in text
+    assert "Plot: `offset-key/far.png`" in text and "Issue 18's pilot" in text
+    assert "\nclaim (a) RoPE collapses beyond C on far needles: inconclusive\n" in text  # no 8C here
+    assert "\nclaim (e) DroPE recovers RoPE's in-context accuracy with 25 % (200 of 800 steps recalibrating) of " \
+           "the budget: agrees\n" in text
 
 
 def test_report_refuses_a_newer_results_file(run):
