@@ -32,7 +32,7 @@ from .offset_key_report import (DROPE_0, DROPE_T, KIND, NOPE_T, NTK, PI, ROPE, Y
 
 ROPE_CONFIG = "configs/train/offset-key-rope.yaml"
 DROPE_CONFIG = "configs/train/offset-key-drope.yaml"
-TEMPERATURE_QUERIES = 512
+TEMPERATURE_QUERIES = 256
 # Settings every per-length file of a merged (method, seed) must share.
 MERGE_KEYS = ("seed", "far_threshold", "train_length", "index_split")
 

@@ -105,8 +105,8 @@ def test_evaluate_reuses_a_valid_result_and_checks_its_kind(tools, tmp_path):
 
 def test_config_steps(tmp_path):
     root = driver.ROOT / "configs" / "train"
-    assert driver.config_steps(root / "quickstart-pretrain-rope.yaml") == 600
-    assert driver.config_steps(root / "quickstart-drope.yaml") == 150
+    assert driver.config_steps(root / "quickstart-pretrain-rope.yaml") == 400
+    assert driver.config_steps(root / "quickstart-drope.yaml") == 100
     p = tmp_path / "c.yaml"
     p.write_text("train:\n  # steps: 5\n  log_every: 1\n  steps:   40   # trailing comment\n")
     assert driver.config_steps(p) == 40
