@@ -98,6 +98,9 @@ def write_atomic(path: pathlib.Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; results are ordinary files
         os.replace(tmp, path)
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
@@ -237,7 +240,6 @@ def run(d: Driver, out: pathlib.Path, plan: Plan, mark: Callable[[str, bool], No
     write_atomic(out / "results.md", text)
     n = len(plan.seeds)
     d.compare([p for paths in files.values() for p in paths], out / "far",
-              f"Offset-key retrieval: far-needle accuracy vs length, trained at C = {c} "
-              f"({n} seed{'s' if n > 1 else ''})", plot="far")
+              f"Offset-key: far-needle accuracy (%), C = {c}, {n} seed{'s' if n > 1 else ''}", plot="far")
     mark("offset-key-eval", computed)
     return Outcome(text, doc, computed)

@@ -64,6 +64,7 @@ plot::Figure plot_summary(const CompareRun& r, const std::vector<std::pair<std::
     panel.series.push_back(plot::guide_line("train length", {train_length, train_length},
                                             {y_lo, y_hi}));
   plot::Figure fig;
+  fig.panel_width = 600;  // room for a title and a legend beside up to eight lines
   fig.panels.push_back(panel);
   return fig;
 }
