@@ -38,22 +38,36 @@ void print_info(drope::DecoderLM& m) {
   fmt::print("arch {}  vocab {}  hidden {}  mlp {}  layers {}  heads {}/{} (kv)  head_dim {}  tied {}\n", c.arch,
              c.vocab_size, c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads,
              c.resolved_head_dim(), c.tie_embeddings);
-  fmt::print("positional {}  theta {}  scaling {} (x{})  qk_norm {}  temperature c={}  context {}\n",
+  fmt::print("positional {}  theta {}  scaling {} (x{})  qk_norm {}  temperature c={}  context {}{}\n",
              c.positional.type, c.positional.rope_theta, c.positional.scaling.type, c.positional.scaling.factor,
-             c.qk_norm, c.softmax_temperature, c.max_position);
+             c.qk_norm, c.softmax_temperature, c.max_position,
+             c.softmax_scale > 0 ? fmt::format("  softmax_scale {}", c.softmax_scale) : "");
   std::string plan;
   for (const auto& l : c.layer_plan()) plan += fmt::format("{}{} ", kind_name(l.kind), l.window ? fmt::format("/w{}", l.window) : "");
   fmt::print("layers: {}\n", plan);
   fmt::print("parameters: {} ({:.2f}M)\n", m->num_parameters(), m->num_parameters() / 1e6);
 }
 
-void save(drope::DecoderLM& m, const std::string& out, const std::string& dtype, bool force) {
+void save(drope::DecoderLM& m, const std::string& out, const std::string& dtype, const std::string& format, bool force) {
   drope::io::SaveOptions o;
   o.dtype = parse_dtype(dtype);
   o.replace_any = force;
+  o.format = drope::parse_name<drope::ModelFormat>(format, "--format");
   const bool hf = drope::io::save_model(m, out, o);
-  fmt::print("saved {} ({})\n", out, hf ? "drope.yaml + HF config.json + model.safetensors"
-                                         : "drope.yaml + model.safetensors; HF cannot express this model");
+  if (o.format == drope::ModelFormat::kDropeReference)
+    fmt::print("saved {} (DroPE reference config.json, model_type {}_drope + model.safetensors)\n", out, m->config().arch);
+  else
+    fmt::print("saved {} ({})\n", out, hf ? "drope.yaml + HF config.json + model.safetensors"
+                                           : "drope.yaml + model.safetensors; HF cannot express this model");
+}
+
+// The import options of --positional ("" = none).
+drope::io::ImportOptions import_options(const std::string& positional) {
+  drope::io::ImportOptions o;
+  if (positional.empty()) return o;
+  o.positional = drope::parse_name<drope::PositionalType>(positional, "--positional");
+  drope::io::check_import_positional(*o.positional, "--positional");
+  return o;
 }
 
 }  // namespace
@@ -61,15 +75,27 @@ void save(drope::DecoderLM& m, const std::string& out, const std::string& dtype,
 int main(int argc, char** argv) {
   CLI::App cli{"drope-model: create, inspect, convert and DroPE-transform models"};
   cli.require_subcommand(1);
-  std::string model_dir, config, preset, out, dtype = "float32", qk_norm = "none";
+  std::string model_dir, config, preset, out, dtype = "float32", qk_norm = "none", format = "drope", positional;
   uint64_t seed = 0;
   bool per_head = false, force = false;
   const char* force_help = "Replace --out even if it is a non-empty directory that is not a drope model";
+  const std::string format_help = "Output format: drope (drope.yaml + safetensors, HF config.json when HF can express "
+                                  "the model) | drope-reference (the DroPE authors' llama_drope / qwen2_drope config.json)";
+  const std::string positional_help =
+      "Override the imported model's positional encoding in every layer: rope | nope (a RoPE-less checkpoint saved "
+      "as plain Llama: nope)";
+  const auto add_format = [&](CLI::App* c) {
+    c->add_option("--format", format, format_help)->check(CLI::IsMember(drope::names_of<drope::ModelFormat>()));
+  };
+  const auto add_positional = [&](CLI::App* c) {
+    c->add_option("--positional", positional, positional_help)->check(CLI::IsMember(drope::names_of<drope::PositionalType>()));
+  };
 
   auto* info = cli.add_subcommand("info", "Print a model's shape, layer plan and parameter count");
   info->add_option("--model", model_dir, "Model directory");
   info->add_option("--config", config, "Model YAML config");
   info->add_option("--preset", preset, "Preset name");
+  add_positional(info);
 
   auto* init = cli.add_subcommand("init", "Randomly initialise a model (N(0, init_std)) and save it");
   init->add_option("--config", config, "Model YAML config");
@@ -77,12 +103,15 @@ int main(int argc, char** argv) {
   init->add_option("--seed", seed, "Initialisation seed");
   init->add_option("--out", out, "Output directory")->required();
   init->add_option("--dtype", dtype, "Stored dtype: float32 | bfloat16 | float16");
+  add_format(init);
   init->add_flag("--force", force, force_help);
 
   auto* convert = cli.add_subcommand("convert", "Import a model directory (HF or drope) and write it back");
   convert->add_option("--model", model_dir, "Input model directory")->required();
   convert->add_option("--out", out, "Output directory")->required();
   convert->add_option("--dtype", dtype, "Stored dtype: float32 | bfloat16 | float16");
+  add_positional(convert);
+  add_format(convert);
   convert->add_flag("--force", force, force_help);
 
   auto* drop = cli.add_subcommand("drop", "DroPE: remove positional embeddings from every layer, keep weights");
@@ -92,6 +121,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(drope::names_of<drope::QkNorm>()));
   drop->add_flag("--per-head", per_head, "QK-norm per head instead of over the whole projection");
   drop->add_option("--dtype", dtype, "Stored dtype: float32 | bfloat16 | float16");
+  add_format(drop);
   drop->add_flag("--force", force, force_help);
 
   drope::app::check_numeric_flags(cli);
@@ -100,9 +130,10 @@ int main(int argc, char** argv) {
   return drope::app::run([&] {
     if (*info) {
       if (!model_dir.empty()) {
-        auto m = drope::io::load_model(model_dir);
+        auto m = drope::io::load_model(model_dir, import_options(positional));
         print_info(m);
       } else {
+        if (!positional.empty()) drope::fail("--positional applies to --model (an imported directory)");
         drope::DecoderLM m(config_from(config, preset));
         print_info(m);
       }
@@ -110,15 +141,15 @@ int main(int argc, char** argv) {
       drope::DecoderLM m(config_from(config, preset));
       m->reset_parameters(seed);
       print_info(m);
-      save(m, out, dtype, force);
+      save(m, out, dtype, format, force);
     } else if (*convert) {
-      auto m = drope::io::load_model(model_dir);
-      save(m, out, dtype, force);
+      auto m = drope::io::load_model(model_dir, import_options(positional));
+      save(m, out, dtype, format, force);
     } else if (*drop) {
       auto m = drope::io::load_model(model_dir);
       auto d = drope::drop_positional(m, {drope::parse_name<drope::QkNorm>(qk_norm, "--qk-norm"), per_head});
       print_info(d);
-      save(d, out, dtype, force);
+      save(d, out, dtype, format, force);
     }
     return 0;
   });

@@ -57,12 +57,14 @@ TEST(Config, YamlRoundTrip) {
   c.positional.rope_theta = 123456.789;
   c.qk_norm = QkNorm::kQ;
   c.softmax_temperature = 0.412;
+  c.softmax_scale = 0.3125;
   c.positional.layers = {"rope", "nope", "alibi", "rope"};
   auto d = test::tmp_dir("cfg_rt");
   auto back = load_model_config_file(write(d, "rt.yaml", model_config_to_yaml(c)));
   EXPECT_EQ(model_config_to_yaml(back), model_config_to_yaml(c));
   EXPECT_EQ(back.positional.rope_theta, 123456.789);
   EXPECT_EQ(back.softmax_temperature, 0.412);
+  EXPECT_EQ(back.softmax_scale, 0.3125);
   EXPECT_EQ(back.positional.layers, c.positional.layers);
 }
 
@@ -147,6 +149,8 @@ TEST(Config, NonFiniteAndOverflowingNumbersAreRefused) {
       {"rms_eps: .nan\n", {"rms_eps", "finite", "nan"}},
       {"init_std: -.inf\n", {"init_std", "finite"}},
       {"softmax_temperature: .inf\n", {"softmax_temperature", "finite"}},
+      {"softmax_scale: .nan\n", {"softmax_scale", "finite"}},
+      {"softmax_scale: -0.5\n", {"softmax_scale", ">= 0"}},
       {"positional: {scaling: {type: yarn, factor: .inf}}\n", {"scaling.factor", "finite"}},
       {"positional: {scaling: {type: yarn, factor: 4, beta_fast: .nan}}\n", {"beta_fast", "finite"}},
       {"positional: {scaling: {type: yarn, factor: 4, beta_slow: 0}}\n", {"beta_slow", "> 0", "got 0"}},

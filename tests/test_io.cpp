@@ -127,6 +127,94 @@ TEST(ModelIO, HfConfigErrors) {
   test::expect_error([] { io::parse_hf_config("[1,", "c.json"); }, {"c.json", "JSON"});
 }
 
+namespace {
+const char* kSmall = R"("vocab_size": 97, "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+                        "num_key_value_heads": 2, "max_position_embeddings": 32)";
+std::string small_config(const std::string& type, const std::string& extra, int layers = 2) {
+  return "{\"model_type\": \"" + type + "\", \"num_hidden_layers\": " + std::to_string(layers) + ", " + kSmall +
+         (extra.empty() ? "" : ", " + extra) + "}";
+}
+}  // namespace
+
+TEST(ModelIO, DropeReferenceConfigs) {
+  // attention_type → QK-norm mode; RoPE (and its scaling) gone; softmax_scale kept; the unused norm listed.
+  auto a = io::import_hf_config(small_config("llama_drope", R"("attention_type": "qk_norm_nope",
+      "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16})"), "c.json");
+  EXPECT_EQ(a.config.positional.type, PositionalType::kNope);
+  EXPECT_EQ(a.config.positional.scaling.type, RopeScalingType::kNone);
+  EXPECT_EQ(a.config.qk_norm, QkNorm::kQk);
+  EXPECT_FALSE(a.config.qk_norm_per_head);
+  EXPECT_EQ(a.config.softmax_scale, 0.0);
+  EXPECT_TRUE(a.unused.empty());
+  auto q = io::import_hf_config(small_config("qwen2_drope", R"("attention_type": "q_norm_nope", "softmax_scale": 0.25)"), "c.json");
+  EXPECT_EQ(q.config.arch, "qwen2");
+  EXPECT_TRUE(q.config.attention_bias);
+  EXPECT_EQ(q.config.qk_norm, QkNorm::kQ);
+  EXPECT_EQ(q.config.softmax_scale, 0.25);
+  ASSERT_EQ(q.unused.size(), 1u);
+  EXPECT_EQ(q.unused[0].suffix, "self_attn.k_norm.weight");
+  EXPECT_EQ(q.unused[0].size, 2 * 16);
+  auto k = io::import_hf_config(small_config("llama_drope", R"("attention_type": "k_norm_nope", "softmax_scale": null)"), "c.json");
+  EXPECT_EQ(k.config.qk_norm, QkNorm::kK);
+  EXPECT_EQ(k.config.softmax_scale, 0.0);
+  ASSERT_EQ(k.unused.size(), 1u);
+  EXPECT_EQ(k.unused[0].suffix, "self_attn.q_norm.weight");
+  EXPECT_EQ(k.unused[0].size, 4 * 16);
+  EXPECT_EQ(io::parse_hf_config(small_config("llama_drope", ""), "c.json").qk_norm, QkNorm::kNone);  // default nope
+  // Written back: the same config, the same extra tensors; a plain HF config cannot hold it.
+  EXPECT_FALSE(q.config.hf_expressible());
+  auto back = io::import_hf_config(io::drope_reference_config_json(q.config), "back.json");
+  EXPECT_EQ(back.model_type, "qwen2_drope");
+  auto resolved = q.config;
+  resolved.head_dim = resolved.resolved_head_dim();  // the export writes head_dim explicitly
+  EXPECT_EQ(model_config_to_yaml(back.config), model_config_to_yaml(resolved));
+  EXPECT_EQ(io::drope_reference_extra_tensors(q.config).size(), 1u);
+  EXPECT_TRUE(io::drope_reference_extra_tensors(a.config).empty());
+  // Errors name the file and the key.
+  test::expect_error([] { io::parse_hf_config(small_config("llama_drope", R"("attention_type": "rope")"), "c.json"); },
+                     {"c.json", "attention_type", "'rope'", "qk_norm_nope"});
+  for (const char* bad : {"0", "-1", "\"big\"", "[1]"})
+    test::expect_error([&] { io::parse_hf_config(small_config("llama_drope", std::string("\"softmax_scale\": ") + bad), "c.json"); },
+                       {"c.json", "softmax_scale"});
+  auto rope = io::parse_hf_config(small_config("llama", ""), "c.json");
+  test::expect_error([&] { io::drope_reference_config_json(rope); }, {"drope-reference", "layer 0 is RoPE"});
+  auto per_head = a.config;
+  per_head.qk_norm_per_head = true;
+  test::expect_error([&] { io::drope_reference_config_json(per_head); }, {"drope-reference", "per head"});
+  auto warm = a.config;
+  warm.softmax_temperature = 0.1;
+  test::expect_error([&] { io::drope_reference_config_json(warm); }, {"drope-reference", "softmax_temperature"});
+}
+
+TEST(ModelIO, SmolLM3Configs) {
+  auto plan = [](const std::string& extra, int layers) {
+    return io::parse_hf_config(small_config("smollm3", extra, layers), "c.json").positional;
+  };
+  // transformers' default: every 4th layer NoPE; rope_theta defaults to 2e6.
+  auto p = plan("", 8);
+  EXPECT_EQ(p.layers, (std::vector<std::string>{"rope", "rope", "rope", "nope", "rope", "rope", "rope", "nope"}));
+  EXPECT_EQ(p.rope_theta, 2e6);
+  EXPECT_EQ(p.window, 0);
+  EXPECT_TRUE(plan(R"("no_rope_layers": [1, 1])", 2).layers.empty());  // RoPE everywhere: a plain Llama
+  EXPECT_EQ(plan(R"("no_rope_layers": [0, true, 1, 0, 1])", 3).layers, (std::vector<std::string>{"nope", "rope", "rope"}));
+  // Sliding window: NoPE layers when only use_sliding_window + sliding_window are set; layer_types when given.
+  auto w = plan(R"("no_rope_layers": [1, 0], "use_sliding_window": true, "sliding_window": 8)", 2);
+  EXPECT_EQ(w.layers, (std::vector<std::string>{"rope", "nope-swa"}));
+  EXPECT_EQ(w.window, 8);
+  EXPECT_EQ(plan(R"("no_rope_layers": [1, 0], "sliding_window": 8)", 2).window, 0);
+  auto t = plan(R"("no_rope_layers": [1, 1], "sliding_window": 5, "layer_types": ["sliding_attention", "full_attention"])", 2);
+  EXPECT_EQ(t.layers, (std::vector<std::string>{"rope-swa", "rope"}));
+  EXPECT_EQ(t.window, 5);
+  test::expect_error([&] { plan(R"("no_rope_layers": [1])", 2); }, {"c.json", "no_rope_layers", "1 entries", "2"});
+  test::expect_error([&] { plan(R"("no_rope_layers": [1, 0.5])", 2); }, {"c.json", "no_rope_layers", "entry 1"});
+  test::expect_error([&] { plan(R"("no_rope_layer_interval": -1)", 2); }, {"c.json", "no_rope_layer_interval"});
+  test::expect_error([&] { plan(R"("layer_types": ["full_attention"])", 2); }, {"c.json", "layer_types"});
+  test::expect_error([&] { plan(R"("layer_types": ["sliding_attention", "full_attention"])", 2); },
+                     {"c.json", "sliding_window"});
+  test::expect_error([&] { io::parse_hf_config(small_config("smollm3", "", 5000), "c.json"); },
+                     {"c.json", "num_layers", "5000"});
+}
+
 TEST(Safetensors, FifosAreRefusedAndLayoutMustBeExact) {
   auto d = test::tmp_dir("st_fifo");
   const std::string fifo = d + "/model.safetensors";

@@ -94,10 +94,16 @@ std::vector<LayerPositional> ModelConfig::layer_plan() const {
   return plan;
 }
 
-bool ModelConfig::hf_expressible() const {
-  if (qk_norm != QkNorm::kNone || softmax_temperature != 0.0 || mlp_bias != false) return false;
+bool ModelConfig::hf_shape_expressible() const {
+  if (mlp_bias) return false;
   if (arch == "qwen2" && (attention_out_bias || !attention_bias)) return false;
   if (arch == "llama" && attention_bias != attention_out_bias) return false;
+  return true;
+}
+
+bool ModelConfig::hf_expressible() const {
+  if (qk_norm != QkNorm::kNone || softmax_temperature != 0.0 || softmax_scale != 0.0 || !hf_shape_expressible())
+    return false;
   if (positional.scaling.type == RopeScalingType::kDynamicYarn) return false;
   for (const auto& l : layer_plan())
     if (l.kind != PositionalKind::kRope || l.window != 0) return false;
@@ -164,6 +170,7 @@ void ModelConfig::validate(const std::string& src) const {
   number("rms_eps", rms_eps, Interval::positive());
   number("init_std", init_std, Interval::positive());
   number("softmax_temperature", softmax_temperature, Interval::non_negative());
+  number("softmax_scale", softmax_scale, Interval::non_negative());
   number("positional.rope_theta", positional.rope_theta, Interval::above(1));
   if (positional.window < 0) fail("{}: model.positional.window must be >= 0", src);
   if (positional.type == PositionalType::kRnopeSwa && positional.window <= 0)
@@ -216,6 +223,7 @@ ModelConfig parse_model_config(YamlMap m) {
   get_name(m, "qk_norm", c.qk_norm);
   m.get("qk_norm_per_head", c.qk_norm_per_head);
   m.get("softmax_temperature", c.softmax_temperature);
+  m.get("softmax_scale", c.softmax_scale);
   m.get("bos_token_id", c.bos_token_id);
   m.get("eos_token_id", c.eos_token_id);
   YamlMap p = m.map("positional");
@@ -273,6 +281,7 @@ std::string model_config_to_yaml(const ModelConfig& c) {
   e << YAML::Key << "qk_norm" << YAML::Value << std::string(name_of(c.qk_norm));
   e << YAML::Key << "qk_norm_per_head" << YAML::Value << c.qk_norm_per_head;
   e << YAML::Key << "softmax_temperature" << YAML::Value << c.softmax_temperature;
+  if (c.softmax_scale != 0.0) e << YAML::Key << "softmax_scale" << YAML::Value << c.softmax_scale;
   e << YAML::Key << "bos_token_id" << YAML::Value << c.bos_token_id;
   e << YAML::Key << "eos_token_id" << YAML::Value << c.eos_token_id;
   e << YAML::Key << "positional" << YAML::Value << YAML::BeginMap;

@@ -1,8 +1,12 @@
 #include "drope/io/hf_config.h"
 
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -52,30 +56,101 @@ int64_t original_max(const json& rp, int64_t max_position, const std::string& pa
   return v;
 }
 
+// The DroPE authors' attention_type values (custom_models/drope.py) and our QK-norm mode for each.
+constexpr std::array<std::pair<QkNorm, std::string_view>, 4> kAttentionTypes{
+    {{QkNorm::kNone, "nope"}, {QkNorm::kQk, "qk_norm_nope"}, {QkNorm::kQ, "q_norm_nope"}, {QkNorm::kK, "k_norm_nope"}}};
+
+std::string attention_type_names() {
+  std::vector<std::string> v;
+  for (const auto& e : kAttentionTypes) v.emplace_back(e.second);
+  return join_names(v);
+}
+
+// One 0/1 entry of SmolLM3's no_rope_layers (1 = RoPE, 0 = NoPE; JSON booleans as Python writes them too).
+bool rope_entry(const json& v, size_t i, const std::string& path) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1)) return v.get<int64_t>() == 1;
+  fail("{}: key 'no_rope_layers' entry {} must be 0 (NoPE) or 1 (RoPE), got {}", path, i, v.dump());
+}
+
+// SmolLM3's per-layer plan (transformers' SmolLM3Config): no_rope_layers[i] = 1 keeps RoPE, 0 drops it (absent:
+// every no_rope_layer_interval-th layer is NoPE); layer_types[i] = "sliding_attention" restricts layer i to
+// the last sliding_window keys (absent: NoPE layers slide when use_sliding_window and sliding_window are set).
+void smollm3_layers(const json& j, ModelConfig& c, const std::string& path) {
+  const size_t L = size_t(c.num_layers);
+  std::vector<bool> rope(L);
+  if (j.contains("no_rope_layers") && !j["no_rope_layers"].is_null()) {
+    const json& v = j["no_rope_layers"];
+    if (!v.is_array()) fail("{}: key 'no_rope_layers' must be a list of 0/1 per layer, got {}", path, v.dump());
+    if (v.size() < L)
+      fail("{}: key 'no_rope_layers' has {} entries but num_hidden_layers is {} (one 0/1 per layer)", path, v.size(), L);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const bool r = rope_entry(v[i], i, path);
+      if (i < L) rope[i] = r;
+    }
+  } else {
+    const int64_t every = jget<int64_t>(j, "no_rope_layer_interval", 4, path);
+    if (every <= 0) fail("{}: key 'no_rope_layer_interval' must be a positive integer, got {}", path, every);
+    for (size_t i = 0; i < L; ++i) rope[i] = (int64_t(i) + 1) % every != 0;
+  }
+  const bool use_window = jget<bool>(j, "use_sliding_window", false, path);
+  const int64_t window = jget<int64_t>(j, "sliding_window", 0, path);
+  std::vector<bool> slide(L);
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const json& v = j["layer_types"];
+    if (!v.is_array() || v.size() != L)
+      fail("{}: key 'layer_types' must be a list of one entry per layer ({}), got {}", path, L,
+           v.is_array() ? std::to_string(v.size()) + " entries" : v.dump());
+    for (size_t i = 0; i < L; ++i) {
+      const std::string t = v[i].is_string() ? v[i].get<std::string>() : v[i].dump();
+      if (t != "full_attention" && t != "sliding_attention")
+        fail("{}: key 'layer_types' entry {} is '{}' (expected full_attention or sliding_attention)", path, i, t);
+      slide[i] = t == "sliding_attention";
+    }
+  } else if (use_window && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+    for (size_t i = 0; i < L; ++i) slide[i] = !rope[i];
+  }
+  bool any_slide = false, any_nope = false;
+  for (size_t i = 0; i < L; ++i) any_slide |= slide[i], any_nope |= !rope[i];
+  if (any_slide && window <= 0)
+    fail("{}: key 'sliding_window' must be a positive integer when a layer is sliding_attention, got {}", path,
+         j.contains("sliding_window") ? j["sliding_window"].dump() : "nothing");
+  c.positional.window = any_slide ? window : 0;
+  if (!any_slide && !any_nope) return;  // RoPE everywhere: a plain Llama
+  for (size_t i = 0; i < L; ++i)
+    c.positional.layers.push_back(std::string(rope[i] ? "rope" : "nope") + (slide[i] ? "-swa" : ""));
+}
+
 }  // namespace
 
-ModelConfig parse_hf_config(const std::string& text, const std::string& path) {
+HfImport import_hf_config(const std::string& text, const std::string& path) {
   const json j = parse_json(text, path);
   if (!j.is_object()) fail("{}: expected a JSON object", path);
+  HfImport out;
   const std::string type = jget<std::string>(j, "model_type", "", path);
-  if (type != "llama" && type != "qwen2")
-    fail("{}: model_type '{}' is not supported (expected llama or qwen2)", path, type);
-  const bool qwen = type == "qwen2";
-  ModelConfig c;
-  c.arch = type;
-  c.vocab_size = jget<int64_t>(j, "vocab_size", qwen ? 151936 : 32000, path);
-  c.hidden_size = jget<int64_t>(j, "hidden_size", 4096, path);
+  out.model_type = type;
+  const bool reference = type == "llama_drope" || type == "qwen2_drope";
+  const bool smol = type == "smollm3";
+  if (type != "llama" && type != "qwen2" && !reference && !smol)
+    fail("{}: model_type '{}' is not supported (expected llama, qwen2, llama_drope, qwen2_drope or smollm3)", path,
+         type);
+  const bool qwen = type == "qwen2" || type == "qwen2_drope";
+  ModelConfig& c = out.config;
+  c.arch = qwen ? "qwen2" : "llama";
+  // Defaults of transformers' LlamaConfig / Qwen2Config / SmolLM3Config for keys a file may omit.
+  c.vocab_size = jget<int64_t>(j, "vocab_size", qwen ? 151936 : smol ? 128256 : 32000, path);
+  c.hidden_size = jget<int64_t>(j, "hidden_size", smol ? 2048 : 4096, path);
   c.intermediate_size = jget<int64_t>(j, "intermediate_size", qwen ? 22016 : 11008, path);
-  c.num_layers = jget<int64_t>(j, "num_hidden_layers", 32, path);
-  c.num_heads = jget<int64_t>(j, "num_attention_heads", 32, path);
-  c.num_kv_heads = jget<int64_t>(j, "num_key_value_heads", qwen ? 32 : c.num_heads, path);
+  c.num_layers = jget<int64_t>(j, "num_hidden_layers", smol ? 36 : 32, path);
+  c.num_heads = jget<int64_t>(j, "num_attention_heads", smol ? 16 : 32, path);
+  c.num_kv_heads = jget<int64_t>(j, "num_key_value_heads", qwen ? 32 : smol ? 4 : c.num_heads, path);
   c.head_dim = jget<int64_t>(j, "head_dim", 0, path);
   c.rms_eps = jget<double>(j, "rms_norm_eps", 1e-6, path);
-  c.tie_embeddings = jget<bool>(j, "tie_word_embeddings", false, path);
-  c.max_position = jget<int64_t>(j, "max_position_embeddings", qwen ? 32768 : 2048, path);
+  c.tie_embeddings = jget<bool>(j, "tie_word_embeddings", smol, path);
+  c.max_position = jget<int64_t>(j, "max_position_embeddings", qwen || smol ? 32768 : 2048, path);
   c.init_std = jget<double>(j, "initializer_range", 0.02, path);
-  c.bos_token_id = first_id(j, "bos_token_id", qwen ? -1 : 1, path);
-  c.eos_token_id = first_id(j, "eos_token_id", qwen ? -1 : 2, path);
+  c.bos_token_id = first_id(j, "bos_token_id", qwen ? -1 : smol ? 128000 : 1, path);
+  c.eos_token_id = first_id(j, "eos_token_id", qwen ? -1 : smol ? 128001 : 2, path);
   if (c.bos_token_id >= c.vocab_size) c.bos_token_id = -1;
   if (c.eos_token_id >= c.vocab_size) c.eos_token_id = -1;
   const std::string act = jget<std::string>(j, "hidden_act", "silu", path);
@@ -94,7 +169,8 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& path) {
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rp = j["rope_parameters"];
   else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rp = j["rope_scaling"];
   c.positional.type = PositionalType::kRope;
-  c.positional.rope_theta = jget<double>(rp, "rope_theta", jget<double>(j, "rope_theta", 10000.0, path), path);
+  c.positional.rope_theta =
+      jget<double>(rp, "rope_theta", jget<double>(j, "rope_theta", smol ? 2000000.0 : 10000.0, path), path);
   if (jget<double>(rp, "partial_rotary_factor", jget<double>(j, "partial_rotary_factor", 1.0, path), path) != 1.0)
     fail("{}: partial_rotary_factor != 1 is not supported", path);
   std::string rt = jget<std::string>(rp, "rope_type", jget<std::string>(rp, "type", "default", path), path);
@@ -137,16 +213,49 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& path) {
   } else {
     fail("{}: rope type '{}' is not supported (expected default, linear, dynamic, yarn or llama3)", where, rt);
   }
+  if (smol) {
+    if (c.num_layers <= 0 || c.num_layers > 4096) c.validate(path);  // the size check before a per-layer list
+    smollm3_layers(j, c, path);
+  }
+  if (reference) {
+    // The authors' code replaces every layer's attention and rotates by the identity (cos = 1, sin = 0), so
+    // RoPE and any RoPE scaling (YaRN's attention factor included) are gone; QK-norm per attention_type.
+    c.positional.type = PositionalType::kNope;
+    c.positional.scaling = RopeScalingConfig{};
+    const std::string at = jget<std::string>(j, "attention_type", "nope", path);
+    bool known = false;
+    for (const auto& [mode, name] : kAttentionTypes)
+      if (name == at) c.qk_norm = mode, known = true;
+    if (!known) fail("{}: key 'attention_type' is '{}' (expected {})", path, at, attention_type_names());
+    c.qk_norm_per_head = false;
+    // softmax_scale replaces d_k^-1/2 (null: not set, as a config without the key).
+    if (j.contains("softmax_scale") && !j["softmax_scale"].is_null()) {
+      if (!j["softmax_scale"].is_number())
+        fail("{}: key 'softmax_scale' must be a number, got {}", path, j["softmax_scale"].dump());
+      c.softmax_scale = check_number(j["softmax_scale"].get<double>(), path + ": key 'softmax_scale'", Interval::positive());
+    }
+    // The q-only / k-only variants create both norms and save both; the other one is never applied.
+    const int64_t D = c.num_heads > 0 && (c.head_dim > 0 || c.hidden_size % c.num_heads == 0) ? c.resolved_head_dim() : 0;
+    if (c.qk_norm == QkNorm::kQ) out.unused.push_back({"self_attn.k_norm.weight", c.num_kv_heads * D});
+    if (c.qk_norm == QkNorm::kK) out.unused.push_back({"self_attn.q_norm.weight", c.num_heads * D});
+    if (!out.unused.empty()) out.unused_reason = "attention_type " + at + " does not apply it";
+  }
   c.validate(path);
-  return c;
+  return out;
 }
 
-std::string hf_config_json(const ModelConfig& c) {
-  if (!c.hf_expressible()) fail("model cannot be expressed as an HF Llama/Qwen2 config (NoPE/ALiBi/window/QK-norm)");
+ModelConfig parse_hf_config(const std::string& text, const std::string& path) {
+  return import_hf_config(text, path).config;
+}
+
+namespace {
+
+// The keys of an HF Llama/Qwen2 config.json that do not depend on the positional encoding.
+json hf_shape_json(const ModelConfig& c, const std::string& architecture, const std::string& model_type) {
   const bool qwen = c.arch == "qwen2";
   json j;
-  j["architectures"] = {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
-  j["model_type"] = c.arch;
+  j["architectures"] = {architecture};
+  j["model_type"] = model_type;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
@@ -168,6 +277,15 @@ std::string hf_config_json(const ModelConfig& c) {
     j["attention_bias"] = c.attention_bias;
     j["mlp_bias"] = c.mlp_bias;
   }
+  return j;
+}
+
+}  // namespace
+
+std::string hf_config_json(const ModelConfig& c) {
+  if (!c.hf_expressible()) fail("model cannot be expressed as an HF Llama/Qwen2 config (NoPE/ALiBi/window/QK-norm)");
+  const bool qwen = c.arch == "qwen2";
+  json j = hf_shape_json(c, qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM", c.arch);
   const auto& s = c.positional.scaling;
   json rp;
   rp["rope_theta"] = c.positional.rope_theta;
@@ -208,6 +326,39 @@ std::string hf_config_json(const ModelConfig& c) {
   j["rope_theta"] = rp["rope_theta"];
   if (s.type != RopeScalingType::kNone && s.type != RopeScalingType::kNtk) j["rope_scaling"] = rp;
   return j.dump(2) + "\n";
+}
+
+std::string drope_reference_config_json(const ModelConfig& c) {
+  const std::string what = "the drope-reference format (the DroPE authors' llama_drope / qwen2_drope)";
+  const auto plan = c.layer_plan();
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (plan[i].kind != PositionalKind::kNope || plan[i].window != 0)
+      fail("{} holds NoPE models with full attention in every layer, but layer {} is {}{} (drop the positional "
+           "encoding first: drope-model drop)",
+           what, i, plan[i].kind == PositionalKind::kRope ? "RoPE" : plan[i].kind == PositionalKind::kAlibi ? "ALiBi" : "NoPE",
+           plan[i].window ? fmt::format(" with a sliding window of {}", plan[i].window) : "");
+  if (c.qk_norm != QkNorm::kNone && c.qk_norm_per_head)
+    fail("{} normalises the whole q/k projection; this model's QK-norm is per head", what);
+  if (c.softmax_temperature != 0.0)
+    fail("{} has no long-context temperature; this model has softmax_temperature c = {} (remove it or write the "
+         "drope format)", what, c.softmax_temperature);
+  if (!c.hf_shape_expressible()) fail("{} is an HF Llama/Qwen2 config; it cannot express this model's biases", what);
+  const bool qwen = c.arch == "qwen2";
+  json j = hf_shape_json(c, qwen ? "DroPEQwen2ForCausalLM" : "DroPELlamaForCausalLM", c.arch + "_drope");
+  for (const auto& [mode, name] : kAttentionTypes)
+    if (mode == c.qk_norm) j["attention_type"] = std::string(name);
+  if (c.softmax_scale > 0) j["softmax_scale"] = c.softmax_scale;
+  // The authors' model is built as a RoPE model whose rotation is then replaced by the identity: θ is unused.
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", c.positional.rope_theta}};
+  j["rope_theta"] = c.positional.rope_theta;
+  return j.dump(2) + "\n";
+}
+
+std::vector<UnusedTensor> drope_reference_extra_tensors(const ModelConfig& c) {
+  const int64_t D = c.resolved_head_dim();
+  if (c.qk_norm == QkNorm::kQ) return {{"self_attn.k_norm.weight", c.num_kv_heads * D}};
+  if (c.qk_norm == QkNorm::kK) return {{"self_attn.q_norm.weight", c.num_heads * D}};
+  return {};
 }
 
 }  // namespace drope::io

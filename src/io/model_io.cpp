@@ -10,19 +10,54 @@
 #include "drope/core/files.h"
 #include "drope/core/json.h"
 #include "drope/io/safetensors.h"
+#include "drope/model/drope.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace drope::io {
 
-ModelConfig load_model_config_dir(const std::string& dir) {
+void check_import_positional(PositionalType t, const std::string& where) {
+  if (t != PositionalType::kRope && t != PositionalType::kNope)
+    fail("{}: an imported model's positional type can be overridden with rope or nope, not {}", where, t);
+}
+
+ModelSource read_model_source(const std::string& dir, const ImportOptions& opt) {
   if (!fs::is_directory(dir)) fail("{}: model directory not found", dir);
+  ModelSource src;
   const auto ours = (fs::path(dir) / "drope.yaml").string();
-  if (fs::exists(ours)) return load_model_config_file(ours);
   const auto hf = (fs::path(dir) / "config.json").string();
-  if (fs::exists(hf)) return parse_hf_config(read_file(hf, kMaxConfigBytes), hf);
-  fail("{}: neither drope.yaml nor config.json found; not a model directory", dir);
+  if (fs::exists(ours)) {
+    src.config_file = ours;
+    src.config = load_model_config_file(ours);
+  } else if (fs::exists(hf)) {
+    src.config_file = hf;
+    HfImport imp = import_hf_config(read_file(hf, kMaxConfigBytes), hf);
+    src.config = std::move(imp.config);
+    src.unused = std::move(imp.unused);
+    src.unused_reason = std::move(imp.unused_reason);
+  } else {
+    fail("{}: neither drope.yaml nor config.json found; not a model directory", dir);
+  }
+  if (opt.positional) {
+    check_import_positional(*opt.positional, "positional override");
+    ModelConfig& c = src.config;
+    if (*opt.positional == PositionalType::kNope) {
+      c = drop_positional(c);  // every layer NoPE, windows kept, RoPE scaling removed; QK-norm as it was
+    } else {
+      bool windowed = false;
+      for (const auto& l : c.layer_plan()) windowed |= l.window > 0;
+      if (windowed) fail("{}: positional override rope: the model has sliding-window layers; edit its plan instead", src.config_file);
+      c.positional.type = PositionalType::kRope;
+      c.positional.layers.clear();
+    }
+    c.validate(src.config_file + " (positional override " + std::string(name_of(*opt.positional)) + ")");
+  }
+  return src;
+}
+
+ModelConfig load_model_config_dir(const std::string& dir, const ImportOptions& opt) {
+  return read_model_source(dir, opt).config;
 }
 
 namespace {
@@ -73,8 +108,25 @@ bool ignorable(const std::string& name) {
 }  // namespace
 
 namespace {
-// Copies every parameter of `model` from the opened weight files of `dir`.
-void load_weights_from(DecoderLM& model, const WeightSet& ws, const std::string& dir) {
+// The layer index and in-layer name of "model.layers.<i>.<suffix>", or false.
+bool split_layer_name(const std::string& name, int64_t* layer, std::string* suffix) {
+  static const std::string prefix = "model.layers.";
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  const size_t dot = name.find('.', prefix.size());
+  if (dot == std::string::npos || dot == prefix.size() || dot - prefix.size() > 6) return false;
+  int64_t i = 0;
+  for (size_t k = prefix.size(); k < dot; ++k) {
+    if (name[k] < '0' || name[k] > '9') return false;
+    i = i * 10 + (name[k] - '0');
+  }
+  *layer = i;
+  *suffix = name.substr(dot + 1);
+  return true;
+}
+
+// Copies every parameter of `model` from the opened weight files of `dir`; the source's unused tensors
+// (checked for shape) are skipped with one warning.
+void load_weights_from(DecoderLM& model, const WeightSet& ws, const std::string& dir, const ModelSource& src) {
   torch::NoGradGuard ng;
   auto params = model->named_parameters();
   std::set<std::string> used;
@@ -89,15 +141,40 @@ void load_weights_from(DecoderLM& model, const WeightSet& ws, const std::string&
     used.insert(kv.key());
   }
   const bool tied = model->config().tie_embeddings;
+  int64_t skipped = 0;
+  std::string skipped_name;
   for (const auto& kv : ws.where) {
     if (used.count(kv.first) || ignorable(kv.first)) continue;
     if (tied && kv.first == "lm_head.weight") continue;  // tied: the head is the embedding
+    int64_t layer = 0;
+    std::string suffix;
+    if (split_layer_name(kv.first, &layer, &suffix) && layer < model->config().num_layers) {
+      bool unused = false;
+      for (const auto& u : src.unused) {
+        if (u.suffix != suffix) continue;
+        const auto& shape = kv.second->header().tensors.at(kv.first).shape;
+        if (shape != std::vector<int64_t>{u.size})
+          fail("{}: tensor '{}' has shape {} but the config implies [{}]", kv.second->path(), kv.first,
+               c10::str(at::IntArrayRef(shape)), u.size);
+        unused = true;
+      }
+      if (unused) {
+        ++skipped;
+        skipped_name = suffix;
+        continue;
+      }
+    }
     fail("{}: unexpected tensor '{}' (checkpoint from another model shape?)", kv.second->path(), kv.first);
   }
+  if (skipped > 0)
+    fmt::print(stderr, "warning: {}: ignoring the stored '{}' of {} layer(s): {}\n", src.config_file, skipped_name,
+               skipped, src.unused_reason);
 }
 }  // namespace
 
-void load_weights(DecoderLM& model, const std::string& dir) { load_weights_from(model, open_weights(dir), dir); }
+void load_weights(DecoderLM& model, const std::string& dir) {
+  load_weights_from(model, open_weights(dir), dir, read_model_source(dir));
+}
 
 namespace {
 // Checks the config against the weight files' headers before the model is allocated: the embedding, the
@@ -126,29 +203,38 @@ void check_config_against_weights(const ModelConfig& cfg, const WeightSet& ws, c
 }
 }  // namespace
 
-DecoderLM load_model(const std::string& dir) {
-  const ModelConfig cfg = load_model_config_dir(dir);
+DecoderLM load_model(const std::string& dir, const ImportOptions& opt) {
+  const ModelSource src = read_model_source(dir, opt);
   const WeightSet ws = open_weights(dir);  // headers only: checked against the config before allocating
-  check_config_against_weights(cfg, ws, dir);
-  DecoderLM m(cfg);
-  load_weights_from(m, ws, dir);
+  check_config_against_weights(src.config, ws, dir);
+  DecoderLM m(src.config);
+  load_weights_from(m, ws, dir, src);
   m->eval();
   return m;
 }
 
 bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptions& opt) {
   const auto& cfg = model->config();
-  const bool hf = cfg.hf_expressible();
+  const bool reference = opt.format == ModelFormat::kDropeReference;
+  // Built (and refused) before anything is written.
+  const std::string config_json = reference ? drope_reference_config_json(cfg)
+                                  : cfg.hf_expressible() ? hf_config_json(cfg)
+                                                         : std::string();
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& kv : model->named_parameters()) tensors.emplace_back(kv.key(), kv.value().detach().to(opt.dtype));
-  write_file_atomic((fs::path(dir) / "drope.yaml").string(), model_config_to_yaml(cfg));
-  if (hf) write_file_atomic((fs::path(dir) / "config.json").string(), hf_config_json(cfg));
+  if (reference)  // the authors' q-only / k-only attention creates (and saves) the other norm too, weight 1
+    for (const auto& u : drope_reference_extra_tensors(cfg))
+      for (int64_t l = 0; l < cfg.num_layers; ++l)
+        tensors.emplace_back("model.layers." + std::to_string(l) + "." + u.suffix, at::ones({u.size}, opt.dtype));
+  if (!reference) write_file_atomic((fs::path(dir) / "drope.yaml").string(), model_config_to_yaml(cfg));
+  if (!config_json.empty()) write_file_atomic((fs::path(dir) / "config.json").string(), config_json);
   save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  return hf;
+  return !config_json.empty();
 }
 
 bool save_model(DecoderLM& model, const std::string& dir, const SaveOptions& opt) {
   bool hf = false;
+  if (opt.format == ModelFormat::kDropeReference) drope_reference_config_json(model->config());  // refuse early
   if (!opt.replace_any) check_replaceable_dir(dir, "drope.yaml", "model directory", "pass --force to replace it anyway");
   write_dir_atomic(dir, [&](const std::string& tmp) { hf = write_model_files(model, tmp, opt); });
   return hf;

@@ -148,7 +148,7 @@ PositionContext DecoderLMImpl::position_context(int64_t offset, int64_t T, torch
   ctx.total_len = std::max(offset + T, scaling_len);
   const int64_t D = cfg_.resolved_head_dim();
   const double beta = softmax_temperature(cfg_.softmax_temperature, ctx.total_len, cfg_.max_position);
-  ctx.logit_scale = beta / std::sqrt(double(D));
+  ctx.logit_scale = beta * (cfg_.softmax_scale > 0 ? cfg_.softmax_scale : 1.0 / std::sqrt(double(D)));
   if (any_rope_) {
     auto f = rope_frequencies(cfg_.positional.rope_theta, D, cfg_.positional.scaling, cfg_.max_position,
                               ctx.total_len);

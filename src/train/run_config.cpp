@@ -8,6 +8,8 @@
 
 namespace drope::train {
 
+using io::check_import_positional;
+
 void apply_overrides(YAML::Node& root, const std::vector<std::string>& sets, const std::string& source) {
   for (const auto& s : sets) {
     const auto eq = s.find('=');
@@ -54,6 +56,11 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   }
   get_name(run, "phase", c.phase);
   run.get("init", c.init);
+  PositionalType init_positional = PositionalType::kRope;
+  if (get_name(run, "init_positional", init_positional)) {
+    check_import_positional(init_positional, run.where("init_positional"));
+    c.init_import.positional = init_positional;
+  }
   run.finish();
   if (top.has("model")) {
     c.has_model = true;
@@ -159,6 +166,7 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   need(c.train.max_bad_steps >= 1, "train.max_bad_steps must be >= 1");
   if (c.phase == TrainPhase::kPretrain) need(c.has_model || !c.init.empty(), "phase pretrain needs a model: section or run.init");
   else need(!c.init.empty(), "phase " + std::string(name_of(c.phase)) + " needs run.init (a checkpoint or HF directory)");
+  if (c.init_import.positional) need(!c.init.empty(), "run.init_positional needs run.init (the directory it applies to)");
   if (c.phase == TrainPhase::kFinetune)
     need(c.scaling.type != RopeScalingType::kNone, "phase finetune needs scaling.type (pi, ntk, yarn, ...)");
   if (c.drop_at_step >= 0) need(c.phase == TrainPhase::kPretrain, "drope.drop_at_step is for phase pretrain");
@@ -178,7 +186,10 @@ std::string run_config_to_yaml(const RunConfig& c) {
   e << YAML::BeginMap;
   e << YAML::Key << "run" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << c.name
     << YAML::Key << "out_dir" << YAML::Value << c.out_dir << YAML::Key << "seed" << YAML::Value << c.seed << YAML::Key
-    << "phase" << YAML::Value << std::string(name_of(c.phase)) << YAML::Key << "init" << YAML::Value << c.init << YAML::EndMap;
+    << "phase" << YAML::Value << std::string(name_of(c.phase)) << YAML::Key << "init" << YAML::Value << c.init;
+  if (c.init_import.positional)
+    e << YAML::Key << "init_positional" << YAML::Value << std::string(name_of(*c.init_import.positional));
+  e << YAML::EndMap;
   if (c.has_model) e << YAML::Key << "model" << YAML::Value << YAML::Load(model_config_to_yaml(c.model));
   e << YAML::Key << "drope" << YAML::Value << YAML::BeginMap << YAML::Key << "qk_norm" << YAML::Value << std::string(name_of(c.drope_qk_norm))
     << YAML::Key << "per_head" << YAML::Value << c.drope_per_head << YAML::Key << "drop_at_step" << YAML::Value

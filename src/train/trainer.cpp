@@ -233,7 +233,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     model = DecoderLM(cfg.model);
     model->reset_parameters(cfg.seed);
   } else {
-    model = io::load_model(cfg.init);
+    model = io::load_model(cfg.init, cfg.init_import);
     if (cfg.phase == TrainPhase::kDrope) model = apply_variant(model, drope_variant(cfg), cfg.init);
     if (cfg.phase == TrainPhase::kFinetune) model = with_rope_scaling(model, cfg.scaling);
   }

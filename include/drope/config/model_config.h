@@ -61,6 +61,7 @@ struct ModelConfig {
   QkNorm qk_norm = QkNorm::kNone;   // RMSNorm on the q and/or k projections (weight 1 at creation)
   bool qk_norm_per_head = false;    // false: norm over the whole projection (DroPE reference); true: per head
   double softmax_temperature = 0.0; // c in β = 1 + c·ln(s), s = length / max_position, applied when s > 1
+  double softmax_scale = 0.0;       // constant logit scale in place of 1/√d_k (DroPE reference's softmax_scale); 0 = 1/√d_k
   int64_t bos_token_id = -1;        // -1: unset
   int64_t eos_token_id = -1;
 
@@ -69,6 +70,8 @@ struct ModelConfig {
   std::vector<LayerPositional> layer_plan() const;
   // True when every layer is plain RoPE with full attention and nothing HF Llama/Qwen2 cannot express.
   bool hf_expressible() const;
+  // True when the biases fit an HF Llama (one attention_bias for q/k/v/o, no MLP bias) or Qwen2 (q/k/v only).
+  bool hf_shape_expressible() const;
   // Parameters of a model of this shape (exact for the layers we build; computed without allocating, in
   // double so that absurd shapes do not overflow).
   double parameter_count() const;

@@ -1,5 +1,5 @@
 // One typed name per concept of the configuration: the positional type, the RoPE scaling type, the QK-norm
-// mode and the training phase. Each enum has one name table; YAML validation, CLI choices, results files and
+// mode, the training phase and the format a model directory is written in. Each enum has one name table; YAML validation, CLI choices, results files and
 // error messages are all generated from it, so a name exists in exactly one place.
 #pragma once
 
@@ -21,6 +21,9 @@ enum class PositionalType { kRope, kNope, kAlibi, kRnopeSwa };
 enum class RopeScalingType { kNone, kPi, kNtk, kDynamicNtk, kYarn, kDynamicYarn, kLlama3 };
 enum class QkNorm { kNone, kQk, kQ, kK };
 enum class TrainPhase { kPretrain, kDrope, kFinetune };
+// drope: drope.yaml + safetensors (+ HF config.json when HF can express the model); drope-reference: the DroPE
+// authors' config.json (model_type llama_drope / qwen2_drope, attention_type) + safetensors.
+enum class ModelFormat { kDrope, kDropeReference };
 
 // NameTable<E>::kWhat names the concept in messages; kEntries lists (value, name) in documentation order.
 template <typename E>
@@ -61,6 +64,13 @@ struct NameTable<TrainPhase> {
   static constexpr std::string_view kWhat = "training phase";
   static constexpr std::array<std::pair<TrainPhase, std::string_view>, 3> kEntries{
       {{TrainPhase::kPretrain, "pretrain"}, {TrainPhase::kDrope, "drope"}, {TrainPhase::kFinetune, "finetune"}}};
+};
+
+template <>
+struct NameTable<ModelFormat> {
+  static constexpr std::string_view kWhat = "model directory format";
+  static constexpr std::array<std::pair<ModelFormat, std::string_view>, 2> kEntries{
+      {{ModelFormat::kDrope, "drope"}, {ModelFormat::kDropeReference, "drope-reference"}}};
 };
 
 // The name of a value ("rope", "yarn", "qk", ...).
@@ -110,6 +120,7 @@ inline std::string_view format_as(PositionalType e) { return name_of(e); }
 inline std::string_view format_as(RopeScalingType e) { return name_of(e); }
 inline std::string_view format_as(QkNorm e) { return name_of(e); }
 inline std::string_view format_as(TrainPhase e) { return name_of(e); }
+inline std::string_view format_as(ModelFormat e) { return name_of(e); }
 inline void to_json(nlohmann::json& j, PositionalType e) { j = std::string(name_of(e)); }
 inline void to_json(nlohmann::json& j, RopeScalingType e) { j = std::string(name_of(e)); }
 inline void to_json(nlohmann::json& j, QkNorm e) { j = std::string(name_of(e)); }

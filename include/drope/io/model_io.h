@@ -1,8 +1,11 @@
-// Model directories: HF Llama/Qwen2 (`config.json` + `model.safetensors` or a sharded index) and our
-// own (`drope.yaml` + the same HF-named safetensors). Import, export and strict weight loading.
+// Model directories: HF Llama/Qwen2/SmolLM3 and the DroPE authors' llama_drope/qwen2_drope (`config.json` +
+// `model.safetensors` or a sharded index) and our own (`drope.yaml` + the same HF-named safetensors). Import,
+// export and strict weight loading.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -12,23 +15,46 @@
 
 namespace drope::io {
 
-// The config of a model directory: drope.yaml when present, else config.json.
-ModelConfig load_model_config_dir(const std::string& dir);
+// What the user says about a directory that its files do not (`--positional` on import, `run.init_positional`).
+struct ImportOptions {
+  // rope or nope: the positional encoding of every layer, whatever the config says (a RoPE-less checkpoint
+  // saved as plain Llama: nope). Weights, windows and QK-norm are kept; RoPE scaling goes with nope.
+  std::optional<PositionalType> positional;
+};
+
+// Checks an ImportOptions::positional choice (rope or nope), naming `where` (the flag or YAML key).
+void check_import_positional(PositionalType t, const std::string& where);
+
+// A model directory's config and what loading its weights must know.
+struct ModelSource {
+  ModelConfig config;
+  std::string config_file;           // drope.yaml or config.json
+  std::vector<UnusedTensor> unused;  // stored per-layer tensors the model does not use (skipped with a warning)
+  std::string unused_reason;
+};
+
+// Reads the config of a model directory: drope.yaml when present, else config.json; then applies `opt`.
+ModelSource read_model_source(const std::string& dir, const ImportOptions& opt = {});
+// read_model_source(dir, opt).config.
+ModelConfig load_model_config_dir(const std::string& dir, const ImportOptions& opt = {});
 
 // Loads weights by HF name into `model` (converted to the model's dtype). Every parameter must be
-// present with the right shape; unknown tensors are errors (rotary inv_freq buffers are ignored).
+// present with the right shape; unknown tensors are errors (rotary inv_freq buffers are ignored, and so are
+// the unused norms the DroPE authors' q-only / k-only checkpoints store, with a warning).
 void load_weights(DecoderLM& model, const std::string& dir);
 
 // Config + weights, float32 on CPU.
-DecoderLM load_model(const std::string& dir);
+DecoderLM load_model(const std::string& dir, const ImportOptions& opt = {});
 
 struct SaveOptions {
-  at::ScalarType dtype = at::kFloat;  // stored dtype of the weights
-  bool replace_any = false;           // replace an existing non-empty directory even if it is not a model of ours
+  at::ScalarType dtype = at::kFloat;        // stored dtype of the weights
+  bool replace_any = false;                 // replace an existing non-empty directory even if it is not a model of ours
+  ModelFormat format = ModelFormat::kDrope; // drope-reference: the DroPE authors' config.json, no drope.yaml
 };
 // Writes drope.yaml, model.safetensors and (when HF can express the model) config.json, atomically
-// as a directory. An existing non-empty `dir` without drope.yaml is refused unless opt.replace_any.
-// Returns whether config.json was written.
+// as a directory; with format drope-reference, the authors' config.json and model.safetensors (with the
+// unused norm of q-only / k-only models, weight 1) instead. An existing non-empty `dir` without drope.yaml is
+// refused unless opt.replace_any. Returns whether config.json was written.
 bool save_model(DecoderLM& model, const std::string& dir, const SaveOptions& opt = {});
 // The same files written into an existing directory (for callers that build a directory atomically).
 bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptions& opt = {});

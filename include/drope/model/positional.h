@@ -17,7 +17,7 @@ struct PositionContext {
   torch::Tensor sin;        // same shape as cos
   int64_t q_offset = 0;     // absolute position of the first token of this forward
   int64_t total_len = 0;    // keys visible to the last query (q_offset + T)
-  double logit_scale = 0;   // β/√D
+  double logit_scale = 0;   // β/√D (β·softmax_scale when the config sets one)
   torch::Tensor q_scale;    // optional (B, 1, 1, 1): per-row β_b/β for padded batches (multiplies q)
   torch::Tensor key_start;  // optional (B) int64: first real key slot per row (left padding)
 };

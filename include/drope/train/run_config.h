@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "drope/config/model_config.h"
+#include "drope/io/model_io.h"
 #include "drope/train/optim.h"
 
 namespace drope::train {
@@ -44,6 +45,7 @@ struct RunConfig {
   uint64_t seed = 0;
   TrainPhase phase = TrainPhase::kPretrain;
   std::string init;                    // checkpoint or HF directory to start from (drope / finetune)
+  io::ImportOptions init_import;       // run.init_positional: rope | nope override of the init directory's config
   bool has_model = false;              // a `model:` section was given
   ModelConfig model;                   // pretrain: the architecture (ignored when `init` is set)
   QkNorm drope_qk_norm = QkNorm::kNone;  // drope phase / drop_at_step
