@@ -30,6 +30,16 @@ def expect_error(r, *needles):
         assert str(n) in err, f"'{n}' not in stderr:\n{err}"
 
 
+def expect_model_dir_error(model_dir, tmp, *needles):
+    """A bad model directory: `drope-model info` and `drope-eval logits` (the one loader behind every command
+    that takes --model) both fail with one clear message containing every needle."""
+    tj = pathlib.Path(tmp) / "error-tokens.json"
+    tj.write_text("[[1, 2, 3]]")
+    for cmd in (["drope-model", "info", "--model", model_dir],
+                ["drope-eval", "logits", "--model", model_dir, "--tokens", tj, "--out", pathlib.Path(tmp) / "l.safetensors"]):
+        expect_error(run_cli(*cmd, check=False), *needles)
+
+
 def our_logits(model_dir, tokens, tmp):
     """Logits from `drope-eval logits` as a numpy array (B, T, V)."""
     from safetensors.numpy import load_file

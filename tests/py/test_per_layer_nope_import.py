@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, SmolLM3Config, SmolLM3ForCausalLM
 
-from conftest import expect_error, our_logits, run_cli
+from conftest import expect_error, expect_model_dir_error, our_logits, run_cli
 
 BASE = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
@@ -113,10 +113,7 @@ def write_config(d, **changes):
 ])
 def test_bad_smollm3_configs(changes, needles, tmp):
     d = write_config(tmp / "bad", **changes)
-    (tmp / "t.json").write_text("[[1, 2, 3]]")
-    for cmd in (["drope-model", "info", "--model", d],
-                ["drope-eval", "logits", "--model", d, "--tokens", tmp / "t.json", "--out", tmp / "l.safetensors"]):
-        expect_error(run_cli(*cmd, check=False), str(d / "config.json"), *needles)
+    expect_model_dir_error(d, tmp, str(d / "config.json"), *needles)
 
 
 def nope_llama_checkpoint(d, seed=5, **extra):
