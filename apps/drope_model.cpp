@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
     c->add_option("--format", format, format_help)->check(CLI::IsMember(drope::names_of<drope::ModelFormat>()));
   };
   const auto add_positional = [&](CLI::App* c) {
-    c->add_option("--positional", positional, positional_help)->check(CLI::IsMember(drope::names_of<drope::PositionalType>()));
+    c->add_option("--positional", positional, positional_help)->check(CLI::IsMember(drope::io::import_positional_names()));
   };
 
   auto* info = cli.add_subcommand("info", "Print a model's shape, layer plan and parameter count");

@@ -17,9 +17,14 @@ using nlohmann::json;
 
 namespace drope::io {
 
+std::vector<std::string> import_positional_names() {
+  return {std::string(name_of(PositionalType::kRope)), std::string(name_of(PositionalType::kNope))};
+}
+
 void check_import_positional(PositionalType t, const std::string& where) {
   if (t != PositionalType::kRope && t != PositionalType::kNope)
-    fail("{}: an imported model's positional type can be overridden with rope or nope, not {}", where, t);
+    fail("{}: an imported model's positional type can be overridden with {}, not {}", where,
+         join_names(import_positional_names()), t);
 }
 
 ModelSource read_model_source(const std::string& dir, const ImportOptions& opt) {

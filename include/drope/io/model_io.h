@@ -22,7 +22,9 @@ struct ImportOptions {
   std::optional<PositionalType> positional;
 };
 
-// Checks an ImportOptions::positional choice (rope or nope), naming `where` (the flag or YAML key).
+// The positional types an import may be overridden with (rope, nope: names from the positional-type table).
+std::vector<std::string> import_positional_names();
+// Checks an ImportOptions::positional choice, naming `where` (the flag or YAML key).
 void check_import_positional(PositionalType t, const std::string& where);
 
 // A model directory's config and what loading its weights must know.
