@@ -108,6 +108,7 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   t.get("allreduce_bucket_mb", c.train.allreduce_bucket_mb);
   t.get("max_bad_steps", c.train.max_bad_steps);
   t.get("chunked_loss", c.train.chunked_loss);
+  t.get("tensorboard", c.train.tensorboard);
   t.finish();
   c.schedule.steps = c.train.steps;
   YamlMap s = top.map("schedule");
@@ -210,7 +211,7 @@ std::string run_config_to_yaml(const RunConfig& c) {
     << t.device << YAML::Key << "peak_tflops" << YAML::Value << t.peak_tflops << YAML::Key << "dist_timeout_s"
     << YAML::Value << t.dist_timeout_s << YAML::Key << "allreduce_bucket_mb" << YAML::Value << t.allreduce_bucket_mb
     << YAML::Key << "max_bad_steps" << YAML::Value << t.max_bad_steps << YAML::Key << "chunked_loss" << YAML::Value
-    << t.chunked_loss << YAML::EndMap;
+    << t.chunked_loss << YAML::Key << "tensorboard" << YAML::Value << t.tensorboard << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -36,6 +36,7 @@ struct TrainLoopConfig {
   double allreduce_bucket_mb = 25;  // gradient all-reduce bucket size (MiB), overlapped with backward
   int64_t max_bad_steps = 5;     // abort after this many non-finite (skipped) steps in a row
   bool chunked_loss = true;      // LM head + cross-entropy in row chunks (ops::linear_cross_entropy), no full logits
+  bool tensorboard = false;      // rank 0 also writes the log lines' scalars to a TensorBoard events file in out_dir
 };
 
 struct RunConfig {
