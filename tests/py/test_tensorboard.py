@@ -2,8 +2,10 @@
 readers and compared, scalar by scalar, with log.jsonl; and `drope-train plot RUN_DIR`."""
 import json
 import os
+import pathlib
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -107,7 +109,7 @@ def test_events_mirror_log_jsonl_and_survive_resume(tmp_path):
     for tag, series in want.items():
         got = [(s.step, np.float32(s.value)) for s in acc.Scalars(tag)]
         assert got == series, tag
-    assert [s.step for s in acc.Scalars("loss")] == [2, 4, 6]
+    assert [s.step for s in acc.Scalars("loss")] == [1, 2, 4, 6]  # step 1 is always logged
     assert "mfu" not in want  # train.peak_tflops is 0: no MFU in log.jsonl, none in TensorBoard
 
 
@@ -121,6 +123,26 @@ def test_mfu_is_mirrored_when_logged(tmp_path):
     acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
     acc.Reload()
     assert [(s.step, np.float32(s.value)) for s in acc.Scalars("mfu")] == mfu
+
+
+def test_two_ranks_one_events_file_from_rank_0(tmp_path):
+    """Under torchrun only rank 0 writes; the data-parallel fields of log.jsonl are mirrored too."""
+    run_dir = tmp_path / "dp"
+    cfg = tmp_path / "dp.yaml"
+    cfg.write_text(CFG.format(out=run_dir, steps=2))
+    torchrun = pathlib.Path(sys.executable).parent / "torchrun"
+    r = subprocess.run([str(torchrun), "--no-python", "--nproc_per_node=2", "--master_port=29741",
+                        str(BIN / "drope-train"), str(cfg), "--quiet"], env=env1(), capture_output=True, text=True,
+                       timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    [events] = events_files(run_dir)
+    lines = log_lines(run_dir)
+    assert any("allreduce_buckets" in line for line in lines)
+    scalars = read_events(events)[2:]
+    assert len(scalars) == len(lines)
+    for e, line in zip(scalars, lines):
+        got = {v.tag: np.float32(v.simple_value) for v in e.summary.value}
+        assert got == {k: np.float32(v) for k, v in numeric(line).items()}
 
 
 def test_tensorboard_off_by_default_and_key_checked(tmp_path):
