@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -72,12 +73,10 @@ constexpr std::string_view kPrefix = "events.out.tfevents.";
 
 // The <seconds> of an events file name, or -1.
 int64_t name_seconds(std::string_view name) {
-  if (name.substr(0, kPrefix.size()) != kPrefix) return -1;
-  name.remove_prefix(kPrefix.size());
-  int64_t s = 0;
-  size_t i = 0;
-  for (; i < name.size() && i < 18 && name[i] >= '0' && name[i] <= '9'; ++i) s = s * 10 + (name[i] - '0');
-  return i > 0 ? s : -1;
+  int64_t s = -1;  // from_chars leaves it as is unless digits follow the prefix
+  if (name.substr(0, kPrefix.size()) == kPrefix)
+    std::from_chars(name.data() + kPrefix.size(), name.data() + name.size(), s);
+  return s;
 }
 
 }  // namespace
