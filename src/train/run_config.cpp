@@ -112,6 +112,7 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   std::string ac;
   if (t.get("activation_checkpointing", ac))
     c.train.activation_checkpointing = parse_activation_checkpointing(ac, t.where("activation_checkpointing"));
+  t.get("tensorboard", c.train.tensorboard);
   t.finish();
   c.schedule.steps = c.train.steps;
   YamlMap s = top.map("schedule");
@@ -234,7 +235,7 @@ std::string run_config_to_yaml(const RunConfig& c) {
     << YAML::Key << "max_bad_steps" << YAML::Value << t.max_bad_steps << YAML::Key << "chunked_loss" << YAML::Value
     << t.chunked_loss << YAML::Key << "shard" << YAML::Value << std::string(name_of(t.shard)) << YAML::Key
     << "activation_checkpointing" << YAML::Value << activation_checkpointing_name(t.activation_checkpointing)
-    << YAML::EndMap;
+    << YAML::Key << "tensorboard" << YAML::Value << t.tensorboard << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -23,6 +23,7 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
+#include "drope/core/tfevents.h"
 #include "drope/io/model_io.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/model/drope.h"
@@ -145,6 +146,14 @@ void truncate_log(const std::string& path, int64_t step) {
     }
   }
   write_file_atomic(path, kept);
+}
+
+// The scalars of a log line for TensorBoard: every finite number but the step, tagged by its key.
+std::vector<TfScalar> log_scalars(const nlohmann::json& line) {
+  std::vector<TfScalar> out;
+  for (const auto& [key, v] : line.items())
+    if (key != "step" && v.is_number() && std::isfinite(v.get<double>())) out.emplace_back(key, v.get<double>());
+  return out;
 }
 
 }  // namespace
@@ -295,6 +304,10 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   }
   std::ofstream log_file;
   if (main_rank) log_file.open(log_path, std::ios::app);
+  // train.tensorboard: a new events file per start; its SessionLog START at the first step this start logs
+  // makes TensorBoard drop what an earlier start logged from there on, as truncate_log does for log.jsonl.
+  std::unique_ptr<EventFileWriter> events;
+  if (main_rank && cfg.train.tensorboard) events = std::make_unique<EventFileWriter>(cfg.out_dir, st.step + 1);
   const bool tty = say && ::isatty(STDOUT_FILENO);
   if (say)
     fmt::print("{}: phase {}, {:.2f}M params, {} layers, positional {}, data {} ({} blocks of {}), batch {} = {} x {} x {} "
@@ -376,6 +389,10 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   auto log_line = [&](const nlohmann::json& j) {
     log_file << j.dump() << "\n" << std::flush;
     if (!log_file) fail("{}: cannot append to the training log ({})", log_path, std::strerror(errno));
+    if (events) {
+      const auto scalars = log_scalars(j);
+      if (!scalars.empty()) events->write_scalars(j.at("step").get<int64_t>(), scalars);
+    }
   };
   const auto nan_loss_steps = fault_steps("DROPE_FAULT_NAN_AT_STEP");
   const auto nan_weight_steps = fault_steps("DROPE_FAULT_NAN_WEIGHTS_AT_STEP");
