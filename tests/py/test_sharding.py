@@ -127,6 +127,19 @@ def test_optimizer_memory_is_one_over_world(tmp):
     block = sum(v.size for k, v in w.items() if k.startswith("model.layers.0.")) * 4
     assert abs(b3["params"] - (blocks / 3 + rest)) <= 3 * 3 * 4 + 4 * 3
     assert block <= b3["gathered_peak"] <= block + 3 * 4
+    # `drope-train --plan` predicts what the engine holds: moments and weights per rank (up to padding)
+    def plan(path, world):
+        r = subprocess.run([str(BIN / "drope-train"), str(path), "--plan", "--json", "--world", str(world)],
+                           env=env1(), capture_output=True, text=True, check=True)
+        return {j["shard"]: j for j in map(json.loads, r.stdout.splitlines())}
+    p1 = plan(tmp / "one.yaml", 1)["optimizer"]
+    p2 = plan(tmp / "two.yaml", 2)["optimizer"]
+    p3 = plan(tmp / "three.yaml", 3)["params"]
+    assert p1["optimizer"] == b1["optimizer"] and p2["optimizer"] == b2["optimizer"], (p1, p2)
+    assert p3["optimizer"] == b3["optimizer"], p3
+    assert p1["params"] == b1["params"] and abs(p2["params"] - b2["params"]) <= 4 * 2 * 8
+    assert abs(p3["params"] - b3["params"]) <= 4 * 3, (p3, b3)
+    assert p3["params"] < p2["params"]
 
 
 @pytest.mark.parametrize("first,second", [((2, "params"), (1, "none")), ((1, "grads"), (3, "optimizer")),
