@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "drope/core/cpu_budget.h"
+#include "drope/core/duration.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
-#include "drope/core/numbers.h"
 #include "drope/text/prepare.h"
 #include "drope/text/tokenizer.h"
 
@@ -142,7 +142,13 @@ int main(int argc, char** argv) {
       if (!train_tokenizer && po.tokenizer.empty()) drope::fail("give --tokenizer PATH or --train-tokenizer --vocab-size N");
       drope::app::check_size_flag("--threads", po.threads, 1, 1024);
       const bool tty = ::isatty(STDERR_FILENO) == 1;
-      if (progress_opt->count() > 0 ? progress : tty) po.progress = ProgressPrinter(tty);
+      const bool show = progress_opt->count() > 0 ? progress : tty;
+      ProgressPrinter printer(tty);
+      drope::text::PrepareProgress last;  // the tokenize phase's final report, for the summary
+      po.progress = [&](const drope::text::PrepareProgress& p) {
+        if (p.done && p.documents_total > 0) last = p;
+        if (show) printer(p);
+      };
       const auto index = drope::text::prepare_dataset(po);
       const auto& tr = index.splits.at("train");
       const auto& va = index.splits.at("val");
@@ -150,6 +156,9 @@ int main(int argc, char** argv) {
                  index.tokenizer.vocab_size, index.tokenizer.eos_id, index.token_bytes == 2 ? "uint16" : "uint32");
       fmt::print("train: {} documents, {} tokens, {} shards\n", tr.documents, tr.tokens, tr.shards.size());
       fmt::print("val:   {} documents, {} tokens, {} shards\n", va.documents, va.tokens, va.shards.size());
+      fmt::print("tokenised {:.1f} MB in {:.3f} s ({:.2f} MB/s, {} threads)\n", static_cast<double>(last.text_bytes) / 1e6,
+                 last.seconds, last.seconds > 0 ? static_cast<double>(last.text_bytes) / 1e6 / last.seconds : 0.0,
+                 po.threads);
     } else if (*encode) {
       const auto tok = drope::text::load_tokenizer(tokenizer);
       if (!texts_file.empty()) {

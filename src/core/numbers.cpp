@@ -1,7 +1,6 @@
 #include "drope/core/numbers.h"
 
 #include <cmath>
-#include <cstdint>
 
 #include <fmt/format.h>
 
@@ -27,14 +26,6 @@ std::string Interval::describe() const {
 double check_number(double v, const std::string& what, const Interval& range) {
   if (!range.contains(v)) fail("{} must be {}, got {:g}", what, range.describe(), v);
   return v;
-}
-
-std::string format_duration(double s) {
-  if (!(s >= 0) || s > 1e7) return "?";
-  const int64_t t = static_cast<int64_t>(s);
-  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t % 3600) / 60);
-  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
 }
 
 }  // namespace drope

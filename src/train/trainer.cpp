@@ -20,10 +20,10 @@
 #include <nlohmann/json.hpp>
 
 #include "drope/core/cpu_budget.h"
+#include "drope/core/duration.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
-#include "drope/core/numbers.h"
 #include "drope/io/model_io.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/model/drope.h"

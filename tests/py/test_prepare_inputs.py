@@ -102,6 +102,26 @@ def test_every_format_gives_hf_ids(setup):
     assert json.loads((out / "index.json").read_text())["meta"]["text_field"] == "content"
 
 
+def test_long_lines_and_no_final_newline(setup):
+    """Documents longer than the readers' 256 KiB buffers, a last line without '\\n', CRLF line ends."""
+    s = setup
+    big = "\n\n".join(s["docs"][:200]) * 10
+    assert len(big.encode()) > 600_000
+    docs = [big, "short one", big[:300_000] + " tail"]
+    body = (json.dumps({"content": docs[0]}) + "\r\n" + json.dumps({"content": docs[1]}) + "\n\n" +
+            json.dumps({"content": docs[2]})).encode()
+    d = s["tmp"] / "long"
+    d.mkdir()
+    (d / "a.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(body))
+    (d / "b.jsonl.gz").write_bytes(gzip.compress(body))
+    prepare(s, s["tmp"] / "long-ds", "--val-fraction", "0", "--threads", "2", inputs=[d])
+    eos = s["hf"].token_to_id("<|endoftext|>")
+    want = []
+    for doc in docs * 2:
+        want += s["hf"].encode(doc, add_special_tokens=False).ids + [eos]
+    assert read_split(s["tmp"] / "long-ds", "train") == want
+
+
 def test_shards_identical_for_1_2_3_threads(setup):
     s = setup
     outs = []

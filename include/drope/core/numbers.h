@@ -31,7 +31,4 @@ struct Interval {
 // "<what> must be <range.describe()>, got <v>" (v printed as inf, -inf or nan when it is one).
 double check_number(double v, const std::string& what, const Interval& range = Interval::any());
 
-// A duration for progress lines and ETAs: "42s", "3m07s", "2h05m"; "?" when negative, NaN or absurd.
-std::string format_duration(double seconds);
-
 }  // namespace drope
