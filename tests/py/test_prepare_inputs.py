@@ -144,6 +144,21 @@ def test_shards_identical_for_1_2_3_threads(setup):
         assert read_split(s["tmp"] / "plain", split) == read_split(outs[0], split)
 
 
+def test_sentencepiece_shards_identical_for_1_and_3_threads(setup):
+    """The SentencePiece path (a model trained on the corpus, encoded through its module) on 1 and 3 threads."""
+    s = setup
+    outs = []
+    for threads in (1, 3):
+        out = s["tmp"] / f"sp{threads}"
+        run_cli("drope-data", "prepare", "--input", s["corpus"], "--text-column", "content", "--train-tokenizer",
+                "--vocab-size", "800", "--out", out, "--shard-tokens", "3000", "--threads", str(threads))
+        outs.append(out)
+    files = sorted(p.relative_to(outs[0]) for p in outs[0].rglob("*") if p.is_file())
+    assert len([f for f in files if f.suffix == ".bin"]) > 3, files
+    for f in files:
+        assert (outs[1] / f).read_bytes() == (outs[0] / f).read_bytes(), f
+
+
 def test_progress_on_stderr_only_when_asked(setup):
     s = setup
     r = prepare(s, s["tmp"] / "p1", "--threads", "2", "--progress")
