@@ -10,10 +10,8 @@
 #include <string_view>
 
 #include <arrow/api.h>
-#include <arrow/io/file.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/arrow/schema.h>
-#include <parquet/exception.h>
 #include <parquet/properties.h>
 
 struct drope_pq {
