@@ -515,9 +515,14 @@ TEST(Prepare, WritesSplitsShardsIndexAndTokenizer) {
   std::sort(expect.begin(), expect.end());
   EXPECT_EQ(docs, expect);
 
-  // Same seed → same split; paragraphs mode → one document per paragraph.
+  // Same seed → same split, and the same bytes on 3 threads (batches written in document order);
+  // paragraphs mode → one document per paragraph.
   o.out_dir = (fs::path(dir) / "data2").string();
+  o.threads = 3;
   EXPECT_EQ(prepare_dataset(o).splits.at("val").tokens, idx.splits.at("val").tokens);
+  for (const char* f : {"index.json", "train/shard_00000.bin", "train/shard_00002.bin", "val/shard_00000.bin"})
+    EXPECT_EQ(drope::read_file((fs::path(dir) / "data2" / f).string()), drope::read_file((fs::path(dir) / "data" / f).string()))
+        << f;
   o.paragraphs = true;
   EXPECT_EQ(prepare_dataset(o).meta["documents"], 13);
 }
