@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -46,7 +47,8 @@ int run(const std::function<int()>& body) {
   try {
     return body();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    // On a terminal, first clear a progress line that the error interrupted.
+    std::fprintf(stderr, "%serror: %s\n", ::isatty(STDERR_FILENO) == 1 ? "\r\033[K" : "", e.what());
   }
   return 1;
 }
@@ -64,7 +66,7 @@ class ProgressPrinter {
     const double mb = static_cast<double>(p.text_bytes) / 1e6;
     const double rate = p.seconds > 0 ? mb / p.seconds : 0;
     std::string line;
-    if (p.documents_total == 0) {
+    if (std::string_view(p.phase) == "scan") {
       line = fmt::format("scanning: {} documents, {:.1f} MB, {:.1f} MB/s, {}", p.documents, mb, rate,
                          drope::format_duration(p.seconds));
     } else {
