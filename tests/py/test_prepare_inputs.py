@@ -122,6 +122,26 @@ def test_long_lines_and_no_final_newline(setup):
     assert read_split(s["tmp"] / "long-ds", "train") == want
 
 
+@pytest.mark.parametrize("kind", ["dictionary", "string_view", "large_string"])
+def test_parquet_string_encodings(setup, kind):
+    """Dictionary-encoded, string_view and large_string text columns read like plain strings."""
+    s = setup
+    docs = s["docs"][:40] * 2  # repeats, so that a dictionary has something to share
+    arr = pa.array(docs)
+    arr = {"dictionary": arr.dictionary_encode(), "string_view": arr.cast(pa.string_view()),
+           "large_string": arr.cast(pa.large_string())}[kind]
+    f = s["tmp"] / f"enc-{kind}.parquet"
+    pq.write_table(pa.table({"content": arr}), f, row_group_size=30)
+    assert str(pq.read_schema(f).field("content").type).startswith(kind)
+    out = s["tmp"] / f"enc-{kind}"
+    prepare(s, out, "--val-fraction", "0", "--threads", "2", inputs=[f])
+    eos = s["hf"].token_to_id("<|endoftext|>")
+    want = []
+    for d in docs:
+        want += s["hf"].encode(d, add_special_tokens=False).ids + [eos]
+    assert read_split(out, "train") == want
+
+
 def test_shards_identical_for_1_2_3_threads(setup):
     s = setup
     outs = []
