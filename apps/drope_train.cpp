@@ -1,10 +1,13 @@
 // drope-train: pretraining, DroPE recalibration and RoPE-scaling fine-tuning from a YAML run config,
-// single process or data parallel under torchrun (`torchrun --no-python --nproc_per_node=N drope-train ...`).
+// single process or data parallel under torchrun (`torchrun --no-python --nproc_per_node=N drope-train ...`);
+// `drope-train plot RUN_DIR` draws a run's loss and learning-rate curves from its log.jsonl.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "app_common.h"
 #include "cli_numbers.h"
+#include "drope/core/error.h"
+#include "drope/train/curves.h"
 #include "drope/train/distributed.h"
 #include "drope/train/run_config.h"
 #include "drope/train/trainer.h"
@@ -14,14 +17,33 @@ int main(int argc, char** argv) {
   std::string config;
   std::vector<std::string> sets;
   bool resume = false, quiet = false, print_config = false;
-  cli.add_option("config", config, "Run config YAML (see configs/)")->required();
+  cli.add_option("config", config, "Run config YAML (see configs/)");
   cli.add_option("--set", sets, "Override a config key: --set train.steps=100 (repeatable)");
   cli.add_flag("--resume", resume, "Continue from the newest checkpoint in run.out_dir (automatic after a torchrun restart)");
   cli.add_flag("--quiet", quiet, "Only errors on the console");
   cli.add_flag("--print-config", print_config, "Print the resolved config and exit");
+  std::string plot_dir, plot_out;
+  auto* plot = cli.add_subcommand("plot", "Loss and learning-rate curves of a run (from RUN_DIR/log.jsonl) as PNG "
+                                          "and SVG; a config file named plot: ./plot");
+  plot->add_option("run_dir", plot_dir, "Run directory (run.out_dir of a drope-train config)")->required();
+  plot->add_option("--out", plot_out, "Output prefix: writes PREFIX.png and PREFIX.svg (default RUN_DIR/curves)");
+  plot->fallthrough();  // --quiet (and refused training flags) after RUN_DIR
+  cli.require_subcommand(0, 1);
   drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);
+  if (plot->parsed()) {
+    if (!config.empty() || !sets.empty() || resume || print_config)
+      return drope::app::run([]() -> int {
+        drope::fail("drope-train plot takes RUN_DIR and --out only (not a config, --set, --resume or --print-config)");
+      });
+    return drope::app::run([&] {
+      for (const auto& p : drope::train::plot_training_curves(plot_dir, plot_out))
+        if (!quiet) fmt::print("wrote {}\n", p);
+      return 0;
+    });
+  }
   return drope::app::run([&] {
+    if (config.empty()) drope::fail("a run config YAML is required: drope-train CONFIG (or drope-train plot RUN_DIR)");
     drope::train::install_stop_handlers();  // first: before LibTorch or oneDNN start threads
     auto cfg = drope::train::load_run_config(config, sets);
     drope::train::TrainOptions opt;
