@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "drope/core/cpu_budget.h"
+#include "drope/core/duration.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
@@ -98,14 +99,6 @@ double flops_per_token(DecoderLM& m, int64_t T) {
   const auto& c = m->config();
   const double n = double(m->num_parameters() - c.vocab_size * c.hidden_size);
   return 6.0 * n + 12.0 * double(c.num_layers) * double(c.hidden_size) * double(T);
-}
-
-std::string fmt_duration(double s) {
-  if (!(s >= 0) || s > 1e7) return "?";
-  const int64_t t = int64_t(s);
-  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t % 3600) / 60);
-  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
 }
 
 // bf16 autocast for the forward pass (weights and optimizer stay float32), on the model's device.
@@ -503,7 +496,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
         if (tty) fmt::print("\r\033[K");
         fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad-norm {:.3f} | {:.1f}k tok/s | MFU {} | ETA {}\n",
                    st.step, cfg.train.steps, loss, lr, gnorm, tps / 1e3,
-                   mfu >= 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("-"), fmt_duration(eta));
+                   mfu >= 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("-"), format_duration(eta));
       }
       t_last = now;
       tokens_since = 0;
