@@ -1,12 +1,18 @@
-// drope-data: prepare token shards from text/jsonl, and encode/decode with a tokenizer. Torch-free, so
-// it starts instantly and runs where LibTorch is not installed.
+// drope-data: prepare token shards from text / JSON Lines (plain, .gz, .zst) / parquet, and encode/decode
+// with a tokenizer. Torch-free, so it starts instantly and runs where LibTorch is not installed.
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <functional>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "drope/core/cpu_budget.h"
+#include "drope/core/duration.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
@@ -41,10 +47,47 @@ int run(const std::function<int()>& body) {
   try {
     return body();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    // On a terminal, first clear a progress line that the error interrupted.
+    std::fprintf(stderr, "%serror: %s\n", ::isatty(STDERR_FILENO) == 1 ? "\r\033[K" : "", e.what());
   }
   return 1;
 }
+
+// Draws prepare's progress on stderr: on a terminal one line redrawn in place (at most 5 times a second),
+// otherwise (forced with --progress) a plain line every 5 seconds; each phase ends with its final line.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(bool tty) : tty_(tty) {}
+
+  void operator()(const drope::text::PrepareProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!p.done && now - last_ < std::chrono::milliseconds(tty_ ? 200 : 5000)) return;
+    last_ = now;
+    const double mb = static_cast<double>(p.text_bytes) / 1e6;
+    const double rate = p.seconds > 0 ? mb / p.seconds : 0;
+    std::string line;
+    if (std::string_view(p.phase) == "scan") {
+      line = fmt::format("scanning: {} documents, {:.1f} MB, {:.1f} MB/s, {}", p.documents, mb, rate,
+                         drope::format_duration(p.seconds));
+    } else {
+      const double frac = p.text_bytes_total > 0 ? static_cast<double>(p.text_bytes) / static_cast<double>(p.text_bytes_total)
+                                                 : 1.0;
+      const int width = 24, filled = static_cast<int>(width * frac);
+      const double eta = frac > 0 ? p.seconds * (1 - frac) / frac : -1;
+      line = fmt::format("[{}{}] {:3.0f}% | {}/{} documents | {:.2f}M tokens | {:.1f} MB/s | {} {}",
+                         std::string(filled, '#'), std::string(width - filled, '.'), 100 * frac, p.documents,
+                         p.documents_total, static_cast<double>(p.tokens) / 1e6, rate, p.done ? "took" : "ETA",
+                         drope::format_duration(p.done ? p.seconds : eta));
+    }
+    if (tty_) fmt::print(stderr, "\r\033[K{}{}", line, p.done ? "\n" : "");
+    else fmt::print(stderr, "{}\n", line);
+    std::fflush(stderr);
+  }
+
+ private:
+  bool tty_;
+  std::chrono::steady_clock::time_point last_{};
+};
 
 }  // namespace
 
@@ -54,9 +97,19 @@ int main(int argc, char** argv) {
 
   drope::text::PrepareOptions po;
   bool train_tokenizer = false;
-  auto* prepare = cli.add_subcommand("prepare", "Text/jsonl files → tokenizer → train/val token shards + index.json");
-  prepare->add_option("--input,-i", po.inputs, "Text files (one document each), .jsonl files (a \"text\" field per line) "
-                                               "or directories of them")->required();
+  bool progress = false;
+  auto* prepare = cli.add_subcommand("prepare", "Text / JSON Lines / parquet files → tokenizer → train/val token shards "
+                                                "+ index.json");
+  prepare->add_option("--input,-i", po.inputs, "Text files (one document each), JSON Lines files (.jsonl, .jsonl.gz, "
+                                               ".jsonl.zst: one document per line), parquet files (.parquet: one "
+                                               "per row), or directories of them (sorted)")->required();
+  prepare->add_option("--text-column", po.text_field, "JSON Lines field / parquet column holding the text")
+      ->capture_default_str();
+  po.threads = drope::cpu_budget().threads;
+  prepare->add_option("--threads", po.threads, "Tokenisation threads (the shards are the same for any count); "
+                                               "default: the CPUs this process may use")->capture_default_str();
+  auto* progress_opt = prepare->add_flag("--progress,!--no-progress", progress,
+                                         "Progress on stderr (default: only when stderr is a terminal)");
   prepare->add_option("--out", po.out_dir, "Dataset directory to write")->required();
   prepare->add_option("--tokenizer", po.tokenizer, "Existing tokenizer: SentencePiece .model, tokenizer.json, or a directory");
   prepare->add_flag("--train-tokenizer", train_tokenizer, "Train a SentencePiece model on the training documents");
@@ -89,6 +142,15 @@ int main(int argc, char** argv) {
       if (!train_tokenizer && po.train_vocab_size > 0) drope::fail("--vocab-size is only used with --train-tokenizer");
       if (train_tokenizer && !po.tokenizer.empty()) drope::fail("give either --tokenizer PATH or --train-tokenizer, not both");
       if (!train_tokenizer && po.tokenizer.empty()) drope::fail("give --tokenizer PATH or --train-tokenizer --vocab-size N");
+      drope::app::check_size_flag("--threads", po.threads, 1, 1024);
+      const bool tty = ::isatty(STDERR_FILENO) == 1;
+      const bool show = progress_opt->count() > 0 ? progress : tty;
+      ProgressPrinter printer(tty);
+      drope::text::PrepareProgress last;  // the tokenize phase's final report, for the summary
+      po.progress = [&](const drope::text::PrepareProgress& p) {
+        if (p.done && p.documents_total > 0) last = p;
+        if (show) printer(p);
+      };
       const auto index = drope::text::prepare_dataset(po);
       const auto& tr = index.splits.at("train");
       const auto& va = index.splits.at("val");
@@ -96,6 +158,9 @@ int main(int argc, char** argv) {
                  index.tokenizer.vocab_size, index.tokenizer.eos_id, index.token_bytes == 2 ? "uint16" : "uint32");
       fmt::print("train: {} documents, {} tokens, {} shards\n", tr.documents, tr.tokens, tr.shards.size());
       fmt::print("val:   {} documents, {} tokens, {} shards\n", va.documents, va.tokens, va.shards.size());
+      fmt::print("tokenised {:.1f} MB in {:.3f} s ({:.2f} MB/s, {} threads)\n", static_cast<double>(last.text_bytes) / 1e6,
+                 last.seconds, last.seconds > 0 ? static_cast<double>(last.text_bytes) / 1e6 / last.seconds : 0.0,
+                 po.threads);
     } else if (*encode) {
       const auto tok = drope::text::load_tokenizer(tokenizer);
       if (!texts_file.empty()) {

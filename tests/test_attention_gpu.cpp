@@ -1,4 +1,6 @@
-// CUDA fused attention kernels against the float64 reference (label gpu; every case skips without CUDA).
+// CUDA attention against the float64 reference (label gpu; every case skips without CUDA): the default plan
+// (ops/attention_plan.h) and each backend forced in turn (FlashAttention-2, memory-efficient, cuDNN, SDPA, our
+// kernels), forward and backward.
 // Tolerance (FlashAttention's rule): our error against the float64 reference is at most twice the error of
 // LibTorch's own computation in the same dtype (reference_attention run on the GPU in bf16/fp16 and
 // differentiated by autograd), plus a small floor.
@@ -7,10 +9,14 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "drope/ops/attention.h"
+#include "drope/ops/attention_backends.h"
+#include "drope/ops/attention_plan.h"
 
 using namespace drope;
 
@@ -64,9 +70,11 @@ Result run(const torch::Tensor& q0, const torch::Tensor& k0, const torch::Tensor
   return {out.detach(), grads[0], grads[1], grads[2]};
 }
 
-// Checks forward and backward of one case in one dtype.
-void check_case(const Case& c, torch::Dtype dtype, bool backward = true) {
-  SCOPED_TRACE(c.str() + (dtype == torch::kBFloat16 ? " bf16" : " fp16"));
+// Checks forward and backward of one case in one dtype, on the default plan or (forced >= 0) one backend;
+// returns false when the forced backend cannot take the case.
+bool check_case(const Case& c, torch::Dtype dtype, bool backward = true, int forced = -1) {
+  SCOPED_TRACE(c.str() + (dtype == torch::kBFloat16 ? " bf16" : " fp16") +
+               (forced >= 0 ? std::string(" ") + ops::attn_backend_name(ops::AttnBackend(forced)) : ""));
   const torch::Device dev(torch::kCUDA);
   auto q = torch::randn({c.B, c.H, c.T, c.D}, torch::kDouble).to(dtype);
   auto k = torch::randn({c.B, c.Hkv, c.S, c.D}, torch::kDouble).to(dtype);
@@ -77,12 +85,29 @@ void check_case(const Case& c, torch::Dtype dtype, bool backward = true) {
   // Exact: float64 reference on the CPU from the rounded inputs.
   const auto exact = run(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble), g, p_cpu, true);
   const auto qd = q.to(dev), kd = k.to(dev), vd = v.to(dev);
-  ASSERT_TRUE(ops::uses_fused_attention(qd, kd, vd, p_gpu));
+  std::optional<ops::ForceAttentionBackend> force;
+  if (forced >= 0) {
+    const auto plan = ops::cuda_attention_plan(qd, kd, vd, p_gpu, backward);  // every backend's arguments
+    bool ok = false;
+    switch (ops::AttnBackend(forced)) {
+      case ops::AttnBackend::kFlash: ok = plan.flash.ok; break;
+      case ops::AttnBackend::kMemEfficient: ok = plan.mem_eff.ok; break;
+      case ops::AttnBackend::kCudnn: ok = plan.cudnn.ok; break;
+      case ops::AttnBackend::kSdpa: ok = plan.sdpa.ok; break;
+      case ops::AttnBackend::kOwnCuda:
+        ok = ops::own_cuda_supports(ops::backends::make_call(qd, kd, vd, p_gpu, backward, 90));
+        break;
+      default: break;
+    }
+    if (!ok) return false;
+    force.emplace(ops::AttnBackend(forced));
+  }
+  EXPECT_TRUE(ops::uses_fused_attention(qd, kd, vd, p_gpu));
   if (!backward) {
     torch::NoGradGuard ng;
     const auto got = ops::fused_attention(qd, kd, vd, p_gpu);
-    ASSERT_EQ(got.out.scalar_type(), dtype);
-    ASSERT_EQ(got.lse.scalar_type(), torch::kFloat);
+    EXPECT_EQ(got.out.scalar_type(), dtype);
+    EXPECT_EQ(got.lse.scalar_type(), torch::kFloat);
     // LibTorch in the dtype: the plain-ATen reference on the GPU from the same half-precision inputs.
     const auto lib = ops::reference_attention(qd, kd, vd, p_gpu);
     const double e_got = max_err(got.out, exact.out);
@@ -91,12 +116,12 @@ void check_case(const Case& c, torch::Dtype dtype, bool backward = true) {
     const auto lse_exact = ops::reference_attention(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble),
                                                     p_cpu).lse;
     EXPECT_LE(max_err(got.lse, lse_exact), 2e-3);
-    return;
+    return true;
   }
   const auto got = run(qd, kd, vd, g, p_gpu, false);
   const auto lib = run(qd, kd, vd, g, p_gpu, true);
-  ASSERT_EQ(got.out.scalar_type(), dtype);
-  ASSERT_EQ(got.dq.scalar_type(), dtype);
+  EXPECT_EQ(got.out.scalar_type(), dtype);
+  EXPECT_EQ(got.dq.scalar_type(), dtype);
   const char* names[] = {"out", "dq", "dk", "dv"};
   const torch::Tensor* gt[] = {&got.out, &got.dq, &got.dk, &got.dv};
   const torch::Tensor* lt[] = {&lib.out, &lib.dq, &lib.dk, &lib.dv};
@@ -107,6 +132,7 @@ void check_case(const Case& c, torch::Dtype dtype, bool backward = true) {
     const double scale = ex[i]->abs().max().item<double>();
     EXPECT_LE(e_got, 2 * e_lib + 1e-3 * std::max(1.0, scale)) << names[i] << ": libtorch error " << e_lib;
   }
+  return true;
 }
 
 std::vector<Case> option_grid() {
@@ -139,18 +165,60 @@ std::vector<Case> option_grid() {
 
 }  // namespace
 
-TEST(FusedAttentionGpu, DispatchesCudaHalfTypes) {
+TEST(FusedAttentionGpu, DispatchesThroughThePlan) {
   SKIP_WITHOUT_CUDA();
   const torch::Device dev(torch::kCUDA);
   ops::AttentionParams p;
   for (auto dt : {torch::kBFloat16, torch::kHalf}) {
     auto q = torch::randn({1, 2, 8, 64}, torch::TensorOptions().dtype(dt).device(dev));
-    EXPECT_TRUE(ops::uses_fused_attention(q, q, q, p));
-    auto q2 = torch::randn({1, 2, 8, 32}, torch::TensorOptions().dtype(dt).device(dev));
-    EXPECT_FALSE(ops::uses_fused_attention(q2, q2, q2, p));
+    EXPECT_EQ(ops::cuda_attention_plan(q, q, q, p, false).backend, ops::AttnBackend::kFlash);
+    auto q2 = torch::randn({1, 2, 8, 12}, torch::TensorOptions().dtype(dt).device(dev));
+    EXPECT_EQ(ops::cuda_attention_plan(q2, q2, q2, p, false).backend, ops::AttnBackend::kSdpa);
   }
   auto qf = torch::randn({1, 2, 8, 64}, torch::TensorOptions().device(dev));
-  EXPECT_FALSE(ops::uses_fused_attention(qf, qf, qf, p));
+  EXPECT_EQ(ops::cuda_attention_plan(qf, qf, qf, p, false).backend, ops::AttnBackend::kMemEfficient);
+  auto qd = torch::randn({1, 2, 8, 64}, torch::TensorOptions().dtype(torch::kDouble).device(dev));
+  EXPECT_FALSE(ops::uses_fused_attention(qd, qd, qd, p));
+}
+
+// Every backend forced over the option grid (bfloat16), forward and backward; each must take some cases.
+TEST(FusedAttentionGpu, EachBackendForwardBackward) {
+  SKIP_WITHOUT_CUDA();
+  torch::manual_seed(15);
+  for (auto b : {ops::AttnBackend::kFlash, ops::AttnBackend::kMemEfficient, ops::AttnBackend::kCudnn,
+                 ops::AttnBackend::kSdpa, ops::AttnBackend::kOwnCuda}) {
+    int ran = 0;
+    for (const auto& c : option_grid()) ran += check_case(c, torch::kBFloat16, /*backward=*/true, int(b)) ? 1 : 0;
+    EXPECT_GT(ran, 0) << ops::attn_backend_name(b);
+    std::printf("%s: %d cases\n", ops::attn_backend_name(b), ran);
+  }
+}
+
+// Left-padded KV-cache decode (FA2 varlen) against the float64 reference.
+TEST(FusedAttentionGpu, LeftPaddedDecodeFlashVarlen) {
+  SKIP_WITHOUT_CUDA();
+  torch::manual_seed(16);
+  const torch::Device dev(torch::kCUDA);
+  for (int64_t Hkv : {8, 2, 1})
+    for (bool alibi : {false, true}) {
+      const int64_t B = 3, H = 8, S = 300, D = 64, cap = 512;
+      auto q = torch::randn({B, H, 1, D}, torch::kDouble).to(torch::kBFloat16);
+      auto k = torch::randn({B, Hkv, cap, D}, torch::kDouble).to(torch::kBFloat16);
+      auto v = torch::randn({B, Hkv, cap, D}, torch::kDouble).to(torch::kBFloat16);
+      ops::AttentionParams p;
+      p.key_start = torch::tensor(std::vector<int64_t>{0, 17, 250}, torch::kLong);
+      if (alibi) p.alibi_slopes = torch::tensor(ops::alibi_slopes(H), torch::kFloat);
+      auto pd = p;
+      if (alibi) pd.alibi_slopes = p.alibi_slopes.to(torch::kDouble);
+      const auto exact = ops::reference_attention(q.to(torch::kDouble), k.narrow(2, 0, S).to(torch::kDouble),
+                                                  v.narrow(2, 0, S).to(torch::kDouble), pd);
+      const auto kd = k.to(dev).narrow(2, 0, S), vd = v.to(dev).narrow(2, 0, S), qd = q.to(dev);
+      ASSERT_EQ(ops::cuda_attention_plan(qd, kd, vd, p, false).backend, ops::AttnBackend::kFlash);
+      torch::NoGradGuard ng;
+      const auto got = ops::attention(qd, kd, vd, p);
+      const auto lib = ops::reference_attention(qd, kd, vd, p);
+      EXPECT_LE(max_err(got, exact.out), 2 * max_err(lib.out, exact.out) + 2e-3) << "Hkv=" << Hkv << " alibi=" << alibi;
+    }
 }
 
 TEST(FusedAttentionGpu, BFloat16ForwardBackwardEveryOption) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "drope/core/files.h"
+#include "drope/text/line_reader.h"
 #include "drope/text/prepare.h"
 #include "drope/text/shards.h"
 #include "drope/text/tokenizer.h"
@@ -514,9 +515,14 @@ TEST(Prepare, WritesSplitsShardsIndexAndTokenizer) {
   std::sort(expect.begin(), expect.end());
   EXPECT_EQ(docs, expect);
 
-  // Same seed → same split; paragraphs mode → one document per paragraph.
+  // Same seed → same split, and the same bytes on 3 threads (batches written in document order);
+  // paragraphs mode → one document per paragraph.
   o.out_dir = (fs::path(dir) / "data2").string();
+  o.threads = 3;
   EXPECT_EQ(prepare_dataset(o).splits.at("val").tokens, idx.splits.at("val").tokens);
+  for (const char* f : {"index.json", "train/shard_00000.bin", "train/shard_00002.bin", "val/shard_00000.bin"})
+    EXPECT_EQ(drope::read_file((fs::path(dir) / "data2" / f).string()), drope::read_file((fs::path(dir) / "data" / f).string()))
+        << f;
   o.paragraphs = true;
   EXPECT_EQ(prepare_dataset(o).meta["documents"], 13);
 }
@@ -598,4 +604,35 @@ TEST(Prepare, ErrorsNameTheFileAndLeaveNoOutput) {
   for (const auto& e : fs::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().find(".drope-tmp-"), std::string::npos) << e.path();
   (void)good;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// LineReader (compressed files: tests/py/test_prepare_inputs.py, fixtures written by Python's gzip / zstandard)
+
+TEST(LineReader, SplitsLinesAndBoundsTheirLength) {
+  const auto dir = tmp_dir("line_reader");
+  const std::string path = dir + "/a.txt";
+  write(path, "one\r\n\nthree" + std::string(100, 'x') + "\nlast");
+  LineReader r(path);
+  std::vector<std::string> lines;
+  for (std::string_view line; r.next(line);) lines.emplace_back(line);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0], "one\r");
+  EXPECT_EQ(lines[1], "");
+  EXPECT_EQ(lines[3], "last");
+  EXPECT_EQ(r.line_number(), 4);
+  EXPECT_EQ(r.file_bytes_read(), drope::read_file(path).size());
+
+  LineReader small(path, 50);
+  std::string_view line;
+  EXPECT_TRUE(small.next(line));
+  EXPECT_TRUE(small.next(line));
+  expect_error([&] { small.next(line); }, {path + ":3", "longer than 50 bytes"});
+
+  write(dir + "/empty.jsonl.gz", "");
+  expect_error([&] { LineReader(dir + "/empty.jsonl.gz").next(line); }, {"empty.jsonl.gz", "empty file, expected gzip"});
+  write(dir + "/empty.txt", "");
+  EXPECT_FALSE(LineReader(dir + "/empty.txt").next(line));
+  EXPECT_EQ(compression_of("x.jsonl.zst"), Compression::zstd);
+  EXPECT_EQ(without_compression_suffix("x.jsonl.gz"), "x.jsonl");
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "drope/core/error.h"
+#include "drope/core/fd_write.h"
 
 namespace fs = std::filesystem;
 
@@ -188,19 +189,12 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   const std::string tmp = temp_path_for(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) fail("{}: cannot create temp file {} ({})", path, tmp, std::strerror(errno));
-  const char* p = content.data();
-  size_t left = content.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail("{}: write failed ({})", path, std::strerror(err));
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
+  try {
+    write_all(fd, content, path);
+  } catch (const Error&) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     int err = errno;

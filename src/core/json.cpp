@@ -8,6 +8,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/utf8.h"
 
 namespace drope {
 
@@ -46,7 +47,7 @@ class StrictBuilder {
   }
 
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
-    error_ = fmt::format("invalid JSON ({})", e.what());
+    error_ = fmt::format("invalid JSON ({})", utf8_lossy(e.what()));  // the parser quotes raw input bytes
     return false;
   }
 

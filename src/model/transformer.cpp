@@ -244,7 +244,8 @@ torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& ids, const ForwardOptio
   size_t layer = 0;
   for (const auto& m : *model->layers) {
     torch::Tensor probs;
-    x = m->as<DecoderLayer>()->forward(x, ctx, opt.attention_probs ? &probs : nullptr, cache, layer++);
+    if (opt.block_runner && !cache && !opt.attention_probs) x = opt.block_runner(layer++, *m->as<DecoderLayer>(), x, ctx);
+    else x = m->as<DecoderLayer>()->forward(x, ctx, opt.attention_probs ? &probs : nullptr, cache, layer++);
     if (opt.attention_probs) opt.attention_probs->push_back(probs);
   }
   if (cache) cache->commit(T);

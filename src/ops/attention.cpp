@@ -99,6 +99,7 @@ void check_attention_shapes(const at::Tensor& q, const at::Tensor& k, const at::
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p) {
   check_shapes(q, k, v, p);
+  if (at::Tensor out; detail::cuda_attention(q, k, v, p, &out)) return out;
   // CPU, one query per row (decoding from a KV cache), no gradients: two grouped matrix products read each
   // cached key and value once, where the kernel's per-(batch, head) items would read them G times.
   const bool decode = q.size(2) == 1 && q.device().is_cpu() && !(at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad()));

@@ -17,6 +17,10 @@ AttentionOutput reference_attention_unchecked(const at::Tensor& q, const at::Ten
                                               const AttentionParams& p);
 at::Tensor fused_attention_autograd_unchecked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                               const AttentionParams& p);
+// CUDA calls of a CUDA build: runs the backend the plan picks (attention_plan.h) into *out and returns true,
+// or returns false when the reference should run.
+bool cuda_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p,
+                    at::Tensor* out);
 
 // The kernels' parameters of a validated call: q (B, H, T, D) and out share q's strides; k/v (B, H_kv, S, D);
 // each with unit stride in D. slopes: H values of acc_t on the kernel's device, or null.

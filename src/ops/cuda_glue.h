@@ -1,5 +1,6 @@
-// Torch glue of the CUDA fused attention kernels (src/ops/fused_attention_cuda.cpp; only with
-// DROPE_WITH_CUDA): allocation, parameters and launches on the current stream. Callers validated the call
+// Torch glue of our CUDA fused attention kernels (src/ops/fused_attention_cuda.cpp; only with
+// DROPE_WITH_CUDA): allocation, parameters and launches on the current stream. The plan
+// (attention_plan.h) routes a CUDA call here only when no LibTorch kernel takes it (backend kOwnCuda). Callers validated the call
 // with check_attention_shapes and supported().
 #pragma once
 
@@ -10,6 +11,9 @@
 #include "drope/ops/attention.h"
 
 namespace drope::ops::cuda_glue {
+
+// Compute capability × 10 of q's device (80: A100, 90: H100).
+int device_sm(const at::Tensor& q);
 
 // CUDA tensors on one device, one dtype among bfloat16 and float16, head dim 64 or 128.
 bool supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);

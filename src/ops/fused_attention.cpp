@@ -5,9 +5,11 @@
 #include <c10/util/BFloat16.h>
 #include <torch/autograd.h>
 
+#include "drope/ops/attention_backends.h"
 #include "attention_internal.h"
 #include "drope/kernels/attention_cpu.h"
 #include "drope/ops/attention.h"
+#include "drope/ops/attention_plan.h"
 #ifdef DROPE_WITH_CUDA
 #include "cuda_glue.h"
 #endif
@@ -106,6 +108,12 @@ AttentionGrads cpu_backward(const at::Tensor& q, const at::Tensor& k, const at::
 }
 
 thread_local bool reference_forced = false;
+thread_local int forced_backend = -1;  // an AttnBackend while a ForceAttentionBackend is alive
+
+// Whether a backward will follow (autograd records the call).
+bool needs_grad(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+}
 
 // Differentiable fused attention: the CPU (or, for CUDA tensors, the CUDA) kernel's forward, and its
 // FlashAttention-2 backward.
@@ -151,6 +159,66 @@ class FusedAttentionFunction : public torch::autograd::Function<FusedAttentionFu
   }
 };
 
+
+#ifdef DROPE_WITH_CUDA
+// The plan of a validated CUDA call (forced backend while a ForceAttentionBackend is alive).
+AttnPlan cuda_plan(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p,
+                   bool training) {
+  const auto call = backends::make_call(q, k, v, p, training, cuda_glue::device_sm(q));
+  if (forced_backend < 0) return plan_attention(call);
+  bool ok = false;
+  const char* why = "";
+  const auto b = static_cast<AttnBackend>(forced_backend);
+  auto plan = plan_attention_forced(call, b, &ok, &why);
+  TORCH_CHECK(ok, "attention: the forced backend ", attn_backend_name(b), " cannot run this call: ", why);
+  return plan;
+}
+
+// Differentiable attention through one of LibTorch's fused kernels (FlashAttention-2, memory-efficient,
+// cuDNN) as the plan maps it; the backward recomputes the same plan from the saved call.
+class PlannedAttentionFunction : public torch::autograd::Function<PlannedAttentionFunction> {
+ public:
+  // q (B, H, T, D), k/v (B, H_kv, S, D) → out (B, H, T, D).
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, const AttentionParams* p, const AttnPlan* plan) {
+    auto f = backends::run_forward(*plan, q, k, v, *p, backends::aten_ops());
+    ctx->save_for_backward({q, k, v, f.state.out, f.state.lse, f.state.rng0, f.state.rng1, f.state.bias});
+    ctx->saved_data["backend"] = int64_t(plan->backend);
+    ctx->saved_data["causal"] = p->causal;
+    ctx->saved_data["window"] = p->window;
+    ctx->saved_data["scale"] = p->scale;
+    ctx->saved_data["q_offset"] = p->q_offset;
+    ctx->saved_data["alibi_slopes"] = p->alibi_slopes.defined() ? p->alibi_slopes.detach() : at::Tensor();
+    ctx->saved_data["key_start"] = p->key_start.defined() ? p->key_start : at::Tensor();
+    return f.out;
+  }
+
+  // dout (B, H, T, D) → dq, dk, dv.
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const auto &q = s[0], &k = s[1], &v = s[2];
+    if (!grads[0].defined()) return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), at::Tensor(), at::Tensor()};
+    AttentionParams p;
+    p.causal = ctx->saved_data["causal"].toBool();
+    p.window = ctx->saved_data["window"].toInt();
+    p.scale = ctx->saved_data["scale"].toDouble();
+    p.q_offset = ctx->saved_data["q_offset"].toInt();
+    p.alibi_slopes = ctx->saved_data["alibi_slopes"].toTensor();
+    p.key_start = ctx->saved_data["key_start"].toTensor();
+    const auto b = static_cast<AttnBackend>(ctx->saved_data["backend"].toInt());
+    bool ok = false;
+    const char* why = "";
+    const auto call = backends::make_call(q, k, v, p, /*training=*/true, cuda_glue::device_sm(q));
+    const auto plan = plan_attention_forced(call, b, &ok, &why);
+    TORCH_CHECK(ok, "attention backward: ", attn_backend_name(b), " cannot run this call: ", why);
+    const backends::NativeState state{s[3], s[4], s[5], s[6], s[7]};
+    auto g = backends::run_backward(plan, q, k, v, p, state, grads[0].to(q.scalar_type()), backends::aten_ops());
+    return {g.dq, g.dk, g.dv, at::Tensor(), at::Tensor()};
+  }
+};
+#endif  // DROPE_WITH_CUDA
+
 void check_fused_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const char* who) {
   TORCH_CHECK(cpu_supported(q, k, v) || cuda_supported(q, k, v), who, ": needs CPU tensors of one dtype among "
               "float32, bfloat16 and float64, or CUDA bfloat16/float16 with head dim 64 or 128; got ",
@@ -166,6 +234,25 @@ at::Tensor fused_attention_autograd_unchecked(const at::Tensor& q, const at::Ten
   return FusedAttentionFunction::apply(q, k, v, &p);
 }
 
+bool cuda_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p,
+                    at::Tensor* out) {
+#ifdef DROPE_WITH_CUDA
+  if (!q.is_cuda() || reference_forced) return false;
+  const auto plan = cuda_plan(q, k, v, p, needs_grad(q, k, v));
+  switch (plan.backend) {
+    case AttnBackend::kReference: return false;
+    case AttnBackend::kOwnCuda: *out = FusedAttentionFunction::apply(q, k, v, &p); return true;
+    case AttnBackend::kSdpa:  // differentiable by itself
+      *out = backends::run_forward(plan, q, k, v, p, backends::aten_ops()).out;
+      return true;
+    default: *out = PlannedAttentionFunction::apply(q, k, v, &p, &plan); return true;
+  }
+#else
+  (void)q, (void)k, (void)v, (void)p, (void)out;
+  return false;
+#endif
+}
+
 }  // namespace detail
 
 AttentionOutput fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p) {
@@ -173,7 +260,19 @@ AttentionOutput fused_attention(const at::Tensor& q, const at::Tensor& k, const 
   check_fused_supported(q, k, v, "fused_attention");
   at::NoGradGuard no_grad;
 #ifdef DROPE_WITH_CUDA
-  if (q.is_cuda()) return cuda_glue::forward(q, k, v, p);
+  if (q.is_cuda()) {
+    const auto plan = cuda_plan(q, k, v, p, /*training=*/false);
+    switch (plan.backend) {
+      case AttnBackend::kFlash:
+      case AttnBackend::kMemEfficient:
+      case AttnBackend::kCudnn: {
+        auto f = backends::run_forward(plan, q, k, v, p, backends::aten_ops());
+        return {f.out, f.lse.to(at::kFloat)};
+      }
+      case AttnBackend::kOwnCuda: return cuda_glue::forward(q, k, v, p);
+      default: return detail::reference_attention_unchecked(q, k, v, p);  // SDPA returns no log-sum-exp
+    }
+  }
 #endif
   auto res = cpu_forward(q, k, v, p);
   return {res.out, res.lse.to(at::kFloat)};
@@ -199,11 +298,33 @@ at::Tensor fused_attention_autograd(const at::Tensor& q, const at::Tensor& k, co
 }
 
 bool uses_fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p) {
-  if (reference_forced || !(cpu_supported(q, k, v) || cuda_supported(q, k, v))) return false;
+  if (reference_forced) return false;
+#ifdef DROPE_WITH_CUDA
+  if (q.is_cuda()) return cuda_plan(q, k, v, p, needs_grad(q, k, v)).backend != AttnBackend::kReference;
+#endif
+  if (!cpu_supported(q, k, v)) return false;
   if (p.key_start.defined()) return false;  // padding masks: the reference (batched decode, T = 1)
   // Trainable slopes need the reference's autograd.
   return !(p.alibi_slopes.defined() && p.alibi_slopes.requires_grad());
 }
+
+AttnPlan cuda_attention_plan(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p,
+                             bool training) {
+  check_attention_shapes(q, k, v, p);
+  TORCH_CHECK(q.is_cuda(), "cuda_attention_plan: needs CUDA tensors, got ", q.device());
+#ifdef DROPE_WITH_CUDA
+  return cuda_plan(q, k, v, p, training);
+#else
+  (void)training;
+  TORCH_CHECK(false, "cuda_attention_plan: this build has no CUDA support");
+#endif
+}
+
+ForceAttentionBackend::ForceAttentionBackend(AttnBackend backend) : previous_(forced_backend) {
+  forced_backend = int(backend);
+}
+
+ForceAttentionBackend::~ForceAttentionBackend() { forced_backend = previous_; }
 
 ForceReferenceAttention::ForceReferenceAttention() : previous_(reference_forced) { reference_forced = true; }
 

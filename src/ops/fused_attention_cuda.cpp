@@ -17,6 +17,11 @@ namespace drope::ops::cuda_glue {
 
 namespace kc = drope::kernels::cuda;
 
+int device_sm(const at::Tensor& q) {
+  const auto* prop = at::cuda::getDeviceProperties(q.device().index());
+  return prop->major * 10 + prop->minor;
+}
+
 // Whether the CUDA kernels handle these inputs: CUDA tensors on one device, one dtype among bfloat16 and
 // float16, head dim 64 or 128.
 bool supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

@@ -88,13 +88,18 @@ void BpeTokenizer::bpe(const std::string& piece, std::vector<int32_t>& ids) cons
     auto it = token_to_id_.find(piece);
     if (it != token_to_id_.end()) return ids.push_back(it->second);
   }
-  {
-    std::lock_guard<std::mutex> lock(cache_mu_);
-    auto it = cache_.find(piece);
-    if (it != cache_.end()) {
-      ids.insert(ids.end(), it->second.begin(), it->second.end());
-      return;
-    }
+  // This thread's cache, emptied when the thread switches to another tokenizer.
+  thread_local struct {
+    uint64_t owner = 0;
+    std::unordered_map<std::string, std::vector<int32_t>> map;
+  } cache;
+  if (cache.owner != cache_owner_) {
+    cache.map.clear();
+    cache.owner = cache_owner_;
+  }
+  if (auto it = cache.map.find(piece); it != cache.map.end()) {
+    ids.insert(ids.end(), it->second.begin(), it->second.end());
+    return;
   }
   struct Sym {
     int32_t id;
@@ -160,9 +165,8 @@ void BpeTokenizer::bpe(const std::string& piece, std::vector<int32_t>& ids) cons
   std::vector<int32_t> out;
   for (int i = n ? 0 : -1; i >= 0; i = syms[i].next) out.push_back(syms[i].id);
   ids.insert(ids.end(), out.begin(), out.end());
-  std::lock_guard<std::mutex> lock(cache_mu_);
-  if (cache_.size() >= kCacheEntries) cache_.clear();
-  if (piece.size() < 256) cache_.emplace(piece, std::move(out));
+  if (cache.map.size() >= kCacheEntries) cache.map.clear();
+  if (piece.size() < 256) cache.map.emplace(piece, std::move(out));
 }
 
 }  // namespace drope::text::bpe_detail

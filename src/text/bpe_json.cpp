@@ -2,6 +2,7 @@
 // added tokens and decoder sections, each validated with errors naming the file and key path, and the
 // EOS/BOS ids from tokenizer_config.json.
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <filesystem>
 
@@ -20,9 +21,12 @@ namespace {
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// Ids of tokenizers for the per-thread BPE caches (bpe.cpp); 0 is no tokenizer.
+std::atomic<uint64_t> next_cache_owner{1};
+
 }  // namespace
 
-BpeTokenizer::BpeTokenizer(std::string path) : path_(std::move(path)) {
+BpeTokenizer::BpeTokenizer(std::string path) : path_(std::move(path)), cache_owner_(next_cache_owner++) {
   const std::string text = read_file(path_);
   const json root = parse_json(text, path_);
   JsonIn in{path_};

@@ -1,15 +1,22 @@
-// prepare_dataset: documents from text/jsonl files → tokenizer (loaded or trained) → token shards.
+// prepare_dataset: documents (text/documents.h) → tokenizer (loaded or trained) → token shards, tokenised
+// on several threads and written in document order.
 #include "drope/text/prepare.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <filesystem>
-#include <fstream>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
-#include "drope/text/jsonl.h"
+#include "drope/text/documents.h"
 #include "drope/text/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -19,98 +26,118 @@ namespace drope::text {
 
 namespace {
 
-// Called for each non-empty document with its text, file and 1-based starting line.
-using DocFn = std::function<void(std::string_view text, const std::string& file, int64_t line)>;
+using Clock = std::chrono::steady_clock;
 
-bool blank(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Documents per batch and text bytes per batch at most (a batch is the unit of work of one thread).
+constexpr size_t kBatchDocuments = 64;
+constexpr uint64_t kBatchBytes = uint64_t{1} << 18;
+
+// A run of consecutive documents: texts and origins in; ids, or the first error, out.
+struct Batch {
+  std::vector<std::string> texts;
+  std::vector<DocumentSource> where;
+  std::vector<std::vector<int32_t>> ids;
+  uint64_t bytes = 0;
+  std::exception_ptr error;
+  bool done = false;  // guarded by OrderedEncoder::mu_
+};
+
+void encode_batch(const Tokenizer& tok, Batch& b) {
+  b.ids.resize(b.texts.size());
+  for (size_t i = 0; i < b.texts.size(); ++i) {
+    try {
+      b.ids[i] = tok.encode(b.texts[i]);
+    } catch (const std::exception& e) {
+      b.error = std::make_exception_ptr(Error(fmt::format("{}: {}", b.where[i].describe(), e.what())));
+      break;
+    }
+  }
+  b.texts = {};  // the ids are all that is left to write
 }
 
-bool is_jsonl(const std::string& f) { return fs::path(f).extension() == ".jsonl"; }
-
-// The input files in order: files as given, directories walked recursively in sorted order.
-std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
-  if (inputs.empty()) fail("no inputs: give at least one text/jsonl file or directory");
-  std::vector<std::string> files;
-  for (const auto& in : inputs) {
-    std::error_code ec;
-    if (!fs::exists(in, ec)) fail("{}: input not found", in);
-    if (!fs::is_directory(in, ec)) {
-      files.push_back(in);
-      continue;
+// Tokenises batches on `threads` worker threads (none for 1: inline) and hands each to `sink` on the
+// calling thread in submission order, so what is written never depends on the thread count. At most
+// 2 · threads batches are in flight.
+class OrderedEncoder {
+ public:
+  OrderedEncoder(const Tokenizer& tok, int threads, std::function<void(Batch&)> sink)
+      : tok_(tok), sink_(std::move(sink)), max_in_flight_(2 * static_cast<size_t>(threads)) {
+    if (threads > 1)
+      for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  }
+  ~OrderedEncoder() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
     }
-    std::vector<std::string> found;
-    for (auto it = fs::recursive_directory_iterator(in, fs::directory_options::follow_directory_symlink, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      if (!name.empty() && name[0] == '.') {
-        if (it->is_directory()) it.disable_recursion_pending();
-        continue;
+    work_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  OrderedEncoder(const OrderedEncoder&) = delete;
+  OrderedEncoder& operator=(const OrderedEncoder&) = delete;
+
+  void submit(std::unique_ptr<Batch> b) {
+    if (workers_.empty()) {
+      encode_batch(tok_, *b);
+      return sink_(*b);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      todo_.push_back(b.get());
+      in_flight_.push_back(std::move(b));
+    }
+    work_cv_.notify_one();
+    while (in_flight_.size() >= max_in_flight_) sink_oldest();
+  }
+
+  // Sinks every batch still in flight.
+  void finish() {
+    while (!in_flight_.empty()) sink_oldest();
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      Batch* b = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        work_cv_.wait(lock, [&] { return stop_ || !todo_.empty(); });
+        if (stop_) return;
+        b = todo_.front();
+        todo_.pop_front();
       }
-      if (it->is_regular_file()) found.push_back(it->path().string());
+      encode_batch(tok_, *b);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        b->done = true;
+      }
+      done_cv_.notify_all();
     }
-    if (ec) fail("{}: cannot list directory ({})", in, ec.message());
-    if (found.empty()) fail("{}: directory holds no files", in);
-    std::sort(found.begin(), found.end());
-    files.insert(files.end(), found.begin(), found.end());
   }
-  return files;
-}
 
-// 1-based line of byte `offset` in `text`.
-int64_t line_of(std::string_view text, size_t offset) {
-  return 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(std::min(offset, text.size())), '\n');
-}
-
-void text_documents(const std::string& file, bool paragraphs, const DocFn& fn) {
-  const std::string text = read_file(file);
-  if (const int64_t bad = utf8_error_offset(text); bad >= 0)
-    fail("{}:{}: not valid UTF-8 (byte offset {})", file, line_of(text, static_cast<size_t>(bad)), bad);
-  if (!paragraphs) {
-    if (!blank(text)) fn(text, file, 1);
-    return;
-  }
-  std::string_view rest(text);
-  int64_t line = 1, start_line = 1;
-  size_t start = 0, pos = 0;
-  bool in_par = false;
-  while (pos <= rest.size()) {
-    const size_t nl = rest.find('\n', pos);
-    const size_t end = nl == std::string_view::npos ? rest.size() : nl;
-    const bool empty_line = blank(rest.substr(pos, end - pos));
-    if (!empty_line && !in_par) {
-      in_par = true;
-      start = pos;
-      start_line = line;
-    } else if (empty_line && in_par) {
-      in_par = false;
-      fn(rest.substr(start, pos - 1 - start), file, start_line);
+  void sink_oldest() {
+    std::unique_ptr<Batch> b;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      done_cv_.wait(lock, [&] { return in_flight_.front()->done; });
+      b = std::move(in_flight_.front());
+      in_flight_.pop_front();
     }
-    if (nl == std::string_view::npos) break;
-    pos = nl + 1;
-    ++line;
+    sink_(*b);
   }
-  if (in_par) {
-    std::string_view par = rest.substr(start);
-    while (!par.empty() && (par.back() == '\n' || par.back() == '\r')) par.remove_suffix(1);
-    fn(par, file, start_line);
-  }
-}
 
-void jsonl_documents(const std::string& file, const DocFn& fn) {
-  for_each_jsonl_object(file, [&](int64_t n, const json& j) {
-    const auto& s = jsonl_string(j, "text", file, n);
-    if (!blank(s)) fn(s, file, n);
-    return true;
-  });
-}
-
-void for_each_document(const std::vector<std::string>& files, bool paragraphs, const DocFn& fn) {
-  for (const auto& f : files) {
-    if (is_jsonl(f)) jsonl_documents(f, fn);
-    else text_documents(f, paragraphs, fn);
-  }
-}
+  const Tokenizer& tok_;
+  std::function<void(Batch&)> sink_;
+  size_t max_in_flight_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<Batch*> todo_;                       // submitted, not yet claimed by a worker
+  std::deque<std::unique_ptr<Batch>> in_flight_;  // submitted, not yet sunk, in submission order
+  bool stop_ = false;
+};
 
 // Copies an existing tokenizer into `dir` (with the tokenizer_config.json beside an HF tokenizer.json)
 // and returns its file name there.
@@ -134,11 +161,29 @@ DatasetIndex prepare_dataset(const PrepareOptions& o) {
   if (train_tok == !o.tokenizer.empty())
     fail("give either an existing tokenizer or a vocabulary size to train a SentencePiece model (exactly one)");
   check_replaceable_dir(o.out_dir, "index.json", "prepared dataset", "");
+  if (o.threads < 1) fail("thread count must be at least 1, got {}", o.threads);
+  if (o.text_field.empty()) fail("the text field / column name must not be empty");
   const std::vector<std::string> files = expand_inputs(o.inputs);
+  const DocumentOptions doc_opts{o.paragraphs, o.text_field};
+  auto report = [&](PrepareProgress p) {
+    if (o.progress) o.progress(p);
+  };
 
   // Pass 1: validate every document and count them.
-  int64_t n_docs = 0;
-  for_each_document(files, o.paragraphs, [&](std::string_view, const std::string&, int64_t) { ++n_docs; });
+  PrepareProgress scan;
+  const auto scan_start = Clock::now();
+  for_each_document(files, doc_opts, [&](std::string_view text, const DocumentSource&) {
+    ++scan.documents;
+    scan.text_bytes += text.size();
+    if (scan.documents % 256 == 0) {
+      scan.seconds = seconds_since(scan_start);
+      report(scan);
+    }
+  });
+  const int64_t n_docs = scan.documents;
+  scan.seconds = seconds_since(scan_start);
+  scan.done = true;
+  report(scan);
   if (n_docs == 0) fail("{}: no non-empty documents in the inputs", files.front());
   int64_t n_val = 0;
   if (o.val_fraction > 0) n_val = std::max<int64_t>(1, std::llround(o.val_fraction * static_cast<double>(n_docs)));
@@ -159,7 +204,7 @@ DatasetIndex prepare_dataset(const PrepareOptions& o) {
       train_sentencepiece(
           [&](const std::function<void(std::string_view)>& emit) {
             int64_t k = 0;
-            for_each_document(files, o.paragraphs, [&](std::string_view text, const std::string&, int64_t) {
+            for_each_document(files, doc_opts, [&](std::string_view text, const DocumentSource&) {
               if (is_val(k++)) return;
               while (!text.empty()) {
                 const size_t nl = text.find('\n');
@@ -192,16 +237,41 @@ DatasetIndex prepare_dataset(const PrepareOptions& o) {
     ShardWriter val((fs::path(tmp) / "val").string(), "shard", index.token_bytes, tok->eos_id(), o.shard_tokens);
     fs::create_directories(fs::path(tmp) / "train");
     fs::create_directories(fs::path(tmp) / "val");
+    // Batches of documents are read here, tokenised on the workers, and written here in order.
+    PrepareProgress prog;
+    prog.phase = "tokenize";
+    prog.documents_total = n_docs;
+    prog.text_bytes_total = scan.text_bytes;
+    const auto start = Clock::now();
     int64_t k = 0;
-    for_each_document(files, o.paragraphs, [&](std::string_view text, const std::string& file, int64_t line) {
-      std::vector<int32_t> ids;
-      try {
-        ids = tok->encode(text);
-      } catch (const Error& e) {
-        fail("{}:{}: {}", file, line, e.what());
+    OrderedEncoder encoder(*tok, o.threads, [&](Batch& b) {
+      if (b.error) std::rethrow_exception(b.error);
+      for (const auto& ids : b.ids) {
+        (is_val(k++) ? val : train).add_document(ids);
+        prog.tokens += static_cast<int64_t>(ids.size()) + 1;
       }
-      (is_val(k++) ? val : train).add_document(ids);
+      prog.documents = k;
+      prog.text_bytes += b.bytes;
+      prog.seconds = seconds_since(start);
+      report(prog);
     });
+    auto batch = std::make_unique<Batch>();
+    int64_t read = 0;
+    for_each_document(files, doc_opts, [&](std::string_view text, const DocumentSource& where) {
+      if (++read > n_docs) fail("{}: the inputs changed while being read (more documents than counted)", where.describe());
+      batch->texts.emplace_back(text);
+      batch->where.push_back(where);
+      batch->bytes += text.size();
+      if (batch->texts.size() >= kBatchDocuments || batch->bytes >= kBatchBytes) {
+        encoder.submit(std::move(batch));
+        batch = std::make_unique<Batch>();
+      }
+    });
+    if (!batch->texts.empty()) encoder.submit(std::move(batch));
+    encoder.finish();
+    if (read != n_docs) fail("{}: the inputs changed while being read ({} documents, {} counted)", files.front(), read, n_docs);
+    prog.done = true;
+    report(prog);
     for (auto* w : {&train, &val}) {
       const std::string split = w == &train ? "train" : "val";
       SplitInfo s;
@@ -216,6 +286,7 @@ DatasetIndex prepare_dataset(const PrepareOptions& o) {
                   {"sources", sources},
                   {"documents", n_docs},
                   {"document_unit", o.paragraphs ? "paragraph" : "file"},
+                  {"text_field", o.text_field},
                   {"val_fraction", o.val_fraction},
                   {"seed", o.seed},
                   {"shard_tokens", o.shard_tokens},

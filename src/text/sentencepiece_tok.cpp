@@ -1,12 +1,8 @@
 // SentencePiece models through Debian's libsentencepiece, reached only through libdrope_sentencepiece.so
 // (sentencepiece_module/bridge.h says why): loading, encoding, decoding and training. A model file is
 // checked by check_sentencepiece_model before the library sees it.
-#include <dlfcn.h>
-
-#include <filesystem>
 #include <memory>
 #include <mutex>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -14,61 +10,19 @@
 #include "drope/core/files.h"
 #include "drope/text/sentencepiece_model.h"
 #include "drope/text/tokenizer.h"
+#include "module_loader.h"
 #include "sentencepiece_module/bridge.h"
-
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define DROPE_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define DROPE_ASAN 1
-#endif
-
-namespace fs = std::filesystem;
 
 namespace drope::text {
 
 namespace {
 
-// Where the module may be: beside the running executable, one directory up (tests/, fuzz/), then where
-// the build put it.
-std::vector<fs::path> module_candidates() {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    out.push_back(exe.parent_path() / "libdrope_sentencepiece.so");
-    out.push_back(exe.parent_path().parent_path() / "libdrope_sentencepiece.so");
-  }
-  out.emplace_back(DROPE_SENTENCEPIECE_MODULE);
-  return out;
-}
-
-// Opens the module and resolves its functions. RTLD_LOCAL keeps its symbols (and libsentencepiece's)
-// out of the global scope; RTLD_DEEPBIND makes libsentencepiece bind its own symbols before the global
-// ones. The sanitizers refuse RTLD_DEEPBIND; their builds are torch-free, with no libc10 to clash with.
+// Opens the module and resolves its functions (module_loader.h says how and why RTLD_LOCAL | RTLD_DEEPBIND).
 drope_spm_api open_module() {
-  int flags = RTLD_NOW | RTLD_LOCAL;
-#ifndef DROPE_ASAN
-  flags |= RTLD_DEEPBIND;
-#endif
-  std::string tried;
-  void* h = nullptr;
-  for (const auto& p : module_candidates()) {
-    std::error_code ec;
-    if (!fs::is_regular_file(p, ec)) continue;
-    h = ::dlopen(p.c_str(), flags);
-    if (h) break;
-    const char* e = ::dlerror();
-    tried += fmt::format("; {}: {}", p.string(), e ? e : "dlopen failed");
-  }
-  if (!h) fail("cannot load libdrope_sentencepiece.so (SentencePiece support){}", tried.empty() ? "; not found" : tried);
+  constexpr const char* kFile = "libdrope_sentencepiece.so";
+  void* h = detail::open_module(kFile, DROPE_SENTENCEPIECE_MODULE, "SentencePiece support");
   drope_spm_api api{};
-  auto sym = [&](auto& fn, const char* name) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(h, name));
-    if (!fn) fail("libdrope_sentencepiece.so has no {}", name);
-  };
+  auto sym = [&](auto& fn, const char* name) { detail::resolve(h, fn, name, kFile); };
   sym(api.load, "drope_spm_load");
   sym(api.free, "drope_spm_free");
   sym(api.info, "drope_spm_info");

@@ -1,12 +1,17 @@
 #include "drope/train/checkpoint.h"
 
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/io/model_io.h"
 #include "drope/io/safetensors.h"
+#include "drope/core/json.h"
+#include "drope/train/distributed.h"
+#include "drope/train/sharding.h"
 
 namespace fs = std::filesystem;
 
@@ -50,6 +55,18 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   std::sort(out.begin(), out.end());
   return out;
 }
+// Keeps the newest `keep_last` checkpoints. Rename first (atomic), so that a kill during the deletion never
+// leaves a half-deleted directory that still looks like a checkpoint; leftovers are removed by
+// remove_stale_temporaries.
+void prune_checkpoints(const std::string& run_dir, int64_t keep_last) {
+  auto all = list_checkpoints(run_dir);
+  for (size_t i = 0; i + keep_last < all.size(); ++i) {
+    std::error_code ec;
+    const std::string trash = temp_path_for(all[i].second);
+    fs::rename(all[i].second, trash, ec);
+    if (!ec) fs::remove_all(trash, ec);
+  }
+}
 }  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const AdamW& opt, const TrainState& st,
@@ -73,15 +90,7 @@ std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const 
     // state.json last: its presence marks a complete checkpoint.
     write_file_atomic((fs::path(tmp) / "state.json").string(), checkpoint_state_json(saved));
   });
-  // Prune: rename first (atomic), so that a kill during the deletion never leaves a half-deleted
-  // directory that still looks like a checkpoint; leftovers are removed by remove_stale_temporaries.
-  auto all = list_checkpoints(run_dir);
-  for (size_t i = 0; i + keep_last < all.size(); ++i) {
-    std::error_code ec;
-    const std::string trash = temp_path_for(all[i].second);
-    fs::rename(all[i].second, trash, ec);
-    if (!ec) fs::remove_all(trash, ec);
-  }
+  prune_checkpoints(run_dir, keep_last);
   return dir;
 }
 
@@ -95,6 +104,171 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   return all.back().second;
 }
 
+namespace {
+// Checks one optimizer moment tensor read from `path`.
+void check_moment(const torch::Tensor& t, const std::string& key, const std::string& path) {
+  if (!t.is_floating_point()) fail("{}: optimizer tensor '{}' is not floating point", path, key);
+  if (!torch::isfinite(t).all().item<bool>())
+    fail("{}: optimizer moment '{}' has non-finite values (NaN or infinity)", path, key);
+  if (key.rfind("exp_avg_sq.", 0) == 0 && (t < 0).any().item<bool>())
+    fail("{}: optimizer second moment '{}' has negative values (a mean of squares cannot be negative)", path, key);
+}
+
+// "exp_avg.<name>" / "exp_avg_sq.<name>" → (kind, name); false for anything else.
+bool split_moment_key(const std::string& key, std::string* kind, std::string* rest) {
+  for (const char* k : {"exp_avg_sq.", "exp_avg."}) {
+    const std::string p(k);
+    if (key.compare(0, p.size(), p) == 0 && key.size() > p.size()) {
+      *kind = p.substr(0, p.size() - 1);
+      *rest = key.substr(p.size());
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string shard_file_name(int rank, int world) { return fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", rank, world); }
+constexpr const char* kManifest = "optimizer-manifest.json";
+
+// The pieces of a sharded optimizer state, indexed by (kind, parameter).
+struct ShardedMoments {
+  struct Piece {
+    int64_t start, len;
+    size_t file;
+    std::string key;
+  };
+  std::vector<std::shared_ptr<io::SafetensorsFile>> files;
+  std::map<std::pair<std::string, std::string>, std::vector<Piece>> pieces;
+
+  torch::Tensor read(const std::string& kind, const std::string& name, int64_t start, int64_t len,
+                     const std::string& where) const {
+    auto it = pieces.find({kind, name});
+    if (it == pieces.end()) fail("{}: no {} pieces for parameter '{}'", where, kind, name);
+    auto out = torch::empty({len}, torch::kFloat);
+    int64_t covered = 0;
+    for (const auto& p : it->second) {
+      const int64_t s = std::max(start, p.start), e = std::min(start + len, p.start + p.len);
+      if (s >= e) continue;
+      auto t = files[p.file]->get(p.key).reshape({-1});
+      out.narrow(0, s - start, e - s).copy_(t.narrow(0, s - p.start, e - s));
+      covered += e - s;
+    }
+    if (covered != len) fail("{}: the pieces of {} '{}' do not cover [{}, {})", where, kind, name, start, start + len);
+    return out;
+  }
+};
+}  // namespace
+
+std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_dir, DecoderLM& model,
+                                    ShardedDataParallel& sdp, const TrainState& st, const std::string& run_yaml,
+                                    int64_t keep_last) {
+  const auto dir = (fs::path(run_dir) / "checkpoints" / checkpoint_name(st.step)).string();
+  const bool main = dist.rank() == 0;
+  std::string error;
+  auto agree = [&](const char* stage) {
+    // Every rank learns whether every rank got through `stage`.
+    const bool bad = dist.sum(error.empty() ? 0.0 : 1.0) > 0;
+    if (bad && error.empty()) error = fmt::format("another rank failed while {}", stage);
+    return !bad;
+  };
+  // Rank 0 prepares a staging directory (a temporary of ours) and tells the others its name.
+  std::string staging;
+  if (main) {
+    try {
+      check_replaceable_dir(dir, "state.json", "checkpoint directory", "");
+      staging = temp_path_for(fs::absolute(dir).string());
+      fs::create_directories(staging);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (!agree("preparing the checkpoint directory")) fail("{}", error);
+  {
+    std::vector<int64_t> chars(4096, 0);
+    if (main) {
+      if (staging.size() >= chars.size()) fail("{}: path too long", staging);
+      for (size_t i = 0; i < staging.size(); ++i) chars[i] = static_cast<unsigned char>(staging[i]);
+    }
+    auto t = torch::tensor(chars, torch::kLong);
+    if (model->parameters().front().is_cuda()) t = t.to(model->parameters().front().device());
+    dist.broadcast({t});
+    t = t.cpu();
+    staging.clear();
+    for (int64_t i = 0; i < t.numel() && t[i].item<int64_t>() != 0; ++i) staging.push_back(char(t[i].item<int64_t>()));
+  }
+  auto cleanup = [&] {
+    std::error_code ec;
+    if (main) fs::remove_all(staging, ec);
+  };
+  // Weights (gathered on every rank: sharded blocks need everyone) written by rank 0; the pieces by each rank.
+  sdp.with_full_parameters([&] {
+    if (!main) return;
+    try {
+      for (const auto& kv : model->named_parameters())
+        if (!torch::isfinite(kv.value()).all().item<bool>())
+          fail("refusing to write checkpoint {}: the model has non-finite weights ({})", dir, kv.key());
+      io::write_model_files(model, staging);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  if (error.empty()) {
+    try {
+      std::vector<std::pair<std::string, torch::Tensor>> pieces;
+      for (auto& kv : sdp.optimizer_pieces()) {
+        if (!torch::isfinite(kv.second).all().item<bool>())
+          fail("refusing to write checkpoint {}: the optimizer state has non-finite values ({})", dir, kv.first);
+        pieces.emplace_back(kv.first, kv.second.cpu());
+      }
+      io::save_safetensors((fs::path(staging) / shard_file_name(dist.rank(), dist.world())).string(), pieces,
+                           {{"steps", std::to_string(sdp.steps_taken())}, {"rank", std::to_string(dist.rank())},
+                            {"world", std::to_string(dist.world())}});
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  // Test-only fault injection (docs/training.md, crash safety): DROPE_FAULT_KILL_RANK_IN_CHECKPOINT=<rank>:<step>
+  // kills that rank right after it wrote its shard of that step's checkpoint.
+  if (const char* f = std::getenv("DROPE_FAULT_KILL_RANK_IN_CHECKPOINT"); f && *f)
+    if (fmt::format("{}:{}", dist.rank(), st.step) == f) std::raise(SIGKILL);
+  if (!agree("writing its checkpoint shard")) {
+    cleanup();
+    fail("{}", error);
+  }
+  if (main) {
+    try {
+      write_dir_atomic(dir, [&](const std::string& tmp) {
+        for (const auto& e : fs::directory_iterator(staging)) fs::rename(e.path(), fs::path(tmp) / e.path().filename());
+        nlohmann::json m{{"format", "drope.sharded-optimizer"},
+                         {"version", 1},
+                         {"world", dist.world()},
+                         {"steps", sdp.steps_taken()}};
+        nlohmann::json params = nlohmann::json::array();
+        for (size_t i = 0; i < sdp.names().size(); ++i) {
+          int64_t n = 1;
+          for (auto d : sdp.shapes()[i]) n *= d;
+          params.push_back({{"name", sdp.names()[i]}, {"numel", n}});
+        }
+        m["params"] = params;
+        std::vector<std::string> files;
+        for (int r = 0; r < dist.world(); ++r) files.push_back(shard_file_name(r, dist.world()));
+        m["files"] = files;
+        write_file_atomic((fs::path(tmp) / kManifest).string(), m.dump(1) + "\n");
+        TrainState saved = st;
+        saved.skipped = st.step - sdp.steps_taken();
+        write_file_atomic((fs::path(tmp) / "run.yaml").string(), run_yaml);
+        write_file_atomic((fs::path(tmp) / "state.json").string(), checkpoint_state_json(saved));
+      });
+      prune_checkpoints(run_dir, keep_last);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    cleanup();
+  }
+  if (!agree("publishing the checkpoint")) fail("{}", error);
+  return dir;
+}
+
 LoadedCheckpoint load_checkpoint(const std::string& dir) {
   LoadedCheckpoint c;
   const auto state_path = (fs::path(dir) / "state.json").string();
@@ -105,31 +279,117 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
     fail("{}: step {} disagrees with its checkpoint directory {} (expected {})", state_path, c.state.step, dir,
          checkpoint_name(c.state.step));
   c.model = io::load_model(dir);
+  std::map<std::string, int64_t> numel;
+  for (const auto& kv : c.model->named_parameters()) numel[kv.key()] = kv.value().numel();
   const auto opt_path = (fs::path(dir) / "optimizer.safetensors").string();
-  io::SafetensorsFile f(opt_path);
-  auto it = f.header().metadata.find("steps");
-  if (it == f.header().metadata.end()) fail("{}: missing 'steps' metadata", opt_path);
-  const auto steps = parse_count(it->second);
-  if (!steps) fail("{}: 'steps' metadata '{}' is not a non-negative integer", opt_path, it->second);
-  c.optimizer_steps = *steps;
+  const auto manifest_path = (fs::path(dir) / kManifest).string();
+  auto parse_steps = [](const io::SafetensorsFile& f, const std::string& path) {
+    auto it = f.header().metadata.find("steps");
+    if (it == f.header().metadata.end()) fail("{}: missing 'steps' metadata", path);
+    const auto steps = parse_count(it->second);
+    if (!steps) fail("{}: 'steps' metadata '{}' is not a non-negative integer", path, it->second);
+    return *steps;
+  };
+  std::string opt_where;
+  if (fs::exists(opt_path) || !fs::exists(manifest_path)) {
+    opt_where = opt_path;
+    io::SafetensorsFile f(opt_path);
+    c.optimizer_steps = parse_steps(f, opt_path);
+    auto full = std::make_shared<std::map<std::string, torch::Tensor>>();
+    for (const auto& kv : f.header().tensors) {
+      std::string kind, pname;
+      if (!split_moment_key(kv.first, &kind, &pname))
+        fail("{}: unexpected tensor '{}' (an optimizer state holds exp_avg.* and exp_avg_sq.*)", opt_path, kv.first);
+      torch::Tensor t = f.get(kv.first);
+      check_moment(t, kv.first, opt_path);
+      (*full)[kv.first] = std::move(t);
+    }
+    c.moment = [full, opt_path](const std::string& kind, const std::string& pname, int64_t start, int64_t len) {
+      auto it = full->find(kind + "." + pname);
+      if (it == full->end()) fail("{}: optimizer state has no tensor '{}.{}'", opt_path, kind, pname);
+      const auto flat = it->second.reshape({-1});
+      if (start + len > flat.numel())
+        fail("{}: optimizer tensor '{}.{}' has {} elements, the model needs {}", opt_path, kind, pname, flat.numel(),
+             start + len);
+      return flat.narrow(0, start, len).to(torch::kFloat);
+    };
+  } else {
+    opt_where = manifest_path;
+    const auto m = parse_json(read_file(manifest_path), manifest_path);
+    auto need_int = [&](const char* key, int64_t lo, int64_t hi) {
+      if (!m.is_object() || !m.contains(key) || !m[key].is_number_integer() || m[key].get<int64_t>() < lo ||
+          m[key].get<int64_t>() > hi)
+        fail("{}: '{}' must be an integer in [{}, {}]", manifest_path, key, lo, hi);
+      return m[key].get<int64_t>();
+    };
+    if (!m.is_object() || m.value("format", "") != "drope.sharded-optimizer")
+      fail("{}: not a drope sharded-optimizer manifest (format '{}')", manifest_path,
+           m.is_object() ? m.value("format", "") : "");
+    need_int("version", 1, 1);
+    const int64_t world = need_int("world", 1, 1 << 20);
+    c.optimizer_steps = need_int("steps", 0, int64_t(1) << 50);
+    c.saved_world = world;
+    if (!m.contains("params") || !m["params"].is_array()) fail("{}: 'params' must be a list", manifest_path);
+    for (const auto& p : m["params"]) {
+      if (!p.is_object() || !p.contains("name") || !p["name"].is_string() || !p.contains("numel") ||
+          !p["numel"].is_number_integer())
+        fail("{}: each 'params' entry needs a name and a numel", manifest_path);
+      auto it = numel.find(p["name"].get<std::string>());
+      if (it == numel.end() || it->second != p["numel"].get<int64_t>())
+        fail("{}: parameter '{}' ({} elements) does not match the checkpoint's model", manifest_path,
+             p["name"].get<std::string>(), p["numel"].get<int64_t>());
+    }
+    if (m["params"].size() != numel.size())
+      fail("{}: lists {} parameters, the model has {}", manifest_path, m["params"].size(), numel.size());
+    auto sm = std::make_shared<ShardedMoments>();
+    for (int r = 0; r < int(world); ++r) {
+      const auto path = (fs::path(dir) / shard_file_name(r, int(world))).string();
+      if (!fs::exists(path))
+        fail("{}: shard {} of {} is missing ({}): the checkpoint is incomplete", manifest_path, r, world, path);
+      sm->files.push_back(std::make_shared<io::SafetensorsFile>(path));
+      const auto& f = *sm->files.back();
+      if (parse_steps(f, path) != c.optimizer_steps)
+        fail("{}: 'steps' {} disagrees with {} ({})", path, parse_steps(f, path), manifest_path, c.optimizer_steps);
+      for (const auto& kv : f.header().tensors) {
+        std::string kind, rest;
+        const auto at = kv.first.rfind('@');
+        if (!split_moment_key(kv.first, &kind, &rest) || at == std::string::npos || at < kind.size() + 1)
+          fail("{}: unexpected tensor '{}' (a shard holds exp_avg.<name>@<start> pieces)", path, kv.first);
+        const std::string pname = kv.first.substr(kind.size() + 1, at - kind.size() - 1);
+        const auto start = parse_count(kv.first.substr(at + 1));
+        auto it = numel.find(pname);
+        int64_t len = 1;
+        for (auto d : kv.second.shape) len *= d;
+        if (it == numel.end() || !start || *start + len > it->second)
+          fail("{}: piece '{}' ({} elements) lies outside the model's parameters", path, kv.first, len);
+        check_moment(f.get(kv.first), kv.first, path);
+        sm->pieces[{kind, pname}].push_back({*start, len, size_t(r), kv.first});
+      }
+    }
+    // The pieces of every moment must tile its parameter exactly.
+    for (const auto& [pname, n] : numel) {
+      for (const char* kind : {"exp_avg", "exp_avg_sq"}) {
+        auto& v = sm->pieces[{kind, pname}];
+        std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
+        int64_t at = 0;
+        for (const auto& p : v) {
+          if (p.start != at)
+            fail("{}: the {} pieces of '{}' {} at element {}", manifest_path, kind, pname,
+                 p.start > at ? "leave a gap" : "overlap", at);
+          at += p.len;
+        }
+        if (at != n) fail("{}: the {} pieces of '{}' cover {} of its {} elements", manifest_path, kind, pname, at, n);
+      }
+    }
+    c.moment = [sm, manifest_path](const std::string& kind, const std::string& pname, int64_t start, int64_t len) {
+      return sm->read(kind, pname, start, len, manifest_path);
+    };
+  }
   // Every step either updated the optimizer or was skipped (non-finite loss); older state.json files do
   // not count the skipped ones, so only an upper bound holds for them.
   if (c.state.skipped >= 0 ? c.optimizer_steps != c.state.step - c.state.skipped : c.optimizer_steps > c.state.step)
-    fail("{}: the optimizer has taken {} steps, but {} says step {}{}", opt_path, c.optimizer_steps, state_path,
+    fail("{}: the optimizer has taken {} steps, but {} says step {}{}", opt_where, c.optimizer_steps, state_path,
          c.state.step, c.state.skipped > 0 ? fmt::format(" with {} skipped", c.state.skipped) : std::string());
-  for (const auto& kv : f.header().tensors) {
-    const std::string& key = kv.first;
-    const bool second = key.rfind("exp_avg_sq.", 0) == 0;
-    if (!second && key.rfind("exp_avg.", 0) != 0)
-      fail("{}: unexpected tensor '{}' (an optimizer state holds exp_avg.* and exp_avg_sq.*)", opt_path, key);
-    torch::Tensor t = f.get(key);
-    if (!t.is_floating_point()) fail("{}: optimizer tensor '{}' is not floating point", opt_path, key);
-    if (!torch::isfinite(t).all().item<bool>())
-      fail("{}: optimizer moment '{}' has non-finite values (NaN or infinity)", opt_path, key);
-    if (second && (t < 0).any().item<bool>())
-      fail("{}: optimizer second moment '{}' has negative values (a mean of squares cannot be negative)", opt_path, key);
-    c.optimizer[key] = std::move(t);
-  }
   return c;
 }
 

@@ -151,6 +151,42 @@ void Distributed::barrier() {
   wait(env_, impl_->timeout_s, impl_->pg->barrier(), "barrier");
 }
 
+double Distributed::sum(double v) { return mean(v) * env_.world; }
+
+void Collective::wait() {
+  if (wait_) {
+    auto w = std::move(wait_);
+    wait_ = nullptr;
+    w();
+  }
+}
+
+Collective Distributed::reduce_scatter(const torch::Tensor& out, const torch::Tensor& in) {
+  TORCH_CHECK(in.numel() == out.numel() * env_.world, "reduce_scatter: input ", in.numel(), " != world x ", out.numel());
+  Collective c;
+  if (env_.world == 1) {
+    out.copy_(in);
+    return c;
+  }
+  auto o = out, i = in;
+  auto work = impl_->pg->_reduce_scatter_base(o, i);
+  c.wait_ = [work, env = env_, t = impl_->timeout_s] { wait(env, t, work, "gradient reduce-scatter"); };
+  return c;
+}
+
+Collective Distributed::all_gather(const torch::Tensor& out, const torch::Tensor& in) {
+  TORCH_CHECK(out.numel() == in.numel() * env_.world, "all_gather: output ", out.numel(), " != world x ", in.numel());
+  Collective c;
+  if (env_.world == 1) {
+    out.copy_(in);
+    return c;
+  }
+  auto o = out, i = in;
+  auto work = impl_->pg->_allgather_base(o, i);
+  c.wait_ = [work, env = env_, t = impl_->timeout_s] { wait(env, t, work, "parameter all-gather"); };
+  return c;
+}
+
 // ---- GradSync ------------------------------------------------------------------------------------------
 
 struct GradSync::State {

@@ -16,6 +16,14 @@ AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWCon
   }
 }
 
+AdamW AdamW::from_pieces(std::vector<Piece> pieces, AdamWConfig cfg) {
+  AdamW a(std::vector<std::pair<std::string, torch::Tensor>>{}, cfg);
+  for (auto& pc : pieces)
+    a.slots_.push_back(Slot{pc.name, pc.param, torch::zeros_like(pc.param, torch::MemoryFormat::Preserve),
+                            torch::zeros_like(pc.param, torch::MemoryFormat::Preserve), pc.decay});
+  return a;
+}
+
 bool AdamW::decays(const std::string& name, const torch::Tensor& t) const {
   if (name.find("embed_tokens") != std::string::npos || name == "lm_head.weight") return cfg_.decay_embeddings;
   if (t.dim() < 2) return cfg_.decay_norms_and_biases;

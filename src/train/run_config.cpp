@@ -115,6 +115,11 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   t.get("allreduce_bucket_mb", c.train.allreduce_bucket_mb);
   t.get("max_bad_steps", c.train.max_bad_steps);
   t.get("chunked_loss", c.train.chunked_loss);
+  get_name(t, "shard", c.train.shard);
+  std::string ac;
+  if (t.get("activation_checkpointing", ac))
+    c.train.activation_checkpointing = parse_activation_checkpointing(ac, t.where("activation_checkpointing"));
+  t.get("tensorboard", c.train.tensorboard);
   t.finish();
   c.schedule.steps = c.train.steps;
   YamlMap s = top.map("schedule");
@@ -170,9 +175,27 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   if (c.phase == TrainPhase::kFinetune)
     need(c.scaling.type != RopeScalingType::kNone, "phase finetune needs scaling.type (pi, ntk, yarn, ...)");
   if (c.drop_at_step >= 0) need(c.phase == TrainPhase::kPretrain, "drope.drop_at_step is for phase pretrain");
+  if (c.drop_at_step >= 0)
+    need(c.train.shard == ShardMode::kNone,
+         "drope.drop_at_step needs train.shard none (drop first, then recalibrate with phase drope and any shard mode)");
   number("scaling.factor", c.scaling.factor,
          c.scaling.type != RopeScalingType::kNone ? scaling_factor_range() : Interval::any());
   return c;
+}
+
+int64_t parse_activation_checkpointing(const std::string& value, const std::string& where) {
+  if (value == "none") return 0;
+  if (value == "full") return 1;
+  int64_t k = 0;
+  size_t i = 0;
+  for (; i < value.size() && i < 7 && value[i] >= '0' && value[i] <= '9'; ++i) k = k * 10 + (value[i] - '0');
+  if (i == 0 || i != value.size() || k < 1)
+    fail("{}: expected none, full or a positive integer K (recompute every K-th decoder block), got '{}'", where, value);
+  return k;
+}
+
+std::string activation_checkpointing_name(int64_t every) {
+  return every == 0 ? "none" : every == 1 ? "full" : std::to_string(every);
 }
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& sets) {
@@ -221,7 +244,9 @@ std::string run_config_to_yaml(const RunConfig& c) {
     << t.device << YAML::Key << "peak_tflops" << YAML::Value << t.peak_tflops << YAML::Key << "dist_timeout_s"
     << YAML::Value << t.dist_timeout_s << YAML::Key << "allreduce_bucket_mb" << YAML::Value << t.allreduce_bucket_mb
     << YAML::Key << "max_bad_steps" << YAML::Value << t.max_bad_steps << YAML::Key << "chunked_loss" << YAML::Value
-    << t.chunked_loss << YAML::EndMap;
+    << t.chunked_loss << YAML::Key << "shard" << YAML::Value << std::string(name_of(t.shard)) << YAML::Key
+    << "activation_checkpointing" << YAML::Value << activation_checkpointing_name(t.activation_checkpointing)
+    << YAML::Key << "tensorboard" << YAML::Value << t.tensorboard << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

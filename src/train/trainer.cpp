@@ -20,9 +20,11 @@
 #include <nlohmann/json.hpp>
 
 #include "drope/core/cpu_budget.h"
+#include "drope/core/duration.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
+#include "drope/core/tfevents.h"
 #include "drope/io/model_io.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/model/drope.h"
@@ -31,6 +33,8 @@
 #include "drope/train/checkpoint.h"
 #include "drope/train/data.h"
 #include "drope/train/distributed.h"
+#include "drope/train/recompute.h"
+#include "drope/train/sharding.h"
 
 namespace fs = std::filesystem;
 
@@ -97,14 +101,6 @@ double flops_per_token(DecoderLM& m, int64_t T) {
   return 6.0 * n + 12.0 * double(c.num_layers) * double(c.hidden_size) * double(T);
 }
 
-std::string fmt_duration(double s) {
-  if (!(s >= 0) || s > 1e7) return "?";
-  const int64_t t = int64_t(s);
-  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t % 3600) / 60);
-  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
-
 // bf16 autocast for the forward pass (weights and optimizer stay float32), on the model's device.
 class AutocastGuard {
  public:
@@ -143,6 +139,14 @@ void truncate_log(const std::string& path, int64_t step) {
     }
   }
   write_file_atomic(path, kept);
+}
+
+// The scalars of a log line for TensorBoard: every finite number but the step, tagged by its key.
+std::vector<TfScalar> log_scalars(const nlohmann::json& line) {
+  std::vector<TfScalar> out;
+  for (const auto& [key, v] : line.items())
+    if (key != "step" && v.is_number() && std::isfinite(v.get<double>())) out.emplace_back(key, v.get<double>());
+  return out;
 }
 
 }  // namespace
@@ -205,7 +209,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   // Model and optimizer state: resume, or build for the phase.
   DecoderLM model{nullptr};
   TrainState st;
-  std::map<std::string, torch::Tensor> opt_state;
+  std::function<torch::Tensor(const std::string&, const std::string&, int64_t, int64_t)> moment;
   int64_t opt_steps = 0;
   if (main_rank) {
     const int removed = remove_stale_run_temporaries(cfg.out_dir);
@@ -218,7 +222,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     if (cfg.has_model && cfg.init.empty()) check_same_shape(cfg.model, c.model->config(), *ckpt);
     model = c.model;
     st = c.state;
-    opt_state = std::move(c.optimizer);
+    moment = c.moment;
     opt_steps = c.optimizer_steps;
     out.resumed_from = st.step;
     if (say) fmt::print("resuming from {} (step {})\n", *ckpt, st.step);
@@ -251,11 +255,37 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     torch::NoGradGuard ng;
     dist.broadcast(ps);
   }
-  AdamW adamw(named(model), cfg.optim);
-  if (!opt_state.empty()) {
-    for (auto& kv : opt_state) kv.second = kv.second.to(device);
-    adamw.load_state(opt_state, opt_steps, *ckpt + "/optimizer.safetensors");
+  const double fpt = flops_per_token(model, T);  // before sharding hides the blocks' weights
+  const int64_t n_params = model->num_parameters();
+  const ShardMode shard = cfg.train.shard;
+  // shard none: replicated AdamW (+ GradSync below); otherwise the sharded engine owns weights and moments.
+  std::unique_ptr<AdamW> adamw;
+  std::unique_ptr<ShardedDataParallel> sdp;
+  if (shard == ShardMode::kNone) {
+    adamw = std::make_unique<AdamW>(named(model), cfg.optim);
+    if (moment) {
+      std::map<std::string, torch::Tensor> state;
+      for (auto& [name, p] : named(model))
+        for (const char* kind : {"exp_avg", "exp_avg_sq"})
+          state[std::string(kind) + "." + name] = moment(kind, name, 0, p.numel()).view(p.sizes()).to(device);
+      adamw->load_state(state, opt_steps, *ckpt);
+    }
+  } else {
+    sdp = std::make_unique<ShardedDataParallel>(dist, model, shard, cfg.optim, cfg.train.activation_checkpointing);
+    if (moment) {
+      const auto& names = sdp->names();
+      sdp->load_optimizer([&](const std::string& kind, int64_t i, int64_t start,
+                              int64_t len) { return moment(kind, names[i], start, len); },
+                          opt_steps, *ckpt);
+    }
   }
+  ForwardOptions fwd;  // how decoder blocks run in training (activation checkpointing, sharded weights)
+  if (sdp) fwd.block_runner = sdp->block_runner();
+  else if (cfg.train.activation_checkpointing > 0)
+    fwd.block_runner = [every = cfg.train.activation_checkpointing](size_t layer, DecoderLayerImpl& block,
+                                                                     const torch::Tensor& x, const PositionContext& ctx) {
+      return checkpoints_layer(every, layer) ? checkpointed_block(block, x, ctx) : block.forward(x, ctx);
+    };
 
   // Run directory and logs (rank 0).
   const std::string log_path = (fs::path(cfg.out_dir) / "log.jsonl").string();
@@ -267,11 +297,15 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   }
   std::ofstream log_file;
   if (main_rank) log_file.open(log_path, std::ios::app);
+  // train.tensorboard: a new events file per start; its SessionLog START at the first step this start logs
+  // makes TensorBoard drop what an earlier start logged from there on, as truncate_log does for log.jsonl.
+  std::unique_ptr<EventFileWriter> events;
+  if (main_rank && cfg.train.tensorboard) events = std::make_unique<EventFileWriter>(cfg.out_dir, st.step + 1);
   const bool tty = say && ::isatty(STDOUT_FILENO);
   if (say)
     fmt::print("{}: phase {}, {:.2f}M params, {} layers, positional {}, data {} ({} blocks of {}), batch {} = {} x {} x {} "
                "(accum x micro x world, backend {}), device {}\n",
-               cfg.name, name_of(cfg.phase), model->num_parameters() / 1e6, model->config().num_layers,
+               cfg.name, name_of(cfg.phase), n_params / 1e6, model->config().num_layers,
                name_of(model->config().positional.type), train_src->describe(), train_src->num_blocks(), T, B, accum, micro, W,
                dist.backend(), device.str());
   if (say && device.is_cpu())
@@ -293,12 +327,12 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
       labels = labels.index_select(0, rows);
     }
     if (cfg.train.chunked_loss) {  // the (micro·T, V) logits never exist at once
-      auto h = model->hidden(b.narrow(1, 0, T));  // (micro, T, C)
+      auto h = model->hidden(b.narrow(1, 0, T), fwd);  // (micro, T, C)
       h = h.reshape({-1, h.size(-1)});
       if (rows.defined()) h = h.index_select(0, rows);
       return ops::linear_cross_entropy(h, model->lm_head_weight(), labels);
     }
-    auto logits = model->forward(b.narrow(1, 0, T));  // (micro, T, V)
+    auto logits = model->forward(b.narrow(1, 0, T), fwd);  // (micro, T, V)
     logits = logits.reshape({-1, logits.size(-1)});
     if (rows.defined()) logits = logits.index_select(0, rows);
     return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
@@ -321,7 +355,18 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     if (main_rank) {
       const auto previous = latest_checkpoint(cfg.out_dir);
       try {
-        out.last_checkpoint = save_checkpoint(cfg.out_dir, model, adamw, st, opt.run_yaml, cfg.train.keep_last);
+        if (!sdp) out.last_checkpoint = save_checkpoint(cfg.out_dir, model, *adamw, st, opt.run_yaml, cfg.train.keep_last);
+      } catch (const std::exception& e) {
+        error = fmt::format("step {}: could not save the checkpoint: {}. {}", st.step, e.what(),
+                            previous ? fmt::format("The previous checkpoint {} is intact; fix the cause and rerun "
+                                                   "with --resume.", *previous)
+                                     : std::string("No earlier checkpoint exists."));
+      }
+    }
+    if (sdp) {  // every rank writes its shard
+      const auto previous = latest_checkpoint(cfg.out_dir);
+      try {
+        out.last_checkpoint = save_sharded_checkpoint(dist, cfg.out_dir, model, *sdp, st, opt.run_yaml, cfg.train.keep_last);
       } catch (const std::exception& e) {
         error = fmt::format("step {}: could not save the checkpoint: {}. {}", st.step, e.what(),
                             previous ? fmt::format("The previous checkpoint {} is intact; fix the cause and rerun "
@@ -330,34 +375,37 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
       }
     }
     if (dist.mean(error.empty() ? 0.0 : 1.0) > 0) {
-      if (main_rank) fail("{}", error);
+      if (main_rank || sdp) fail("{}", error.empty() ? "another rank could not save the checkpoint" : error);
       fail("rank {}: rank 0 could not save the checkpoint at step {}", dist.rank(), st.step);
     }
   };
   auto log_line = [&](const nlohmann::json& j) {
     log_file << j.dump() << "\n" << std::flush;
     if (!log_file) fail("{}: cannot append to the training log ({})", log_path, std::strerror(errno));
+    if (events) {
+      const auto scalars = log_scalars(j);
+      if (!scalars.empty()) events->write_scalars(j.at("step").get<int64_t>(), scalars);
+    }
   };
   const auto nan_loss_steps = fault_steps("DROPE_FAULT_NAN_AT_STEP");
   const auto nan_weight_steps = fault_steps("DROPE_FAULT_NAN_WEIGHTS_AT_STEP");
 
-  const double fpt = flops_per_token(model, T);
   auto t_start = std::chrono::steady_clock::now();
   auto t_last = t_start;
   int64_t tokens_since = 0, bad_steps = 0;
   const int64_t first_step = st.step;
   model->train();
   const auto bucket_bytes = static_cast<int64_t>(cfg.train.allreduce_bucket_mb * (1 << 20));
-  auto sync = std::make_unique<GradSync>(dist, model->parameters(), bucket_bytes);
+  auto sync = sdp ? nullptr : std::make_unique<GradSync>(dist, model->parameters(), bucket_bytes);
   while (st.step < cfg.train.steps) {
     const int64_t s = st.step;
     if (cfg.drop_at_step >= 0 && s == cfg.drop_at_step && model->config().positional.type != PositionalType::kNope) {
       // Paper Table 7: drop positional embeddings mid-run; moments of kept parameters carry over.
-      auto moments = adamw.state_tensors();
-      const int64_t steps_taken = adamw.steps_taken();
+      auto moments = adamw->state_tensors();
+      const int64_t steps_taken = adamw->steps_taken();
       model = apply_variant(model, drope_variant(cfg), cfg.init);
       model->to(device);
-      adamw = AdamW(named(model), cfg.optim);
+      adamw = std::make_unique<AdamW>(named(model), cfg.optim);
       std::map<std::string, torch::Tensor> carry(moments.begin(), moments.end());
       for (auto& [name, p] : named(model)) {
         if (!carry.count("exp_avg." + name)) {
@@ -365,25 +413,30 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
           carry["exp_avg_sq." + name] = torch::zeros_like(p);
         }
       }
-      adamw.load_state(carry, steps_taken, "drop_at_step");
+      adamw->load_state(carry, steps_taken, "drop_at_step");
       sync.reset();  // hooks on the old parameters go first
       sync = std::make_unique<GradSync>(dist, model->parameters(), bucket_bytes);
       if (say) fmt::print("step {}: dropped positional embeddings (qk_norm {})\n", s, name_of(cfg.drope_qk_norm));
     }
     const double lr = schedule_lr(cfg.schedule, s - st.phase_start, cfg.optim.lr);
-    adamw.zero_grad();
+    if (sdp) sdp->zero_grad();
+    else adamw->zero_grad();
     double loss_sum = 0;
     for (int64_t a = 0; a < accum; ++a) {
       const int64_t pos = s * B + a * micro * W + dist.rank() * micro;
       auto loss = step_loss(sampler.batch(pos, micro), sampler.mask(pos, micro)) / double(accum);
       if (contains(nan_loss_steps, s + 1)) loss = loss * std::numeric_limits<double>::quiet_NaN();
-      if (a == accum - 1) sync->arm();  // the last micro-batch's backward reduces gradients as they finish
+      const bool last_micro = a == accum - 1;
+      if (sdp) sdp->before_backward(last_micro);
+      else if (last_micro) sync->arm();  // the last micro-batch's backward reduces gradients as they finish
       loss.backward();
+      if (sdp) sdp->after_backward(last_micro);
       loss_sum += loss.item<double>();
     }
-    sync->finish();
+    if (sync) sync->finish();
     const double loss = dist.mean(loss_sum);
-    double gnorm = cfg.train.clip > 0 ? torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.clip)
+    double gnorm = sdp ? sdp->clip_grad_norm(cfg.train.clip)
+                 : cfg.train.clip > 0 ? torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.clip)
                                       : torch::nn::utils::clip_grad_norm_(model->parameters(), 1e30);
     const bool finite = std::isfinite(loss) && std::isfinite(gnorm);
     if (!finite) {
@@ -397,10 +450,12 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
         fail("aborting at step {}: {} non-finite steps in a row (train.max_bad_steps = {}); the last good "
              "checkpoint is {}",
              s + 1, bad_steps, cfg.train.max_bad_steps, latest_checkpoint(cfg.out_dir).value_or("(none yet)"));
-      adamw.zero_grad();
+      if (sdp) sdp->zero_grad();
+      else adamw->zero_grad();
     } else {
       bad_steps = 0;
-      adamw.step(lr);
+      if (sdp) sdp->step(lr);
+      else adamw->step(lr);
       if (contains(nan_weight_steps, s + 1)) {
         torch::NoGradGuard ng;
         model->parameters().front().view({-1})[0].fill_(std::numeric_limits<double>::quiet_NaN());
@@ -427,7 +482,12 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
       nlohmann::json j{{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm}, {"tokens", st.tokens},
                        {"tokens_per_s", tps}, {"elapsed_s", elapsed}};
       if (mfu >= 0) j["mfu"] = mfu;
-      if (W > 1) {  // how many gradient buckets started their all-reduce while backward was still running
+      if (sdp) {  // what this rank (0) holds: parameters, gradient chunks, optimizer moments; whole blocks at once
+        const auto b = sdp->bytes();
+        j["shard_bytes"] = {{"params", b.params}, {"grads", b.grads}, {"optimizer", b.optimizer},
+                            {"gathered_peak", b.gathered_peak}};
+      }
+      if (W > 1 && sync) {  // how many gradient buckets started their all-reduce while backward was still running
         j["allreduce_buckets"] = sync->buckets();
         j["allreduce_overlapped"] = sync->overlapped();
       }
@@ -436,7 +496,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
         if (tty) fmt::print("\r\033[K");
         fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad-norm {:.3f} | {:.1f}k tok/s | MFU {} | ETA {}\n",
                    st.step, cfg.train.steps, loss, lr, gnorm, tps / 1e3,
-                   mfu >= 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("-"), fmt_duration(eta));
+                   mfu >= 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("-"), format_duration(eta));
       }
       t_last = now;
       tokens_since = 0;

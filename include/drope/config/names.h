@@ -1,5 +1,6 @@
 // One typed name per concept of the configuration: the positional type, the RoPE scaling type, the QK-norm
-// mode, the training phase and the format a model directory is written in. Each enum has one name table; YAML validation, CLI choices, results files and
+// mode, the training phase, the shard mode of data parallelism and the format a model directory is written in.
+// Each enum has one name table; YAML validation, CLI choices, results files and
 // error messages are all generated from it, so a name exists in exactly one place.
 #pragma once
 
@@ -21,6 +22,9 @@ enum class PositionalType { kRope, kNope, kAlibi, kRnopeSwa };
 enum class RopeScalingType { kNone, kPi, kNtk, kDynamicNtk, kYarn, kDynamicYarn, kLlama3 };
 enum class QkNorm { kNone, kQk, kQ, kK };
 enum class TrainPhase { kPretrain, kDrope, kFinetune };
+// What data parallelism shards over the ranks (ZeRO stages): nothing, the optimizer state (1), also the
+// gradients (2), also the parameters (3, FSDP-style).
+enum class ShardMode { kNone, kOptimizer, kGrads, kParams };
 // drope: drope.yaml + safetensors (+ HF config.json when HF can express the model); drope-reference: the DroPE
 // authors' config.json (model_type llama_drope / qwen2_drope, attention_type) + safetensors.
 enum class ModelFormat { kDrope, kDropeReference };
@@ -64,6 +68,15 @@ struct NameTable<TrainPhase> {
   static constexpr std::string_view kWhat = "training phase";
   static constexpr std::array<std::pair<TrainPhase, std::string_view>, 3> kEntries{
       {{TrainPhase::kPretrain, "pretrain"}, {TrainPhase::kDrope, "drope"}, {TrainPhase::kFinetune, "finetune"}}};
+};
+
+template <>
+struct NameTable<ShardMode> {
+  static constexpr std::string_view kWhat = "shard mode";
+  static constexpr std::array<std::pair<ShardMode, std::string_view>, 4> kEntries{{{ShardMode::kNone, "none"},
+                                                                                  {ShardMode::kOptimizer, "optimizer"},
+                                                                                  {ShardMode::kGrads, "grads"},
+                                                                                  {ShardMode::kParams, "params"}}};
 };
 
 template <>
@@ -120,11 +133,13 @@ inline std::string_view format_as(PositionalType e) { return name_of(e); }
 inline std::string_view format_as(RopeScalingType e) { return name_of(e); }
 inline std::string_view format_as(QkNorm e) { return name_of(e); }
 inline std::string_view format_as(TrainPhase e) { return name_of(e); }
+inline std::string_view format_as(ShardMode e) { return name_of(e); }
 inline std::string_view format_as(ModelFormat e) { return name_of(e); }
 inline void to_json(nlohmann::json& j, PositionalType e) { j = std::string(name_of(e)); }
 inline void to_json(nlohmann::json& j, RopeScalingType e) { j = std::string(name_of(e)); }
 inline void to_json(nlohmann::json& j, QkNorm e) { j = std::string(name_of(e)); }
 inline void to_json(nlohmann::json& j, TrainPhase e) { j = std::string(name_of(e)); }
+inline void to_json(nlohmann::json& j, ShardMode e) { j = std::string(name_of(e)); }
 
 // Reads `key` of a YAML mapping as a name of E (absent: `out` unchanged); the error lists every name.
 template <typename E>

@@ -3,6 +3,7 @@
 // named_parameters() are HF checkpoint names.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -47,11 +48,18 @@ struct KVCache {
   int64_t bytes() const;
 };
 
+class DecoderLayerImpl;
+// Runs decoder block `layer` on x during training (activation checkpointing, sharded parameters: see
+// train/recompute.h); returns the block's output, as block.forward(x, ctx) would.
+using BlockRunner =
+    std::function<torch::Tensor(size_t layer, DecoderLayerImpl& block, const torch::Tensor& x, const PositionContext& ctx)>;
+
 // Per-forward options.
 struct ForwardOptions {
   int64_t position_offset = 0;                  // absolute position of the first token (ignored with a cache)
   std::vector<torch::Tensor>* attention_probs = nullptr;  // if set, receives (B, H, T, T) per layer
   KVCache* cache = nullptr;                     // if set: attend over the cache too, then append to it
+  BlockRunner block_runner;                     // if set (and no cache, no probs): runs each decoder block
 };
 
 class AttentionImpl : public torch::nn::Module {

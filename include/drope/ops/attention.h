@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "drope/kernels/attention_cpu.h"
+#include "drope/ops/attention_plan.h"
 
 namespace drope::ops {
 
@@ -58,7 +59,8 @@ AttentionGrads fused_attention_grads(const at::Tensor& q, const at::Tensor& k, c
 at::Tensor fused_attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const AttentionParams& p);
 
-// Whether attention() runs the fused kernel for these inputs (else it runs reference_attention).
+// Whether attention() runs a fused kernel for these inputs (else it runs reference_attention): on CUDA any
+// backend of the plan but the reference.
 bool uses_fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p);
 
 // While alive, attention() on this thread runs reference_attention (for comparisons and debugging).
@@ -71,6 +73,24 @@ class ForceReferenceAttention {
 
  private:
   bool previous_;
+};
+
+// The plan attention() follows for these CUDA tensors (attention_plan.h; training: a backward will follow).
+// Needs a CUDA build.
+AttnPlan cuda_attention_plan(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p,
+                             bool training);
+
+// While alive, attention() and fused_attention() on this thread run CUDA calls on `backend` (an error when
+// that backend cannot run a call), for benchmarks and tests.
+class ForceAttentionBackend {
+ public:
+  explicit ForceAttentionBackend(AttnBackend backend);
+  ~ForceAttentionBackend();
+  ForceAttentionBackend(const ForceAttentionBackend&) = delete;
+  ForceAttentionBackend& operator=(const ForceAttentionBackend&) = delete;
+
+ private:
+  int previous_;
 };
 
 // ALiBi slopes for any head count (Press et al.; SPEC §2).

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -27,11 +28,27 @@ int remove_stale_run_temporaries(const std::string& run_dir);
 // The newest complete checkpoint directory of a run, if any (leftover temp directories are ignored).
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
+class Distributed;
+class ShardedDataParallel;
+
+// A sharded run's checkpoint (train.shard other than none), written by every rank together: rank 0 writes
+// the model files (weights gathered from the shards, so every tool loads the directory as a model), every
+// rank its optimizer pieces (optimizer-<rank>-of-<world>.safetensors: "exp_avg.<name>@<start>" 1-D pieces),
+// rank 0 optimizer-manifest.json and state.json last; the directory appears atomically (a rank killed
+// meanwhile leaves only a temporary that the next start removes). Then all but the newest `keep_last` go.
+std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_dir, DecoderLM& model,
+                                    ShardedDataParallel& sdp, const TrainState& st, const std::string& run_yaml,
+                                    int64_t keep_last);
+
 struct LoadedCheckpoint {
   DecoderLM model{nullptr};
   TrainState state;
-  std::map<std::string, torch::Tensor> optimizer;
   int64_t optimizer_steps = 0;
+  // Elements [start, start + len) of parameter `name`'s flattened moment `kind` ("exp_avg" / "exp_avg_sq"),
+  // from either layout (one optimizer.safetensors, or a sharded run's pieces at any world size).
+  std::function<torch::Tensor(const std::string& kind, const std::string& name, int64_t start, int64_t len)> moment;
+  int64_t saved_world = 1;    // world size of a sharded checkpoint (1 for the unsharded layout)
+  std::string saved_shard = "none";
 };
 // Loads a checkpoint directory and cross-checks it: state.json's step against the directory name and the
 // optimizer's step count, optimizer moments finite (second moments also non-negative). Errors name the file.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,16 @@ struct DistEnv {
 // SLURM_LOCALID (+ MASTER_ADDR/MASTER_PORT); validates them with messages naming the variable.
 DistEnv read_dist_env();
 
+// A started collective; wait() returns when it is done (a dead peer: one clear error). Waiting twice is a no-op.
+class Collective {
+ public:
+  void wait();
+
+ private:
+  friend class Distributed;
+  std::function<void()> wait_;
+};
+
 class Distributed {
  public:
   // world == 1: no process group, every call is local. `timeout_s` bounds every collective.
@@ -43,6 +54,12 @@ class Distributed {
   // Copies rank 0's tensors to every rank.
   void broadcast(const std::vector<torch::Tensor>& tensors);
   void barrier();
+  // Sum of a scalar over ranks.
+  double sum(double v);
+  // out (n) = the sum over ranks of chunk `rank` of in (world·n), asynchronous.
+  Collective reduce_scatter(const torch::Tensor& out, const torch::Tensor& in);
+  // out (world·n) = every rank's in (n), in rank order, asynchronous.
+  Collective all_gather(const torch::Tensor& out, const torch::Tensor& in);
 
  private:
   friend class GradSync;

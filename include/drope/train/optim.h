@@ -26,6 +26,13 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWConfig cfg);
+  // With the weight-decay decision given per tensor (pieces of parameters, e.g. a rank's shard).
+  struct Piece {
+    std::string name;
+    torch::Tensor param;
+    bool decay;
+  };
+  static AdamW from_pieces(std::vector<Piece> pieces, AdamWConfig cfg);
   // One update with learning rate `lr` (the schedule's value for this step).
   void step(double lr);
   void zero_grad();

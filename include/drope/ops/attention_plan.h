@@ -1,0 +1,156 @@
+// Which kernel runs an attention call on CUDA, and that kernel's exact arguments: pure functions of the call's
+// sizes and options (no tensors, no CUDA), so the whole mapping is unit-tested on the CPU
+// (tests/test_attention_plan.cpp emulates each backend's documented semantics in float64).
+//
+// Our semantics (include/drope/ops/attention.h): query t sits at absolute position i = q_offset + t; key j is
+// visible iff j < S, (causal ⇒ j ≤ i), (window W > 0 ⇒ j > i − W), j ≥ key_start[b]; logit
+// scale·q·k − slope_h·(i − j). Layout (B, H, T, D) for q, (B, H_kv, S, D) for k and v.
+//
+// The backends (LibTorch 2.11's ATen ops; see docs/gpu.md for the sources each rule was read from):
+//  - kFlash: at::_flash_attention_forward/backward (FlashAttention-2, layout (B, T, H, D), bottom-right causal
+//    alignment, window_size_left/right, ALiBi in the forward only, GQA, variable lengths + seqused_k);
+//  - kMemEfficient: at::_efficient_attention_forward/backward (CUTLASS memory-efficient attention, layout
+//    (B, T, H, D), an additive bias in the input dtype, custom_mask_type 2 = bottom-right causal, no GQA);
+//  - kCudnn: at::_scaled_dot_product_cudnn_attention(+_backward) (layout (B, H, T, D), additive bias);
+//  - kSdpa: at::scaled_dot_product_attention with a dense additive mask (its own dispatcher; no log-sum-exp);
+//  - kOwnCuda: our kernels (src/kernels/cuda), which compute ALiBi and windows in the kernel;
+//  - kReference: ops::reference_attention (plain ATen, differentiable).
+#pragma once
+
+#include <cstdint>
+
+#include "drope/kernels/attention_math.h"
+
+namespace drope::ops {
+
+enum class AttnBackend { kFlash, kMemEfficient, kCudnn, kSdpa, kOwnCuda, kReference };
+
+// "flash", "mem_efficient", "cudnn", "sdpa", "own_cuda", "reference".
+const char* attn_backend_name(AttnBackend b);
+// Inverse of attn_backend_name; false for an unknown name.
+bool parse_attn_backend(const char* name, AttnBackend* out);
+
+// One attention call as the plan sees it: sizes and options, resolved (scale > 0, q_offset >= 0).
+struct AttnCall {
+  kernels::AttnDType dtype = kernels::AttnDType::kBFloat16;
+  int sm = 90;                  // compute capability × 10 of the device (80: A100, 90: H100)
+  int64_t batch = 1, heads = 1, kv_heads = 1, q_len = 1, kv_len = 1, head_dim = 64;
+  bool causal = true;
+  int64_t window = 0;           // > 0: key j visible only if j > i − window
+  bool alibi = false;           // slopes given
+  bool alibi_trainable = false; // slopes require gradients (only the reference differentiates them)
+  double scale = 0.125;         // logit scale (resolved)
+  int64_t q_offset = 0;         // absolute position of query 0 (resolved)
+  bool key_start = false;       // left padding present
+  int64_t max_key_start = 0;    // largest key_start[b] (0 without padding)
+  bool training = false;        // gradients needed (a backward will follow)
+};
+
+// The visible-key geometry every backend mapping starts from.
+struct AttnGeometry {
+  bool causal = true;   // a non-causal call whose keys all precede its first query counts as causal
+  int64_t key_len = 0;  // keys the backend is given, [0, key_len): causal calls drop keys after the last query
+  int64_t delta = 0;    // q_offset − (key_len − T): queries past FlashAttention's bottom-right alignment
+  bool empty_rows = false;  // some query sees no key (the reference gives NaN rows): no fused backend
+};
+AttnGeometry attn_geometry(const AttnCall& c);
+
+// at::_flash_attention_forward / _backward arguments. FA2 (mask.h, block_info.h): sequence lengths sq, sk
+// (per varlen sequence: sk = seqused_k), query row r sees key column c iff
+//   c ≥ r + sk − sq − window_left (when window_left ≥ 0) and c ≤ r + sk − sq + window_right (when ≥ 0);
+// is_causal is window_right = 0 with window_left unbounded. ALiBi (alibi.h) adds +slope·c in causal mode and
+// −slope·|r + sk − sq − c| otherwise.
+struct FlashArgs {
+  bool ok = false;
+  const char* why = "";      // reason when !ok
+  bool varlen = false;       // left padding: one variable-length sequence per (batch, KV head), see below
+  bool is_causal = false;
+  int64_t window_left = -1;  // −1: unbounded
+  int64_t window_right = -1;
+  double scale = 0;
+  int64_t key_len = 0;       // k/v passed: keys [0, key_len)
+  int64_t max_q = 0, max_k = 0;
+  bool alibi = false;
+  // FA2's causal ALiBi adds +slope·c with c counted from the sequence's first key (key_start[b] when varlen),
+  // so its log-sum-exp is ours + slope·(i − key_start[b]); the glue subtracts that.
+  bool lse_alibi_shift = false;
+};
+// Varlen layout (inference with key_start): sequence n = b·H_kv + g holds the G = H/H_kv query heads of KV
+// head g as FA2 "heads" (q rows n·T + t), and one KV head; its keys start at row
+// cu_seqlens_k[n] = n·rows_per_seq + key_start[b] of k viewed as (rows, 1, D) and seqused_k[n] =
+// key_len − key_start[b] of them are used (block_info.h: actual_seqlen_k = seqused_k); lse comes back as
+// (G, N·T) (flash_fwd_kernel.h get_lse_tile, unpadded_lse).
+FlashArgs flash_args(const AttnCall& c);
+
+// at::_efficient_attention_forward / _backward arguments: logits scale·q·k + bias, keys masked by
+// custom_mask_type 2 (bottom-right causal: c ≤ r + sk − sq, kernel_forward.h) where used; log-sum-exp comes
+// back as (B, H, ⌈T/32⌉·32) (kAlignLSE = 32).
+struct MemEffArgs {
+  bool ok = false;
+  const char* why = "";
+  int64_t custom_mask_type = 0;  // 0 none, 2 causal from bottom right
+  int64_t key_len = 0;
+  double scale = 0;
+  bool bias = false;             // a dense additive bias (ALiBi, window, padding, causal when not a mask type)
+  bool expand_kv = false;        // GQA: k/v repeated to H heads (no GQA in this kernel), dK/dV summed back
+  int64_t lse_cols = 0;          // ⌈T/32⌉·32
+  int64_t bias_bytes = 0;        // memory of the dense bias
+};
+MemEffArgs mem_eff_args(const AttnCall& c);
+
+// at::_scaled_dot_product_cudnn_attention arguments: is_causal only where top-left and bottom-right agree
+// (T == key_len), everything else as an additive bias; log-sum-exp (B, H, T, 1).
+struct CudnnArgs {
+  bool ok = false;
+  const char* why = "";
+  bool is_causal = false;
+  int64_t key_len = 0;
+  double scale = 0;
+  bool bias = false;
+  bool expand_kv = false;
+  int64_t bias_bytes = 0;
+};
+CudnnArgs cudnn_args(const AttnCall& c);
+
+// at::scaled_dot_product_attention arguments: is_causal (top-left) only for T == key_len with nothing else
+// masked, otherwise a dense additive mask; enable_gqa for H_kv < H.
+struct SdpaArgs {
+  bool ok = false;
+  const char* why = "";
+  bool is_causal = false;
+  int64_t key_len = 0;
+  double scale = 0;
+  bool mask = false;
+  bool enable_gqa = false;
+  int64_t mask_bytes = 0;
+};
+SdpaArgs sdpa_args(const AttnCall& c);
+
+// Whether our CUDA kernels take the call (bfloat16/float16, head dim 64 or 128, no left padding).
+bool own_cuda_supports(const AttnCall& c, const char** why = nullptr);
+
+// The chosen backend with all argument sets (those of other backends are informational).
+struct AttnPlan {
+  AttnBackend backend = AttnBackend::kReference;
+  const char* reason = "";
+  AttnGeometry geometry;
+  FlashArgs flash;
+  MemEffArgs mem_eff;
+  CudnnArgs cudnn;
+  SdpaArgs sdpa;
+};
+
+// Largest dense bias the plan materialises for a bias backend before it prefers our kernels (bytes).
+constexpr int64_t kMaxDenseBiasBytes = int64_t(512) << 20;
+
+// The default choice for a CUDA call (until a GPU measures them): FlashAttention-2 wherever it maps the call;
+// memory-efficient attention with a dense bias where FA2 cannot (ALiBi backward, left padding in training,
+// signed ALiBi of non-causal calls, queries past the keys) while the bias stays under kMaxDenseBiasBytes; our
+// kernels past that; SDPA for what no fused kernel takes (float32, head dims FA2/ours lack); the reference
+// for float64, trainable slopes and rows without keys.
+AttnPlan plan_attention(const AttnCall& c);
+
+// The plan with the backend forced (benchmarks, tests); `ok` false with `why` when it cannot run the call.
+AttnPlan plan_attention_forced(const AttnCall& c, AttnBackend forced, bool* ok, const char** why);
+
+}  // namespace drope::ops

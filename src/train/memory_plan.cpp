@@ -1,0 +1,127 @@
+#include "drope/train/memory_plan.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace drope::train {
+
+namespace {
+struct Counts {
+  double block = 0, rest = 0;  // parameters of one decoder block, of the rest
+};
+Counts counts(const ModelConfig& m) {
+  const double L = double(m.num_layers);
+  const double all = m.parameter_count();
+  const double rest = double(m.vocab_size) * double(m.hidden_size) * (m.tie_embeddings ? 1 : 2) + double(m.hidden_size);
+  return {(all - rest) / L, rest};
+}
+int64_t ceil_div(double a, int w) { return int64_t((a + w - 1) / w); }
+}  // namespace
+
+MemoryPlan plan_memory(const PlanInput& in, ShardMode shard) {
+  const auto& m = in.model;
+  const Counts n = counts(m);
+  const int W = std::max(1, in.world);
+  const double L = double(m.num_layers), C = double(m.hidden_size), F = double(m.intermediate_size);
+  const double H = double(m.num_heads), K = double(m.num_kv_heads), D = double(m.resolved_head_dim());
+  const double N = n.block * L + n.rest;
+  const int64_t padded_units = ceil_div(n.block, W) * int64_t(L) + ceil_div(n.rest, W);  // elements per rank
+  MemoryPlan p;
+  p.shard = shard;
+  // Weights (fp32 master = the weights), gradients, AdamW moments (2 × fp32).
+  switch (shard) {
+    case ShardMode::kNone:
+      p.params = int64_t(4 * N);
+      p.grads = p.grads_transient = int64_t(4 * N);
+      p.optimizer = int64_t(8 * N);
+      // a bucket being reduced and its flat copy (no buckets in one process)
+      p.comm = W == 1 ? 0 : int64_t(2 * std::min<double>(in.allreduce_bucket_mb * (1 << 20), 4 * N));
+      break;
+    case ShardMode::kOptimizer:
+      p.params = int64_t(4 * N);
+      p.grads_transient = int64_t(4 * N);  // whole gradients until this rank's chunks are copied out
+      p.grads = p.grads_transient + 4 * padded_units;
+      p.optimizer = 8 * padded_units;
+      p.comm = (W == 1 ? 0 : int64_t(2 * std::min<double>(in.allreduce_bucket_mb * (1 << 20), 4 * N))) +
+               4 * ceil_div(n.rest, W);
+      break;
+    case ShardMode::kGrads:
+      p.params = int64_t(4 * N);
+      // chunks, plus one unit's whole gradients while it is reduced (its padded flat copy is in comm)
+      p.grads_transient = int64_t(4 * std::max(n.block, n.rest));
+      p.grads = 4 * padded_units + p.grads_transient;
+      p.optimizer = 8 * padded_units;
+      p.comm = int64_t(4 * std::max(n.block, n.rest)) + 4 * ceil_div(n.rest, W);
+      break;
+    case ShardMode::kParams:
+      p.params = 4 * (ceil_div(n.block, W) * int64_t(L)) + int64_t(4 * n.rest);
+      p.grads_transient = int64_t(4 * std::max(n.block, n.rest));
+      p.grads = 4 * padded_units + p.grads_transient;
+      p.optimizer = 8 * padded_units;
+      p.comm = int64_t(4 * n.block) /* the gathered block */ + int64_t(4 * n.block) /* its flat gradient */;
+      break;
+  }
+  // Activations per token (floats) of one block kept for backward, and what a recomputed block keeps.
+  const double tokens = double(in.micro_batch) * double(in.seq_len);
+  const double act_bytes = in.bf16 ? 2.0 : 4.0;
+  const double per_block = (4 * C + 3 * H * D + 2 * K * D + H + 4 * F) * act_bytes;
+  const double kept_input = C * 4;
+  const double trunk = 3 * C * 4;  // embedding output, final norm input and output
+  const int64_t every = shard == ShardMode::kParams ? 1 : in.activation_checkpointing;
+  auto activations = [&](int64_t k) {
+    const double recomputed = k <= 0 ? 0 : std::floor(L / double(k));
+    const double kept = L - recomputed;
+    return int64_t(tokens * (kept * per_block + recomputed * kept_input + (recomputed > 0 ? per_block : 0) + trunk));
+  };
+  p.activations = activations(every);
+  p.activations_none = activations(shard == ShardMode::kParams ? 1 : 0);
+  p.activations_full = activations(1);
+  // Loss: full logits (N×V) and their gradient, or one chunk of about 64M logits and its gradient.
+  const double V = double(m.vocab_size);
+  const double rows = in.chunked_loss ? std::min(tokens, std::max(64.0, double(int64_t(64) << 20) / V)) : tokens;
+  p.logits = int64_t(2 * rows * V * 4);
+  return p;
+}
+
+int64_t largest_micro_batch(PlanInput in, ShardMode shard, int64_t budget_bytes) {
+  int64_t lo = 0, hi = 1;
+  auto fits = [&](int64_t mb) {
+    in.micro_batch = mb;
+    return plan_memory(in, shard).total() <= budget_bytes;
+  };
+  if (!fits(0)) return 0;
+  while (hi < (int64_t(1) << 20) && fits(hi)) hi *= 2;
+  if (fits(hi)) return hi;
+  lo = hi / 2;
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+std::string plan_table(const PlanInput& in, double gpu_mem_gb) {
+  auto gib = [](int64_t b) { return fmt::format("{:.2f}", double(b) / double(int64_t(1) << 30)); };
+  std::string out = fmt::format(
+      "memory plan per rank: {:.3g}B parameters, seq {} x micro-batch {}, world {}, activation checkpointing {}, {}\n\n",
+      in.model.parameter_count() / 1e9, in.seq_len, in.micro_batch, in.world,
+      in.activation_checkpointing == 0 ? std::string("none")
+                                       : in.activation_checkpointing == 1 ? std::string("full")
+                                                                          : std::to_string(in.activation_checkpointing),
+      in.bf16 ? "bf16 autocast" : "float32");
+  out += "| shard | params GiB | grads GiB | optimizer GiB | activations GiB (none / full ckpt) | logits GiB | comm GiB "
+         "| total GiB | largest micro-batch in " +
+         fmt::format("{:g}", gpu_mem_gb) + " GB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  const int64_t budget = int64_t(gpu_mem_gb * 1e9);
+  for (ShardMode s : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGrads, ShardMode::kParams}) {
+    const auto p = plan_memory(in, s);
+    out += fmt::format("| {} | {} | {} | {} | {} ({} / {}) | {} | {} | {} | {} |\n", name_of(s), gib(p.params),
+                       gib(p.grads), gib(p.optimizer), gib(p.activations), gib(p.activations_none),
+                       gib(p.activations_full), gib(p.logits), gib(p.comm), gib(p.total()),
+                       largest_micro_batch(in, s, budget));
+  }
+  return out;
+}
+
+}  // namespace drope::train
