@@ -135,8 +135,8 @@ stage_bench64() { stage_bench 64; }
 stage_bench128() { stage_bench 128; }
 
 describe_stage_train() {
-  echo "$BUILD_DIR/drope-train $OUT_DIR/train-qwen2.yaml (qwen2-0.5b, random weights, bf16, seq 1024, batch 8," \
-    "6 steps, data.text $ROOT/docs)"
+  echo "$BUILD_DIR/drope-train $OUT_DIR/train-qwen2.yaml (qwen2-0.5b, random weights, bf16, seq 1024, batch 16," \
+    "8 steps, data.text $ROOT/docs)"
 }
 stage_train() {
   local peak="${DROPE_PEAK_TFLOPS:-}" name
@@ -150,13 +150,13 @@ stage_train() {
   fi
   rm -rf "$OUT_DIR/train-qwen2"  # ours, from an earlier check
   cat > "$OUT_DIR/train-qwen2.yaml" <<EOF
-# written by scripts/gpu-check.sh: one bf16 training step of qwen2-0.5b, timed over 6 steps
+# written by scripts/gpu-check.sh: one bf16 training step of qwen2-0.5b, timed over 8 steps
 run: {name: gpu-check-qwen2-0.5b, out_dir: $OUT_DIR/train-qwen2, seed: 0, phase: pretrain}
 model: {preset: qwen2-0.5b}
-data: {text: $ROOT/docs, seq_len: 1024, batch_size: 8, micro_batch: 8}
+data: {text: $ROOT/docs, seq_len: 1024, batch_size: 16, micro_batch: 16}
 optim: {lr: 3.0e-4, betas: [0.9, 0.95], weight_decay: 0.1}
 schedule: {type: constant, warmup: 0}
-train: {steps: 6, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: 0, keep_last: 1, clip: 1.0,
+train: {steps: 8, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: 0, keep_last: 1, clip: 1.0,
         dtype: bfloat16, device: cuda, peak_tflops: $peak}
 EOF
   "$BUILD_DIR/drope-train" "$OUT_DIR/train-qwen2.yaml"
@@ -184,7 +184,7 @@ EOF
 }
 
 describe_stage_greedy() {
-  echo "drope-model init --preset tiny --seed 0; drope-bench generate --context 200 --new-tokens 64" \
+  echo "drope-model init --preset tiny --seed 0; drope-bench generate --context 160 --new-tokens 64" \
     "--device cpu, then --device cuda; compare token ids"
 }
 stage_greedy() {
@@ -192,7 +192,7 @@ stage_greedy() {
   local dev
   for dev in cpu cuda; do
     rm -f "$OUT_DIR/greedy-$dev.json"
-    "$BUILD_DIR/drope-bench" generate --model "$OUT_DIR/tiny-model" --context 200 --new-tokens 64 --repeats 1 \
+    "$BUILD_DIR/drope-bench" generate --model "$OUT_DIR/tiny-model" --context 160 --new-tokens 64 --repeats 1 \
       --seed 1 --device "$dev" --json "$OUT_DIR/greedy-$dev.json" || return 1
   done
   "$PY" - "$OUT_DIR/greedy-cpu.json" "$OUT_DIR/greedy-cuda.json" <<'EOF'

@@ -126,3 +126,68 @@ def test_summary_of_missing_stages_says_not_run(tmp):
     doc = json.loads((tmp / "summary.json").read_text())
     assert doc["stages"]["setup"]["status"] == "FAILED (exit 1)"
     assert all(doc["stages"][n]["status"] == "not run" for n in EXPECTED[1:])
+
+
+# The NCCL smoke run's code path on the CPU: DROPE_DIST_SINGLE_RANK_GROUP=1 under torchrun with one rank makes
+# drope-train build a process group (Gloo here, NCCL with train.device cuda) and reduce gradients through it.
+TRAIN_CFG = """run: {{name: g, out_dir: {out}, seed: 3}}
+model: {{preset: micro, max_position: 32}}
+data: {{text: {text}, seq_len: 32, batch_size: 4}}
+optim: {{lr: 3.0e-3}}
+schedule: {{type: constant, warmup: 0}}
+train: {{steps: 4, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: 0, keep_last: 1}}
+"""
+DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+             "TORCHELASTIC_RESTART_COUNT", "DROPE_DIST_SINGLE_RANK_GROUP")
+
+
+def _train_cfg(tmp, name):
+    p = tmp / f"{name}.yaml"
+    p.write_text(TRAIN_CFG.format(out=tmp / name, text=ROOT / "docs"))
+    return p
+
+
+def _env(**extra):
+    e = dict(os.environ, OMP_NUM_THREADS="1")
+    for k in DIST_VARS:
+        e.pop(k, None)
+    e.update(extra)
+    return e
+
+
+def _losses(run):
+    return {j["step"]: j["loss"] for j in map(json.loads, (run / "log.jsonl").read_text().splitlines()) if "loss" in j}
+
+
+def test_single_rank_group_under_torchrun_reduces_through_the_group(tmp):
+    import sys
+
+    from conftest import BIN
+    train = str(BIN / "drope-train")
+    subprocess.run([train, str(_train_cfg(tmp, "plain")), "--quiet"], check=True, env=_env(), timeout=240)
+    torchrun = pathlib.Path(sys.executable).parent / "torchrun"
+    r = subprocess.run([str(torchrun), "--no-python", "--nproc_per_node=1", "--master_port=0", train,
+                        str(_train_cfg(tmp, "group"))], capture_output=True, text=True, timeout=240,
+                       env=_env(DROPE_DIST_SINGLE_RANK_GROUP="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "backend gloo" in r.stdout, r.stdout
+    logged = [json.loads(line) for line in (tmp / "group" / "log.jsonl").read_text().splitlines()]
+    assert all(j["allreduce_buckets"] >= 1 for j in logged if "loss" in j)  # the gradients went through the group
+    plain, group = _losses(tmp / "plain"), _losses(tmp / "group")
+    assert sorted(plain) == sorted(group) == [1, 2, 3, 4]
+    for s in plain:
+        assert abs(plain[s] - group[s]) <= 1e-6 * abs(plain[s]), (s, plain[s], group[s])
+    # Without the variable a single rank has no group (and no bucket counts in the log).
+    r = subprocess.run([str(torchrun), "--no-python", "--nproc_per_node=1", "--master_port=0", train,
+                        str(_train_cfg(tmp, "none"))], capture_output=True, text=True, timeout=240, env=_env())
+    assert r.returncode == 0 and "backend none" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+def test_single_rank_group_variable_is_validated(tmp):
+    from conftest import BIN, expect_error
+    r = subprocess.run([str(BIN / "drope-train"), str(_train_cfg(tmp, "bad"))], capture_output=True, text=True,
+                       timeout=120, env=_env(DROPE_DIST_SINGLE_RANK_GROUP="yes"))
+    expect_error(r, "DROPE_DIST_SINGLE_RANK_GROUP='yes'", "[0, 1]")
+    r = subprocess.run([str(BIN / "drope-train"), str(_train_cfg(tmp, "noport"))], capture_output=True, text=True,
+                       timeout=120, env=_env(DROPE_DIST_SINGLE_RANK_GROUP="1"))
+    expect_error(r, "DROPE_DIST_SINGLE_RANK_GROUP=1 needs MASTER_PORT")
