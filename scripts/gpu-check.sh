@@ -143,7 +143,7 @@ stage_train() {
   name="$(cat "$OUT_DIR/gpu-name.txt" 2>/dev/null)"
   if [ -z "$peak" ]; then  # dense bf16 tensor-core peaks (SXM)
     case "$name" in
-      *H100* | *H200* | *GH200*) peak=989 ;;
+      *H100* | *H200*) peak=989 ;;
       *A100*) peak=312 ;;
       *) peak=0 ;;
     esac
@@ -163,7 +163,7 @@ EOF
 }
 
 describe_stage_nccl() {
-  echo "DROPE_DIST_SINGLE_RANK_GROUP=1 torchrun --no-python --nproc_per_node=1 $BUILD_DIR/drope-train" \
+  echo "DROPE_DIST_SINGLE_RANK_GROUP=1 torchrun --no-python --nproc_per_node=1 --standalone $BUILD_DIR/drope-train" \
     "$OUT_DIR/nccl.yaml (tiny, train.device cuda, 4 steps)"
 }
 stage_nccl() {
@@ -177,7 +177,7 @@ optim: {lr: 1.0e-3}
 schedule: {type: constant, warmup: 0}
 train: {steps: 4, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: 0, keep_last: 1, device: cuda}
 EOF
-  DROPE_DIST_SINGLE_RANK_GROUP=1 "$ROOT/.venv/bin/torchrun" --no-python --nproc_per_node=1 \
+  DROPE_DIST_SINGLE_RANK_GROUP=1 "$ROOT/.venv/bin/torchrun" --no-python --nproc_per_node=1 --standalone \
     "$BUILD_DIR/drope-train" "$OUT_DIR/nccl.yaml" || return 1
   grep -q '"allreduce_buckets"' "$OUT_DIR/nccl/log.jsonl" ||
     { echo "error: the log has no all-reduce buckets: the NCCL process group did not run"; return 1; }
@@ -212,10 +212,10 @@ export -f stage_setup stage_gpu stage_gpu_tests stage_bench stage_bench64 stage_
 run_stage setup 420 stage_setup
 run_stage gpu 15 stage_gpu
 run_stage gpu_tests 120 stage_gpu_tests
-run_stage attention_bench_d64 75 stage_bench64
-run_stage attention_bench_d128 75 stage_bench128
-run_stage train_step_qwen2_0_5b 90 stage_train
-run_stage nccl_smoke 45 stage_nccl
+run_stage attention_bench_d64 85 stage_bench64
+run_stage attention_bench_d128 85 stage_bench128
+run_stage train_step_qwen2_0_5b 80 stage_train
+run_stage nccl_smoke 40 stage_nccl
 run_stage greedy_gpu_vs_cpu 45 stage_greedy
 summarize
 log "summary: $OUT_DIR/summary.md"

@@ -166,7 +166,7 @@ def test_single_rank_group_under_torchrun_reduces_through_the_group(tmp):
     train = str(BIN / "drope-train")
     subprocess.run([train, str(_train_cfg(tmp, "plain")), "--quiet"], check=True, env=_env(), timeout=240)
     torchrun = pathlib.Path(sys.executable).parent / "torchrun"
-    r = subprocess.run([str(torchrun), "--no-python", "--nproc_per_node=1", "--master_port=0", train,
+    r = subprocess.run([str(torchrun), "--no-python", "--nproc_per_node=1", "--standalone", train,
                         str(_train_cfg(tmp, "group"))], capture_output=True, text=True, timeout=240,
                        env=_env(DROPE_DIST_SINGLE_RANK_GROUP="1"))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -178,7 +178,7 @@ def test_single_rank_group_under_torchrun_reduces_through_the_group(tmp):
     for s in plain:
         assert abs(plain[s] - group[s]) <= 1e-6 * abs(plain[s]), (s, plain[s], group[s])
     # Without the variable a single rank has no group (and no bucket counts in the log).
-    r = subprocess.run([str(torchrun), "--no-python", "--nproc_per_node=1", "--master_port=0", train,
+    r = subprocess.run([str(torchrun), "--no-python", "--nproc_per_node=1", "--standalone", train,
                         str(_train_cfg(tmp, "none"))], capture_output=True, text=True, timeout=240, env=_env())
     assert r.returncode == 0 and "backend none" in r.stdout, r.stdout + r.stderr[-2000:]
 
