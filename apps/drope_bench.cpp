@@ -13,6 +13,7 @@
 #include <random>
 
 #include <CLI/CLI.hpp>
+#include <torch/cuda.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -56,9 +57,12 @@ int main(int argc, char** argv) {
   att->add_option("--max-mem-gb", opt.max_mem_gb, "Skip measurements whose estimated extra memory exceeds this")
       ->capture_default_str();
   att->add_option("--cases", opt.cases, "Cases among causal, alibi, window, gqa")->delimiter(',')->capture_default_str();
-  att->add_option("--impls", opt.impls, "Implementations among ours, sdpa, sdpa_mask, reference")
-      ->delimiter(',')
-      ->capture_default_str();
+  auto* impls_opt = att->add_option("--impls", opt.impls,
+                                    "Implementations among ours, sdpa, sdpa_mask, reference; with --device cuda also "
+                                    "the attention plan's backends forced one at a time: flash, mem_efficient, cudnn, "
+                                    "own_cuda (default on CUDA: all eight)")
+                        ->delimiter(',')
+                        ->capture_default_str();
   att->add_flag("--forward-only", fwd_only, "Skip forward+backward");
   att->add_option("--json", json_path, "Also write all numbers as JSON to this file (atomic)");
   att->add_flag("--quiet", quiet, "No progress lines on stderr");
@@ -66,7 +70,7 @@ int main(int argc, char** argv) {
   // `generate`: prefill and decode throughput of greedy generation with the KV cache, for one context
   // length per process (peak RSS is per process). scripts/bench_generate.py runs it beside HF generate.
   struct GenOpts {
-    std::string model, json;
+    std::string model, json, device = "cpu";
     int64_t context = 2048, new_tokens = 64, chunk = 2048;
     int threads = 0;
     uint64_t seed = 0;
@@ -81,6 +85,9 @@ int main(int argc, char** argv) {
   gen->add_option("--seed", g.seed, "Seed of the random prompt");
   gen->add_option("--repeats", g.repeats, "Timed runs; the fastest is reported")->capture_default_str();
   gen->add_option("--json", g.json, "Write the numbers as JSON here (atomic)");
+  gen->add_option("--device", g.device, "cpu or cuda (scripts/gpu-check.sh compares the tokens of both)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
 
   // `layers`: forward and forward+backward time of each fused layer kernel vs the plain-ATen composite.
   struct LayerOpts {
@@ -172,7 +179,10 @@ int main(int argc, char** argv) {
       if (g.context < 1 || g.new_tokens < 1 || g.repeats < 1)
         drope::fail("--context, --new-tokens and --repeats must be >= 1");
       if (g.threads > 0) at::set_num_threads(g.threads);
+      if (g.device == "cuda" && !torch::cuda::is_available())
+        drope::fail("drope-bench generate: --device cuda, but no CUDA device is available on this machine");
       auto model = drope::io::load_model(g.model);
+      model->to(torch::Device(g.device));
       model->eval();
       std::mt19937_64 rng(g.seed);
       std::vector<int32_t> prompt(size_t(g.context));
@@ -206,6 +216,7 @@ int main(int argc, char** argv) {
           }
       }
       nlohmann::json j = {{"impl", "drope"},
+                          {"device", g.device},
                           {"context", g.context},
                           {"new_tokens", g.new_tokens},
                           {"threads", at::get_num_threads()},
@@ -223,6 +234,7 @@ int main(int argc, char** argv) {
   return drope::app::run([&] {
     opt.dtype = dtype == "bfloat16" ? at::kBFloat16 : dtype == "float64" ? at::kDouble : at::kFloat;
     opt.backward = !fwd_only;
+    if (impls_opt->count() == 0) opt.impls = drope::bench::default_attention_impls(opt.device);
     if (!quiet)
       opt.log = [](const std::string& line) {
         std::fprintf(stderr, "%s\n", line.c_str());

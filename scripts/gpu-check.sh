@@ -1,81 +1,223 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU: set up and build (scripts/setup.sh), show the GPU, run the CUDA kernel
-# tests (ctest label gpu), then the attention benchmark on the GPU when drope-bench supports it, and print
-# a summary (also written as $OUT_DIR/summary.json and summary.md). Extra arguments go to drope-bench (e.g.
-# --lengths 1024,4096,8192). --dry-run prints the steps without running them (checkable on a CPU machine).
-# The attention benchmark's "ours" row runs the CUDA attention plan (docs/gpu.md): FlashAttention-2 for
-# causal / window / GQA / decode, memory-efficient attention for ALiBi training.
-# Not yet wired (issue 20): the qwen2-0.5b bf16 training step with MFU, the NCCL single-rank smoke run and
-# greedy generation vs CPU tokens; the summary lists them as "not run".
+# Everything in drope that needs an NVIDIA GPU, in one call (issue 20; docs/gpu.md). Stages, in order, each
+# under its own time budget (seconds; DROPE_GPU_CHECK_BUDGET_<STAGE> overrides one); a failing stage is
+# recorded and the next one runs:
+#   setup                  scripts/setup.sh into a separate build dir ($DROPE_BUILD_DIR, default build-gpu) for
+#                          CUDA archs $DROPE_CUDA_ARCHS (default "80;90"), only the targets below; then checks
+#                          that the binaries hold sm_80 and sm_90 code (cuobjdump)
+#   gpu                    nvidia-smi
+#   gpu_tests              ctest -L gpu (every attention backend and our kernels vs the float64 reference)
+#   attention_bench_d64    drope-bench attention --device cuda, bf16, T = 1K..16K, D = 64: ours (the plan's
+#   attention_bench_d128   default), flash, mem_efficient, cudnn, own_cuda, SDPA, SDPA + dense mask, reference
+#   train_step_qwen2_0_5b  drope-train: qwen2-0.5b (random weights), bf16, seq 1024, a few steps on docs/ as
+#                          bytes: tokens/s and MFU (train.peak_tflops from the GPU's name or DROPE_PEAK_TFLOPS)
+#   nccl_smoke             torchrun --no-python --nproc_per_node=1 drope-train (tiny, train.device cuda) with a
+#                          single-rank NCCL process group (DROPE_DIST_SINGLE_RANK_GROUP=1)
+#   greedy_gpu_vs_cpu      drope-bench generate on a random tiny model, float32, on the CPU and on CUDA: the
+#                          greedy tokens must be equal
+# After every stage $OUT_DIR/summary.json and summary.md are rewritten (atomically) from what the stages left
+# there (scripts/drope_scripts/gpu_check.py). Extra arguments go to both drope-bench attention runs.
+# --dry-run prints every stage with its budget and command and writes a summary of "dry run" stages
+# (tests/py/test_gpu_check.py runs it on the CPU). Exit status: 0 when every stage is ok.
 set -uo pipefail
 DRY_RUN=0
 if [ "${1:-}" = "--dry-run" ]; then DRY_RUN=1; shift; fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD_DIR="${DROPE_BUILD_DIR:-$ROOT/build}"
+BUILD_DIR="${DROPE_BUILD_DIR:-$ROOT/build-gpu}"
 OUT_DIR="${DROPE_GPU_CHECK_OUT:-$BUILD_DIR/gpu-check}"
+CUDA_ARCHS="${DROPE_CUDA_ARCHS:-80;90}"
+PY="$ROOT/.venv/bin/python"
+BENCH_ARGS_STR="$*"
 log() { printf '\033[1m[gpu-check]\033[0m %s\n' "$*"; }
+STAGES=()
+FAILED=0
 
-setup_status=skipped tests_status=skipped bench_status=skipped
-if [ "$DRY_RUN" = 1 ]; then
-  log "dry run: would run scripts/setup.sh (CUDA archs ${DROPE_CUDA_ARCHS:-80;90}), nvidia-smi,"
-  log "  ctest -L gpu in $BUILD_DIR, drope-bench attention --device cuda --dtype bfloat16 $*,"
-  log "  and write $OUT_DIR/summary.json and summary.md"
-  exit 0
+if [ -e "$OUT_DIR" ] && [ ! -d "$OUT_DIR" ]; then
+  log "error: DROPE_GPU_CHECK_OUT=$OUT_DIR exists and is not a directory"
+  exit 2
 fi
-log "setup and build"
-if bash "$ROOT/scripts/setup.sh"; then setup_status=ok; else setup_status=FAILED; fi
+mkdir -p "$OUT_DIR/stages" || exit 2
 
-log "GPU"
-if command -v nvidia-smi >/dev/null; then
-  nvidia-smi || true
-else
-  log "nvidia-smi not found: no NVIDIA driver on this machine"
-fi
-
-mkdir -p "$OUT_DIR"
-if [ "$setup_status" = ok ]; then
-  log "ctest -L gpu"
-  if (cd "$BUILD_DIR" && ctest -L gpu --output-on-failure 2>&1 | tee "$OUT_DIR/ctest-gpu.log"); then
-    tests_status=ok
-  else
-    tests_status=FAILED
-  fi
-  if grep -q "Skipped" "$OUT_DIR/ctest-gpu.log" 2>/dev/null && [ "$tests_status" = ok ]; then
-    tests_status="ok (some skipped: is CUDA visible to LibTorch?)"
-  fi
-
-  BENCH="$BUILD_DIR/drope-bench"
-  if [ -x "$BENCH" ] && "$BENCH" attention --help 2>&1 | grep -q -- "--device"; then
-    log "drope-bench attention --device cuda"
-    if "$BENCH" attention --device cuda --dtype bfloat16 --json "$OUT_DIR/bench-attention.json" "$@" \
-        2>&1 | tee "$OUT_DIR/bench-attention.txt"; then
-      bench_status=ok
-    else
-      bench_status=FAILED
-    fi
-  else
-    log "drope-bench attention --device not available: benchmark skipped"
-  fi
-fi
-
-log "summary"
-printf '  %-10s %s\n' setup "$setup_status" "gpu tests" "$tests_status" benchmark "$bench_status"
-printf '  %-10s %s\n' logs "$OUT_DIR"
-gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 json_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
-tmp="$OUT_DIR/summary.json.tmp.$$"
-{
-  printf '{\n  "gpu": %s,\n  "setup": %s,\n  "gpu_tests": %s,\n  "attention_bench": %s,\n' \
-    "$(json_str "${gpu_name:-none}")" "$(json_str "$setup_status")" "$(json_str "$tests_status")" \
-    "$(json_str "$bench_status")"
-  printf '  "bench_json": %s,\n' "$(json_str "$OUT_DIR/bench-attention.json")"
-  printf '  "train_step_qwen2_0_5b": "not run",\n  "nccl_smoke": "not run",\n  "greedy_vs_cpu": "not run"\n}\n'
-} > "$tmp" && mv "$tmp" "$OUT_DIR/summary.json"
-tmp="$OUT_DIR/summary.md.tmp.$$"
-{
-  printf '# GPU check\n\n| step | status |\n|---|---|\n'
-  printf '| GPU | %s |\n| setup/build | %s |\n| ctest -L gpu | %s |\n| drope-bench attention | %s |\n' \
-    "${gpu_name:-none}" "$setup_status" "$tests_status" "$bench_status"
-  printf '| qwen2-0.5b bf16 step | not run |\n| NCCL smoke | not run |\n| greedy = CPU tokens | not run |\n'
-} > "$tmp" && mv "$tmp" "$OUT_DIR/summary.md"
-[ "$setup_status" = ok ] && [[ "$tests_status" != FAILED ]] && [ "$bench_status" != FAILED ]
+
+summarize() {
+  local py="$PY"
+  [ -x "$py" ] || py=python3
+  PYTHONPATH="$ROOT/scripts" "$py" -m drope_scripts.gpu_check "$OUT_DIR" "${STAGES[@]}" ||
+    log "warning: could not write the summary (needs the project venv: scripts/setup.sh)"
+}
+
+# run_stage NAME BUDGET FUNCTION: runs FUNCTION (a function below) under `timeout`, its output in
+# stages/NAME.log (and on the console), its status in stages/NAME.json; then rewrites the summary.
+run_stage() {
+  local name="$1" budget="$2" fn="$3" var="DROPE_GPU_CHECK_BUDGET_${1^^}"
+  budget="${!var:-$budget}"
+  if ! [[ "$budget" =~ ^[0-9]+$ ]] || [ "$budget" -lt 1 ]; then
+    log "error: $var='$budget': expected a whole number of seconds >= 1"
+    exit 2
+  fi
+  STAGES+=("$name")
+  log "stage $name (budget ${budget}s): $(describe_"$fn")"
+  local status seconds=0 rc
+  if [ "$DRY_RUN" = 1 ]; then
+    status="dry run"
+  else
+    local t0 t1
+    t0=$(date +%s.%N)
+    timeout --kill-after=15 "$budget" bash -c "$fn" 2>&1 | tee "$OUT_DIR/stages/$name.log"
+    rc=${PIPESTATUS[0]}
+    t1=$(date +%s.%N)
+    seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    case "$rc" in
+      0) status=ok ;;
+      124 | 137) status="FAILED (over its budget of ${budget}s)" ;;
+      *) status="FAILED (exit $rc)" ;;
+    esac
+    [ "$rc" = 0 ] || FAILED=1
+  fi
+  log "stage $name: $status"
+  printf '{"status": %s, "seconds": %s, "budget_s": %s, "log": %s}\n' "$(json_str "$status")" "$seconds" "$budget" \
+    "$(json_str "$OUT_DIR/stages/$name.log")" > "$OUT_DIR/stages/$name.json.tmp.$$" &&
+    mv "$OUT_DIR/stages/$name.json.tmp.$$" "$OUT_DIR/stages/$name.json"
+  [ "$DRY_RUN" = 1 ] || summarize  # a killed run keeps what it measured
+}
+
+# ---- the stages (exported: `timeout` runs them in a child bash) ----------------------------------------------
+TARGETS="drope-bench drope-train drope-model drope_gpu_tests"
+describe_stage_setup() {
+  echo "DROPE_BUILD_DIR=$BUILD_DIR DROPE_CMAKE_ARGS=-DDROPE_CUDA_ARCHS=$CUDA_ARCHS DROPE_SETUP_TARGETS='$TARGETS'" \
+    "scripts/setup.sh; cuobjdump --list-elf $BUILD_DIR/drope-bench (sm_80, sm_90)"
+}
+stage_setup() {
+  DROPE_BUILD_DIR="$BUILD_DIR" DROPE_CMAKE_ARGS="-DDROPE_CUDA_ARCHS=$CUDA_ARCHS" DROPE_SETUP_TARGETS="$TARGETS" \
+    bash "$ROOT/scripts/setup.sh" || return 1
+  grep -q '^CMAKE_CUDA_COMPILER:' "$BUILD_DIR/CMakeCache.txt" ||
+    { echo "error: $BUILD_DIR was configured without CUDA (no nvcc found)"; return 1; }
+  local elf
+  elf="$(cuobjdump --list-elf "$BUILD_DIR/drope-bench" 2>&1)" || { echo "cuobjdump failed: $elf"; return 1; }
+  local arch
+  for arch in ${CUDA_ARCHS//;/ }; do
+    grep -q "sm_${arch}" <<<"$elf" || { echo "error: no sm_${arch} code in $BUILD_DIR/drope-bench"; return 1; }
+    echo "drope-bench holds sm_${arch} code"
+  done
+}
+
+describe_stage_gpu() { echo "nvidia-smi"; }
+stage_gpu() {
+  nvidia-smi || return 1
+  nvidia-smi --query-gpu=name --format=csv,noheader | head -1 > "$OUT_DIR/gpu-name.txt"
+}
+
+describe_stage_gpu_tests() { echo "cd $BUILD_DIR && ctest -L gpu --output-on-failure"; }
+stage_gpu_tests() {
+  cd "$BUILD_DIR" || return 1
+  ctest -L gpu --output-on-failure 2>&1 | tee "$OUT_DIR/ctest-gpu.log"
+  local rc=${PIPESTATUS[0]}
+  # A GPU test that skips here means LibTorch saw no CUDA device: not a pass.
+  if grep -q '\*\*\*Skipped' "$OUT_DIR/ctest-gpu.log"; then echo "error: GPU tests skipped"; return 1; fi
+  return "$rc"
+}
+
+describe_bench() {  # D
+  echo "$BUILD_DIR/drope-bench attention --device cuda --dtype bfloat16 --head-dim $1 --heads 16 --gqa-kv-heads 4" \
+    "--lengths 1024,2048,4096,8192,16384 --warmup 2 --repeats 5 --max-seconds 5 --max-mem-gb 40 --quiet" \
+    "--json $OUT_DIR/bench-attention-d$1.json $BENCH_ARGS_STR"
+}
+stage_bench() {  # D
+  # shellcheck disable=SC2086  # the extra arguments, split as given
+  "$BUILD_DIR/drope-bench" attention --device cuda --dtype bfloat16 --head-dim "$1" --heads 16 --gqa-kv-heads 4 \
+    --lengths 1024,2048,4096,8192,16384 --warmup 2 --repeats 5 --max-seconds 5 --max-mem-gb 40 --quiet \
+    --json "$OUT_DIR/bench-attention-d$1.json" $BENCH_ARGS_STR
+}
+describe_stage_bench64() { describe_bench 64; }
+describe_stage_bench128() { describe_bench 128; }
+stage_bench64() { stage_bench 64; }
+stage_bench128() { stage_bench 128; }
+
+describe_stage_train() {
+  echo "$BUILD_DIR/drope-train $OUT_DIR/train-qwen2.yaml (qwen2-0.5b, random weights, bf16, seq 1024, batch 16," \
+    "8 steps, data.text $ROOT/docs)"
+}
+stage_train() {
+  local peak="${DROPE_PEAK_TFLOPS:-}" name
+  name="$(cat "$OUT_DIR/gpu-name.txt" 2>/dev/null)"
+  if [ -z "$peak" ]; then  # dense bf16 tensor-core peaks (SXM)
+    case "$name" in
+      *H100* | *H200*) peak=989 ;;
+      *A100*) peak=312 ;;
+      *) peak=0 ;;
+    esac
+  fi
+  rm -rf "$OUT_DIR/train-qwen2"  # ours, from an earlier check
+  cat > "$OUT_DIR/train-qwen2.yaml" <<EOF
+# written by scripts/gpu-check.sh: one bf16 training step of qwen2-0.5b, timed over 8 steps
+run: {name: gpu-check-qwen2-0.5b, out_dir: $OUT_DIR/train-qwen2, seed: 0, phase: pretrain}
+model: {preset: qwen2-0.5b}
+data: {text: $ROOT/docs, seq_len: 1024, batch_size: 16, micro_batch: 16}
+optim: {lr: 3.0e-4, betas: [0.9, 0.95], weight_decay: 0.1}
+schedule: {type: constant, warmup: 0}
+train: {steps: 8, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: 0, keep_last: 1, clip: 1.0,
+        dtype: bfloat16, device: cuda, peak_tflops: $peak}
+EOF
+  "$BUILD_DIR/drope-train" "$OUT_DIR/train-qwen2.yaml"
+}
+
+describe_stage_nccl() {
+  echo "DROPE_DIST_SINGLE_RANK_GROUP=1 torchrun --no-python --nproc_per_node=1 --standalone $BUILD_DIR/drope-train" \
+    "$OUT_DIR/nccl.yaml (tiny, train.device cuda, 4 steps)"
+}
+stage_nccl() {
+  rm -rf "$OUT_DIR/nccl"
+  cat > "$OUT_DIR/nccl.yaml" <<EOF
+# written by scripts/gpu-check.sh: NCCL single-rank smoke run
+run: {name: gpu-check-nccl, out_dir: $OUT_DIR/nccl, seed: 0, phase: pretrain}
+model: {preset: tiny, vocab_size: 256, max_position: 64}
+data: {text: $ROOT/docs, seq_len: 64, batch_size: 8}
+optim: {lr: 1.0e-3}
+schedule: {type: constant, warmup: 0}
+train: {steps: 4, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: 0, keep_last: 1, device: cuda}
+EOF
+  DROPE_DIST_SINGLE_RANK_GROUP=1 "$ROOT/.venv/bin/torchrun" --no-python --nproc_per_node=1 --standalone \
+    "$BUILD_DIR/drope-train" "$OUT_DIR/nccl.yaml" || return 1
+  grep -q '"allreduce_buckets"' "$OUT_DIR/nccl/log.jsonl" ||
+    { echo "error: the log has no all-reduce buckets: the NCCL process group did not run"; return 1; }
+}
+
+describe_stage_greedy() {
+  echo "drope-model init --preset tiny --seed 0; drope-bench generate --context 160 --new-tokens 64" \
+    "--device cpu, then --device cuda; compare token ids"
+}
+stage_greedy() {
+  "$BUILD_DIR/drope-model" init --preset tiny --seed 0 --out "$OUT_DIR/tiny-model" --force || return 1
+  local dev
+  for dev in cpu cuda; do
+    rm -f "$OUT_DIR/greedy-$dev.json"
+    "$BUILD_DIR/drope-bench" generate --model "$OUT_DIR/tiny-model" --context 160 --new-tokens 64 --repeats 1 \
+      --seed 1 --device "$dev" --json "$OUT_DIR/greedy-$dev.json" || return 1
+  done
+  "$PY" - "$OUT_DIR/greedy-cpu.json" "$OUT_DIR/greedy-cuda.json" <<'EOF'
+import json, sys
+a, b = (json.load(open(p))["tokens"] for p in sys.argv[1:])
+same = a == b
+print("greedy tokens GPU == CPU:", same, f"({len(a)} tokens)")
+sys.exit(0 if same and a else 1)
+EOF
+}
+
+export ROOT BUILD_DIR OUT_DIR CUDA_ARCHS PY TARGETS BENCH_ARGS_STR
+export -f stage_setup stage_gpu stage_gpu_tests stage_bench stage_bench64 stage_bench128 stage_train stage_nccl stage_greedy
+
+# ---- run -------------------------------------------------------------------------------------------------------
+[ "$DRY_RUN" = 1 ] && log "dry run: nothing is built or run; summary in $OUT_DIR"
+run_stage setup 420 stage_setup
+run_stage gpu 15 stage_gpu
+run_stage gpu_tests 120 stage_gpu_tests
+run_stage attention_bench_d64 85 stage_bench64
+run_stage attention_bench_d128 85 stage_bench128
+run_stage train_step_qwen2_0_5b 80 stage_train
+run_stage nccl_smoke 40 stage_nccl
+run_stage greedy_gpu_vs_cpu 45 stage_greedy
+summarize
+log "summary: $OUT_DIR/summary.md"
+cat "$OUT_DIR/summary.md" 2>/dev/null
+exit "$FAILED"

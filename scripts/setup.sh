@@ -38,13 +38,19 @@ if ! cmp -s requirements.txt "$STAMP"; then
 fi
 
 TORCH_CMAKE="$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')"
-if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  log "configuring $BUILD_DIR"
+# DROPE_CMAKE_ARGS: extra configure arguments (e.g. -DDROPE_CUDA_ARCHS=80;90 from scripts/gpu-check.sh),
+# applied on every run; DROPE_SETUP_TARGETS: build only these targets (default: all).
+read -r -a EXTRA_CMAKE_ARGS <<<"${DROPE_CMAKE_ARGS:-}"
+if [ ! -f "$BUILD_DIR/build.ninja" ] || ((${#EXTRA_CMAKE_ARGS[@]})); then
+  log "configuring $BUILD_DIR ${EXTRA_CMAKE_ARGS[*]}"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_CMAKE" \
-    -DDROPE_PYTHON="$ROOT/.venv/bin/python"
+    -DDROPE_PYTHON="$ROOT/.venv/bin/python" "${EXTRA_CMAKE_ARGS[@]}"
 fi
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
 export CCACHE_BASEDIR="$ROOT"  # relative paths in the cache key: fresh clones (CI) hit the same cache
 log "building (ccache $(command -v ccache >/dev/null && echo on || echo off))"
-cmake --build "$BUILD_DIR" -j "${DROPE_JOBS:-$(nproc)}"
+read -r -a TARGETS <<<"${DROPE_SETUP_TARGETS:-}"
+TARGET_ARGS=()
+((${#TARGETS[@]})) && TARGET_ARGS=(--target "${TARGETS[@]}")
+cmake --build "$BUILD_DIR" -j "${DROPE_JOBS:-$(nproc)}" "${TARGET_ARGS[@]}"
 log "done: binaries in $BUILD_DIR"

@@ -8,6 +8,7 @@
 
 #include "drope/bench/attention_bench.h"
 #include "drope/core/files.h"
+#include "drope/ops/attention_plan.h"
 #include "test_util.h"
 
 namespace {
@@ -99,4 +100,31 @@ TEST(AttentionBench, SkipsOverMemoryBudgetAndRejectsBadOptions) {
     bad.device = "cuda";
     drope::test::expect_error([&] { drope::bench::run_attention_bench(bad); }, {"no CUDA device"});
   }
+}
+
+TEST(AttentionBench, BackendImplsNeedCuda) {
+  // The forced backends are exactly the plan's fused CUDA backends, by the plan's own names.
+  const auto& backends = drope::bench::attention_backend_impls();
+  ASSERT_EQ(backends, (std::vector<std::string>{"flash", "mem_efficient", "cudnn", "own_cuda"}));
+  for (const auto& b : backends) {
+    drope::ops::AttnBackend parsed;
+    ASSERT_TRUE(drope::ops::parse_attn_backend(b.c_str(), &parsed)) << b;
+    EXPECT_EQ(std::string(drope::ops::attn_backend_name(parsed)), b);
+  }
+  // CPU defaults unchanged; CUDA adds every backend between ours and the baselines.
+  EXPECT_EQ(drope::bench::default_attention_impls("cpu"),
+            (std::vector<std::string>{"ours", "sdpa", "sdpa_mask", "reference"}));
+  EXPECT_EQ(drope::bench::default_attention_impls("cuda"),
+            (std::vector<std::string>{"ours", "flash", "mem_efficient", "cudnn", "own_cuda", "sdpa", "sdpa_mask",
+                                      "reference"}));
+  // A backend named on the CPU is a clear error before anything runs.
+  for (const auto& b : backends) {
+    auto bad = tiny();
+    bad.impls = {"ours", b};
+    drope::test::expect_error([&] { drope::bench::run_attention_bench(bad); }, {"--impls " + b, "--device cuda"});
+  }
+  auto bad = tiny();
+  bad.impls = {"sdpa_flash"};
+  drope::test::expect_error([&] { drope::bench::run_attention_bench(bad); },
+                            {"unknown implementation 'sdpa_flash'", "flash, mem_efficient, cudnn, own_cuda"});
 }

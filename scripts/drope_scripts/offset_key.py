@@ -19,13 +19,12 @@ Finished training runs, temperature fits and evaluations are reused; DROPE_FORCE
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import tempfile
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from . import results
+from .atomic import write_atomic
 from .driver import ALL, Driver, Method, Show, checkpoint, config_int, config_steps, train_state
 from .offset_key_report import (DROPE_0, DROPE_T, KIND, NOPE_T, NTK, PI, ROPE, YARN, aggregate, csv_text, markdown,
                                 summary_of)
@@ -90,21 +89,6 @@ def describe(plan: Plan) -> str:
 def context(config: str | pathlib.Path) -> int:
     """data.seq_len of a drope-train config: the training context C."""
     return config_int(config, "data", "seq_len")
-
-
-def write_atomic(path: pathlib.Path, text: str) -> None:
-    """Writes `text` to a temporary file beside `path`, then renames it over `path`."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; results are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def dump(doc: dict) -> str:

@@ -28,6 +28,7 @@
 #include "drope/core/files.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/ops/attention.h"
+#include "drope/ops/attention_plan.h"
 
 #ifdef DROPE_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -44,6 +45,9 @@ constexpr double kGiB = 1024.0 * kMiB;
 
 const std::vector<std::string> kCases{"causal", "alibi", "window", "gqa"};
 const std::vector<std::string> kImpls{"ours", "sdpa", "sdpa_mask", "reference"};
+// The plan's fused CUDA backends, forced one at a time (sdpa and reference have rows of their own).
+const std::vector<ops::AttnBackend> kBackendImpls{ops::AttnBackend::kFlash, ops::AttnBackend::kMemEfficient,
+                                                  ops::AttnBackend::kCudnn, ops::AttnBackend::kOwnCuda};
 
 // Resident set size now, from /proc/self/statm (bytes); −1 where unavailable.
 long long rss_bytes() {
@@ -155,6 +159,15 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
+// The forced backend an implementation names, if it names one.
+std::optional<ops::AttnBackend> forced_backend(const std::string& impl) {
+  ops::AttnBackend b;
+  if (contains(attention_backend_impls(), impl) && ops::parse_attn_backend(impl.c_str(), &b)) return b;
+  return std::nullopt;
+}
+
+bool dense_bias_impl(const std::string& impl) { return impl == "mem_efficient" || impl == "cudnn"; }
+
 // One (case, T) setup: inputs, our params and what the baselines need.
 struct Setup {
   std::string name;
@@ -227,6 +240,11 @@ using AttnFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&, co
 
 AttnFn make_fn(const std::string& impl, const Setup& s, const at::Tensor& mask) {
   const bool gqa = s.H != s.Hkv;
+  if (const auto b = forced_backend(impl))  // the guard is thread-local; autograd's backward keeps the choice
+    return [p = s.p, b = *b](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+      ops::ForceAttentionBackend force(b);
+      return ops::attention(q, k, v, p);
+    };
   if (impl == "ours")
     return [p = s.p](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) { return ops::attention(q, k, v, p); };
   if (impl == "sdpa")
@@ -248,20 +266,45 @@ std::pair<double, std::string> analytic_memory(const AttentionBenchOptions& o, c
   const double out_lse = B * H * T * (D * double(elt_size(o.dtype)) + 4.0);
   const double mask = (s.mask_per_head ? H : 1.0) * T * T * double(elt_size(o.dtype));
   const double logits = B * H * T * T * (o.dtype == at::kDouble ? 8.0 : 4.0);
-  if (impl == "ours" || impl == "sdpa") return {out_lse, "O(T·D)"};
+  if (impl == "ours" || impl == "sdpa" || impl == "flash" || impl == "own_cuda") return {out_lse, "O(T·D)"};
   if (impl == "sdpa_mask") return {out_lse + mask, s.mask_per_head ? "O(T·S·H) mask" : "O(T·S) mask"};
+  if (dense_bias_impl(impl)) {  // the plan's dense additive bias for ALiBi / windows (causal: a mask type)
+    if (s.name == "alibi" || s.name == "window") return {out_lse + mask, s.mask_per_head ? "O(T·S·H) bias" : "O(T·S) bias"};
+    return {out_lse, "O(T·D)"};
+  }
   return {logits, "O(T·S·H)"};
 }
 
 // Estimated peak extra memory for the skip decision: the analytic buffers times how many are alive at once.
 double estimated_bytes(const AttentionBenchOptions& o, const Setup& s, const std::string& impl, bool backward) {
   const auto [bytes, _] = analytic_memory(o, s, impl);
-  if (impl == "ours" || impl == "sdpa") return bytes * (backward ? 6.0 : 1.0);
+  if (impl == "ours" || impl == "sdpa" || impl == "flash" || impl == "own_cuda") return bytes * (backward ? 6.0 : 1.0);
+  if (dense_bias_impl(impl)) return bytes * (backward ? 6.0 : 1.0) + 2.0 * (bytes - analytic_memory(o, s, "ours").first);
   if (impl == "sdpa_mask") {
     const double mask_f32 = (s.mask_per_head ? double(s.H) : 1.0) * double(s.T) * double(s.T) * 4.0;
     return bytes + 2.0 * mask_f32;  // float32 build temporaries
   }
   return bytes * (backward ? 5.0 : 3.0);  // logits, scaled/biased copies, probabilities; autograd keeps several
+}
+
+// CUDA: the plan backend that runs this call for `impl` (ours: the default choice; a backend impl: the forced
+// one), or "" with `why` when the forced backend cannot run it. Empty for sdpa, sdpa_mask and reference.
+std::string planned_backend(const std::string& impl, const Setup& s, const Inputs& in, bool training,
+                            std::string* why) {
+  const auto forced = forced_backend(impl);
+  if (impl != "ours" && !forced) return "";
+  std::optional<ops::ForceAttentionBackend> force;
+  if (forced) force.emplace(*forced);
+  try {
+    return ops::attn_backend_name(ops::cuda_attention_plan(in.q, in.k, in.v, s.p, training).backend);
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+    const std::string marker = "cannot run this call: ";
+    if (auto pos = msg.find(marker); pos != std::string::npos) msg = msg.substr(pos + marker.size());
+    *why = msg.empty() ? "the backend cannot run this call" : msg;
+    return "";
+  }
 }
 
 struct Ctx {
@@ -285,6 +328,15 @@ at::Tensor measure(Ctx& c, const Setup& s, const std::string& impl, bool bwd, co
   const auto& o = c.o;
   const auto k = key(s, impl, bwd);
   m.flops = s.flops_fwd * (bwd ? 3.5 : 1.0);
+  if (o.device == "cuda") {
+    std::string why;
+    m.backend = planned_backend(impl, s, in, bwd, &why);
+    if (!why.empty()) {
+      m.status = "n/a: " + why;
+      log(o, fmt::format("  {:<7} T={:<6} {:<13} {:<8} {}", s.name, s.T, impl, bwd ? "fwd+bwd" : "fwd", m.status));
+      return {};
+    }
+  }
   m.est_bytes = estimated_bytes(o, s, impl, bwd);
   if (m.est_bytes > o.max_mem_gb * kGiB) {
     m.status = "skipped (memory)";
@@ -377,6 +429,16 @@ void validate(const AttentionBenchOptions& o) {
   if (o.device == "cuda" && o.dtype != at::kFloat && o.dtype != at::kDouble)
     fail("attention bench: this build has no CUDA kernels (built without nvcc); 'ours' would run the reference");
 #endif
+  for (const auto& i : o.impls) {
+    if (!forced_backend(i)) continue;
+    if (o.device != "cuda")
+      fail("attention bench: --impls {} names a CUDA attention backend of the plan (flash, mem_efficient, cudnn, "
+           "own_cuda); it needs --device cuda (on {} use ours, sdpa, sdpa_mask, reference)",
+           i, o.device);
+#ifndef DROPE_WITH_CUDA
+    fail("attention bench: --impls {} needs a build with CUDA kernels (this one was built without nvcc)", i);
+#endif
+  }
   for (auto T : o.lengths)
     if (T <= 0 || T > (int64_t(1) << 22)) fail("attention bench: --lengths must be in [1, 4194304], got {}", T);
   if (o.batch <= 0 || o.heads <= 0 || o.head_dim <= 0) fail("attention bench: batch, heads and head dim must be positive");
@@ -407,7 +469,10 @@ void validate(const AttentionBenchOptions& o) {
   for (const auto& c : o.cases)
     if (!contains(kCases, c)) fail("attention bench: unknown case '{}' (causal, alibi, window, gqa)", c);
   for (const auto& i : o.impls)
-    if (!contains(kImpls, i)) fail("attention bench: unknown implementation '{}' (ours, sdpa, sdpa_mask, reference)", i);
+    if (!contains(kImpls, i) && !forced_backend(i))
+      fail("attention bench: unknown implementation '{}' (ours, sdpa, sdpa_mask, reference; on CUDA also flash, "
+           "mem_efficient, cudnn, own_cuda)",
+           i);
   if (!o.forward && !o.backward) fail("attention bench: nothing to measure (neither forward nor backward)");
 }
 
@@ -430,6 +495,23 @@ std::string case_title(const AttentionBenchOptions& o, const std::string& c) {
 }
 
 }  // namespace
+
+const std::vector<std::string>& attention_backend_impls() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (auto b : kBackendImpls) v.emplace_back(ops::attn_backend_name(b));
+    return v;
+  }();
+  return names;
+}
+
+std::vector<std::string> default_attention_impls(const std::string& device) {
+  if (device != "cuda") return kImpls;
+  std::vector<std::string> v{"ours"};
+  for (const auto& b : attention_backend_impls()) v.push_back(b);
+  for (const char* i : {"sdpa", "sdpa_mask", "reference"}) v.emplace_back(i);
+  return v;
+}
 
 AttentionBenchResult run_attention_bench(const AttentionBenchOptions& opt) {
   validate(opt);
@@ -514,15 +596,26 @@ std::string format_attention_table(const AttentionBenchResult& r) {
     if (m.status.rfind("skipped (budget)", 0) == 0) return "skip(budget)";
     if (m.status.rfind("skipped (memory)", 0) == 0) return "skip(mem)";
     if (m.status.rfind("error", 0) == 0) return "error";
+    if (m.status.rfind("n/a", 0) == 0) return "n/a";
     return m.status;
   };
   auto tf_cell = [](const Measurement& m) { return m.ok() ? fmt::format("{:.3f}", m.tflops) : std::string("-"); };
   auto rss_cell = [](const Measurement& m) {
     return m.ok() && m.peak_rss_mb >= 0 ? fmt::format("{:.0f} MiB", m.peak_rss_mb) : std::string("-");
   };
-  const std::string header = fmt::format("{:>6}  {:<10} {:>12} {:>8} {:>12} {:>8} {:>7} {:>7}  {:>20} {:>9} {:>9} {:>9}\n",
-                                         "T", "impl", "fwd ms", "TFLOP/s", "fwd+bwd ms", "TFLOP/s", "ours×f",
-                                         "ours×fb", "mem analytic", "RSS fwd", "RSS f+b", "max|Δ|");
+  // CUDA: the plan backend that ran each measurement (fwd/fwd+bwd) as a last column.
+  const bool cuda = o.device == "cuda";
+  auto backend_cell = [&](const BenchRow& row) -> std::string {
+    if (!cuda) return "";
+    const auto& f = row.fwd.backend;
+    const auto& b = row.fwdbwd.backend;
+    if (f.empty() && b.empty()) return "  -";
+    return "  " + (f == b || b.empty() ? f : f.empty() ? b : f + "/" + b);
+  };
+  const std::string header =
+      fmt::format("{:>6}  {:<10} {:>12} {:>8} {:>12} {:>8} {:>7} {:>7}  {:>20} {:>9} {:>9} {:>9}{}\n", "T", "impl",
+                  "fwd ms", "TFLOP/s", "fwd+bwd ms", "TFLOP/s", "ours×f", "ours×fb", "mem analytic",
+                  cuda ? "mem fwd" : "RSS fwd", cuda ? "mem f+b" : "RSS f+b", "max|Δ|", cuda ? "  backend f/fb" : "");
   std::vector<std::string> errors;
   for (const auto& cname : o.cases) {
     out += fmt::format("\n== {}: {}\n", cname, case_title(o, cname));
@@ -539,14 +632,18 @@ std::string format_attention_table(const AttentionBenchResult& r) {
         };
         const std::string mem =
             row.analytic_bytes < 0 ? "-" : fmt::format("{} {}", mb(row.analytic_bytes), row.analytic_note);
-        out += fmt::format("{:>6}  {:<10} {:>12} {:>8} {:>12} {:>8} {:>7} {:>7}  {:>20} {:>9} {:>9} {:>9}\n", T, row.impl,
+        out += fmt::format("{:>6}  {:<10} {:>12} {:>8} {:>12} {:>8} {:>7} {:>7}  {:>20} {:>9} {:>9} {:>9}{}\n", T, row.impl,
                            time_cell(row.fwd), tf_cell(row.fwd), time_cell(row.fwdbwd), tf_cell(row.fwdbwd),
                            ratio(row.fwd, ours ? &ours->fwd : nullptr), ratio(row.fwdbwd, ours ? &ours->fwdbwd : nullptr),
                            mem, rss_cell(row.fwd), rss_cell(row.fwdbwd),
-                           row.max_abs_diff >= 0 ? fmt::format("{:.1e}", row.max_abs_diff) : std::string("-"));
+                           row.max_abs_diff >= 0 ? fmt::format("{:.1e}", row.max_abs_diff) : std::string("-"),
+                           backend_cell(row));
         for (const auto* m : {&row.fwd, &row.fwdbwd})
           if (m->status.rfind("error", 0) == 0)
             errors.push_back(fmt::format("{} T={} {}: {}", cname, T, row.impl, m->status));
+          else if (m->status.rfind("n/a: ", 0) == 0)  // a forced CUDA backend that cannot run the call
+            errors.push_back(fmt::format("{} T={} {} {}: {}", cname, T, row.impl, m == &row.fwd ? "fwd" : "fwd+bwd",
+                                         m->status));
       }
     }
   }
@@ -561,6 +658,7 @@ std::string attention_bench_json(const AttentionBenchResult& r) {
   const auto& o = r.options;
   auto meas = [](const Measurement& m) {
     json j{{"status", m.status}, {"flops", m.flops}, {"est_bytes", m.est_bytes}};
+    if (!m.backend.empty()) j["backend"] = m.backend;
     if (m.ok()) {
       j["median_ms"] = m.median_ms;
       j["min_ms"] = m.min_ms;

@@ -13,7 +13,9 @@ namespace {
 // Prefills one prompt into a fresh single-row cache in chunks; returns the logits of its last token.
 torch::Tensor prefill(DecoderLM& model, const std::vector<int32_t>& prompt, int64_t chunk, KVCache& cache) {
   const int64_t P = int64_t(prompt.size());
-  auto ids = torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), torch::kLong).view({1, P});
+  auto ids = torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), torch::kLong)
+                 .view({1, P})
+                 .to(model->lm_head_weight().device());  // the model's device (CUDA when moved there)
   cache.length_hint = {P};  // β and dynamic scaling as if the whole prompt were one forward
   ForwardOptions fo;
   fo.cache = &cache;
@@ -119,7 +121,8 @@ std::vector<TokenGeneration> generate_tokens(DecoderLM& model, const std::vector
       for (size_t b = 0; b < B; ++b) ids[b] = next[b];
       ForwardOptions fo;
       fo.cache = &cache;
-      auto h = model->hidden(torch::tensor(ids, torch::kLong).view({int64_t(B), 1}), fo);  // (B, 1, C)
+      auto step_ids = torch::tensor(ids, torch::kLong).view({int64_t(B), 1}).to(model->lm_head_weight().device());
+      auto h = model->hidden(step_ids, fo);  // (B, 1, C)
       auto logits = torch::matmul(h.squeeze(1), model->lm_head_weight().t());            // (B, V)
       auto best = logits.argmax(-1);
       for (size_t b = 0; b < B; ++b) next[b] = int32_t(best[int64_t(b)].item<int64_t>());

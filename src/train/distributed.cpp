@@ -50,6 +50,9 @@ DistEnv read_dist_env() {
     e.slurm = true;
     e.restart_count = env_int("SLURM_RESTART_COUNT", 0, 0, 1 << 20);
   }
+  e.single_rank_group = env_int("DROPE_DIST_SINGLE_RANK_GROUP", 0, 0, 1) == 1;
+  if (e.single_rank_group && e.world == 1 && !env("MASTER_PORT"))
+    fail("environment: DROPE_DIST_SINGLE_RANK_GROUP=1 needs MASTER_PORT (launch with torchrun)");
   if (const char* a = env("MASTER_ADDR")) e.master_addr = a;
   e.master_port = env_int("MASTER_PORT", 29500, 1, 65535);
   if (e.world > 1 && !env("MASTER_PORT") && !e.slurm)
@@ -84,7 +87,7 @@ Distributed::Distributed(const DistEnv& e, const torch::Device& device, double t
     : env_(e), impl_(std::make_unique<Impl>()) {
   impl_->device = device;
   impl_->timeout_s = timeout_s;
-  if (e.world == 1) {
+  if (e.world == 1 && !e.single_rank_group) {
     impl_->backend = "none";
     return;
   }
@@ -131,15 +134,17 @@ Distributed::~Distributed() = default;
 
 std::string Distributed::backend() const { return impl_->backend; }
 
+bool Distributed::grouped() const { return impl_->pg.defined(); }
+
 double Distributed::mean(double v) {
-  if (env_.world == 1) return v;
+  if (!grouped()) return v;
   std::vector<torch::Tensor> t{torch::full({1}, v, torch::TensorOptions().dtype(torch::kDouble).device(impl_->device))};
   wait(env_, impl_->timeout_s, impl_->pg->allreduce(t), "all-reduce");
   return t[0].item<double>() / env_.world;
 }
 
 void Distributed::broadcast(const std::vector<torch::Tensor>& tensors) {
-  if (env_.world == 1) return;
+  if (!grouped()) return;
   for (const auto& t : tensors) {
     std::vector<torch::Tensor> v{t};
     wait(env_, impl_->timeout_s, impl_->pg->broadcast(v), "broadcast");
@@ -147,7 +152,7 @@ void Distributed::broadcast(const std::vector<torch::Tensor>& tensors) {
 }
 
 void Distributed::barrier() {
-  if (env_.world == 1) return;
+  if (!grouped()) return;
   wait(env_, impl_->timeout_s, impl_->pg->barrier(), "barrier");
 }
 
@@ -164,7 +169,7 @@ void Collective::wait() {
 Collective Distributed::reduce_scatter(const torch::Tensor& out, const torch::Tensor& in) {
   TORCH_CHECK(in.numel() == out.numel() * env_.world, "reduce_scatter: input ", in.numel(), " != world x ", out.numel());
   Collective c;
-  if (env_.world == 1) {
+  if (!grouped()) {
     out.copy_(in);
     return c;
   }
@@ -177,7 +182,7 @@ Collective Distributed::reduce_scatter(const torch::Tensor& out, const torch::Te
 Collective Distributed::all_gather(const torch::Tensor& out, const torch::Tensor& in) {
   TORCH_CHECK(out.numel() == in.numel() * env_.world, "all_gather: output ", out.numel(), " != world x ", in.numel());
   Collective c;
-  if (env_.world == 1) {
+  if (!grouped()) {
     out.copy_(in);
     return c;
   }
@@ -240,7 +245,7 @@ GradSync::GradSync(Distributed& dist, std::vector<torch::Tensor> params, int64_t
   auto& st = *state_;
   st.dist = &dist;
   st.params = std::move(params);
-  if (dist.world() == 1) return;
+  if (!dist.grouped()) return;
   st.bucket_of.assign(st.params.size(), 0);
   int64_t bytes = 0;
   for (int64_t i = int64_t(st.params.size()) - 1; i >= 0; --i) {
@@ -263,14 +268,14 @@ GradSync::GradSync(Distributed& dist, std::vector<torch::Tensor> params, int64_t
 
 GradSync::~GradSync() {
   for (const auto& p : state_->params)
-    if (state_->dist->world() > 1) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+    if (state_->dist->grouped()) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
 }
 
 int64_t GradSync::buckets() const { return int64_t(state_->members.size()); }
 
 void GradSync::arm() {
   auto& st = *state_;
-  if (st.dist->world() == 1) return;
+  if (!st.dist->grouped()) return;
   for (size_t b = 0; b < st.members.size(); ++b) st.pending[b] = int64_t(st.members[b].size());
   st.next = 0;
   st.started_in_backward = 0;
@@ -279,7 +284,7 @@ void GradSync::arm() {
 
 void GradSync::finish() {
   auto& st = *state_;
-  if (st.dist->world() == 1) return;
+  if (!st.dist->grouped()) return;
   st.armed = false;
   overlapped_ = st.started_in_backward;
   const int64_t nb = int64_t(st.members.size());

@@ -487,7 +487,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
         j["shard_bytes"] = {{"params", b.params}, {"grads", b.grads}, {"optimizer", b.optimizer},
                             {"gathered_peak", b.gathered_peak}};
       }
-      if (W > 1 && sync) {  // how many gradient buckets started their all-reduce while backward was still running
+      if (dist.grouped() && sync) {  // how many gradient buckets started their all-reduce while backward was still running
         j["allreduce_buckets"] = sync->buckets();
         j["allreduce_overlapped"] = sync->overlapped();
       }

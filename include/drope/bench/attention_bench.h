@@ -1,5 +1,7 @@
 // `drope-bench attention`: our fused attention op against LibTorch's scaled_dot_product_attention (plain,
 // and with a dense additive mask) and the plain-ATen reference, side by side in one process on one device.
+// On CUDA also each backend of the attention plan (docs/gpu.md) forced through ops::ForceAttentionBackend:
+// flash, mem_efficient, cudnn, own_cuda.
 // Library code so that a test can run a tiny configuration; the CLI in apps/drope_bench.cpp is thin.
 #pragma once
 
@@ -26,6 +28,7 @@ struct AttentionBenchOptions {
   double max_seconds = 120;  // budget per measurement (warmup + repeats), predicted from the previous length
   double max_mem_gb = 4;     // skip a measurement whose estimated extra memory exceeds this
   std::vector<std::string> cases{"causal", "alibi", "window", "gqa"};
+  // ours, sdpa, sdpa_mask, reference; on CUDA also the plan's backends (attention_backend_impls()).
   std::vector<std::string> impls{"ours", "sdpa", "sdpa_mask", "reference"};
   bool forward = true;   // measure the forward pass
   bool backward = true;  // measure forward + backward of sum(out * g) w.r.t. q, k, v
@@ -34,7 +37,8 @@ struct AttentionBenchOptions {
 
 // One timed measurement (a forward, or a forward + backward).
 struct Measurement {
-  std::string status = "not run";  // "ok", "skipped (budget)", "skipped (memory)", "n/a", "error: ..."
+  std::string status = "not run";  // "ok", "skipped (budget)", "skipped (memory)", "n/a", "n/a: why", "error: ..."
+  std::string backend;             // CUDA: the plan backend that ran (ours: the plan's default choice)
   double median_ms = 0, min_ms = 0;
   int runs = 0;                 // timed runs done
   double tflops = 0;            // effective TFLOP/s from the analytic FLOP count (see flops)
@@ -62,6 +66,14 @@ struct AttentionBenchResult {
   std::vector<BenchRow> rows;
   std::vector<std::string> notes;
 };
+
+// The forced-backend implementations (CUDA only): "flash", "mem_efficient", "cudnn", "own_cuda"
+// (ops::attn_backend_name of each).
+const std::vector<std::string>& attention_backend_impls();
+
+// The implementations `drope-bench attention` runs when --impls is not given: the four above on CPU; on CUDA
+// ours, every backend, sdpa, sdpa_mask and reference.
+std::vector<std::string> default_attention_impls(const std::string& device);
 
 // Runs every (case, T, impl) of `opt` and returns all numbers. Throws drope::Error on bad options.
 AttentionBenchResult run_attention_bench(const AttentionBenchOptions& opt);

@@ -22,6 +22,9 @@ struct DistEnv {
   int restart_count = 0;    // TORCHELASTIC_RESTART_COUNT: > 0 means torchrun restarted us
   bool torchrun = false;    // launched by torchrun (it hosts the TCPStore; we connect as clients)
   bool slurm = false;       // launched by srun (rank 0 hosts the TCPStore)
+  // DROPE_DIST_SINGLE_RANK_GROUP=1: create the process group (NCCL on CUDA) even at world size 1, so that a
+  // single-GPU torchrun run goes through the collectives (scripts/gpu-check.sh's NCCL smoke run).
+  bool single_rank_group = false;
 };
 
 // Reads RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT (torchrun) or SLURM_PROCID/SLURM_NTASKS/
@@ -40,7 +43,8 @@ class Collective {
 
 class Distributed {
  public:
-  // world == 1: no process group, every call is local. `timeout_s` bounds every collective.
+  // world == 1 (without env.single_rank_group): no process group, every call is local. `timeout_s` bounds
+  // every collective.
   Distributed(const DistEnv& env, const torch::Device& device, double timeout_s);
   ~Distributed();
   int rank() const { return env_.rank; }
@@ -48,6 +52,8 @@ class Distributed {
   bool is_main() const { return env_.rank == 0; }
   const DistEnv& env() const { return env_; }
   std::string backend() const;
+  // Whether a process group runs the collectives (world > 1, or a forced single-rank group).
+  bool grouped() const;
 
   // Mean of a scalar over ranks.
   double mean(double v);
