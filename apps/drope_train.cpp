@@ -11,6 +11,7 @@
 #include "drope/io/model_io.h"
 #include "drope/train/distributed.h"
 #include "drope/train/memory_plan.h"
+#include "drope/train/tensor_memory.h"
 #include "drope/train/run_config.h"
 #include "drope/train/trainer.h"
 
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
     if (plan_world > 0 || plan_json) drope::fail("--world, --gpu-mem-gb and --json go with --plan");
     opt.resume = resume || drope::train::read_dist_env().restart_count > 0;
     opt.quiet = quiet;
+    drope::train::install_tensor_memory_tracker_from_env();  // before the model's tensors exist
     drope::train::run_training(cfg, opt);
     return 0;
   });

@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
 """Measure drope-train's peak memory on CPU runs and compare it with `drope-train --plan` (issue 17).
 
-For each configuration: the plan's total for the configured shard mode, and the measured peak RSS (VmHWM, via
-GNU time) of a 2-step run minus the peak RSS of a 1-step run of the micro model with the same binary (the
-runtime's own memory: LibTorch's code, thread pools, allocator slack). Prints a Markdown table. Usage:
+For each configuration (world 1, or 2 ranks under `torchrun --no-python`), a 2-step run with
+DROPE_TRACK_TENSOR_MEMORY=1: LibTorch's CPU allocator is wrapped and counts the bytes of live tensors, and rank 0
+logs their peak (`tensor_bytes.peak` in log.jsonl). That is what the plan models (parameters, gradients,
+moments, activations, logits, buffers), so the plan is checked against it. Beside it, the peak RSS (VmHWM via
+GNU time: the largest process) minus the peak RSS of a 1-step run of the micro model (LibTorch's code, thread
+pools, allocator slack) is shown for reference; glibc keeps freed blocks (its mmap threshold grows to 32 MB),
+so RSS also counts its retention policy. Prints a Markdown table. Usage:
     .venv/bin/python scripts/check_memory_plan.py [--bin build] [--out docs/results/memory-plan.md]
-Timings are not asserted anywhere; this is a report.
+This is a report; tests/py/test_memory_plan.py checks the plan against the same counter at small shapes.
 """
 import argparse
 import json
-import shutil
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,20 +29,28 @@ train: {{steps: {steps}, log_every: 1, eval_batches: 1, checkpoint_every: 0, sha
 """
 
 CASES = [
-    # (preset, seq, micro, shard, activation checkpointing)
-    ("small-50m", 256, 4, "none", "none"),
-    ("small-50m", 256, 4, "none", "full"),
-    ("tiny-256", 1024, 8, "none", "none"),
-    ("tiny-256", 1024, 8, "optimizer", "2"),
+    # (preset, seq, micro-batch per rank, world, shard, activation checkpointing)
+    ("small-50m", 256, 4, 1, "none", "none"),
+    ("small-50m", 256, 4, 1, "none", "full"),
+    ("tiny-256", 1024, 8, 1, "none", "none"),
+    ("tiny-256", 1024, 8, 2, "optimizer", "2"),
+    ("small-50m", 256, 4, 2, "grads", "none"),
+    ("small-50m", 256, 4, 2, "params", "full"),
 ]
+TORCHRUN = pathlib.Path(sys.executable).parent / "torchrun"
 
 
-def peak_kb(cmd, env, run_dir):
+def run(cmd, env, run_dir, world):
     shutil.rmtree(run_dir, ignore_errors=True)  # our own temporary run directory: each measurement starts fresh
+    if world > 1:
+        cmd = [str(TORCHRUN), "--no-python", f"--nproc_per_node={world}", "--master_port=29931", *cmd]
     r = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], env=env, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{r.stderr[-2000:]}")
-    return int(r.stderr.strip().splitlines()[-1])
+    rss = int(r.stderr.strip().splitlines()[-1]) * 1024
+    peaks = [json.loads(l).get("tensor_bytes", {}).get("peak") for l in (run_dir / "log.jsonl").read_text().splitlines()]
+    peaks = [p for p in peaks if p is not None]
+    return rss, (max(peaks) if peaks else None)
 
 
 def main():
@@ -47,37 +59,34 @@ def main():
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     train = str(pathlib.Path(a.bin) / "drope-train")
-    # glibc keeps freed large blocks in its heap once its mmap threshold has grown (up to 32 MB), so peak RSS
-    # would count its retention policy; a fixed threshold returns every large block to the OS when freed, and
-    # peak RSS then follows the live bytes (the same setting for the baseline and every run).
-    env = dict(os.environ, OMP_NUM_THREADS="2")
-    live = dict(env, MALLOC_MMAP_THRESHOLD_="65536")
+    env = dict(os.environ, OMP_NUM_THREADS="1", DROPE_TRACK_TENSOR_MEMORY="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         base_cfg = tmp / "base.yaml"
         base_cfg.write_text(CFG.format(out=tmp / "base", preset="micro", seq=32, batch=1, micro=1, steps=1, shard="none",
                                        ac="none"))
-        base = peak_kb([train, str(base_cfg), "--quiet"], env, tmp / "base") * 1024
-        base_live = peak_kb([train, str(base_cfg), "--quiet"], live, tmp / "base") * 1024
-        for i, (preset, seq, micro, shard, ac) in enumerate(CASES):
+        base, _ = run([train, str(base_cfg), "--quiet"], env, tmp / "base", 1)
+        for i, (preset, seq, micro, world, shard, ac) in enumerate(CASES):
             cfg = tmp / f"c{i}.yaml"
-            cfg.write_text(CFG.format(out=tmp / f"c{i}", preset=preset, seq=seq, batch=micro, micro=micro, steps=2,
-                                      shard=shard, ac=ac))
-            plan = subprocess.run([train, str(cfg), "--plan", "--json", "--world", "1"], env=env, capture_output=True,
-                                  text=True, check=True).stdout
+            cfg.write_text(CFG.format(out=tmp / f"c{i}", preset=preset, seq=seq, batch=micro * world, micro=micro,
+                                      steps=2, shard=shard, ac=ac))
+            plan = subprocess.run([train, str(cfg), "--plan", "--json", "--world", str(world)], env=env,
+                                  capture_output=True, text=True, check=True).stdout
             plan = {j["shard"]: j for j in map(json.loads, plan.splitlines())}[shard]
-            measured = peak_kb([train, str(cfg), "--quiet"], env, tmp / f"c{i}") * 1024 - base
-            measured_live = peak_kb([train, str(cfg), "--quiet"], live, tmp / f"c{i}") * 1024 - base_live
-            rows.append((preset, seq, micro, shard, ac, plan["total"], measured, measured_live))
-    lines = [f"runtime baseline (micro model, 1 step): {base / 2**20:.0f} MiB peak RSS ({base_live / 2**20:.0f} MiB with "
-             "MALLOC_MMAP_THRESHOLD_=65536), subtracted", "",
-             "| model | seq | micro-batch | shard | act. ckpt | plan MiB | measured MiB (glibc default) | plan / measured − 1 "
-             "| measured MiB (fixed mmap threshold: live bytes) | plan / measured − 1 |",
-             "|---|---:|---:|---|---|---:|---:|---:|---:|---:|"]
-    for p, s, m, sh, ac, pl, me, ml in rows:
-        lines.append(f"| {p} | {s} | {m} | {sh} | {ac} | {pl / 2**20:.0f} | {me / 2**20:.0f} | {100 * (pl / me - 1):+.1f} % "
-                     f"| {ml / 2**20:.0f} | {100 * (pl / ml - 1):+.1f} % |")
+            rss, tensors = run([train, str(cfg), "--quiet"], env, tmp / f"c{i}", world)
+            rows.append((preset, seq, micro, world, shard, ac, plan, tensors, rss - base))
+            print(rows[-1][:6], plan["total"], tensors, rss - base, flush=True)
+    mib = lambda b: f"{b / 2**20:.0f}"
+    lines = [f"Runtime baseline subtracted from RSS (micro model, 1 step): {mib(base)} MiB. Rank 0's counters.", "",
+             "| model | seq | micro-batch | world | shard | act. ckpt | plan MiB | tensor peak MiB | plan / tensor peak − 1 "
+             "| peak RSS − baseline MiB | plan / RSS − 1 |",
+             "|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|"]
+    for p, s, m, w, sh, ac, plan, t, r in rows:
+        lines.append(f"| {p} | {s} | {m} | {w} | {sh} | {ac} | {mib(plan['total'])} | {mib(t)} | "
+                     f"{100 * (plan['total'] / t - 1):+.1f} % | {mib(r)} | {100 * (plan['total'] / r - 1):+.1f} % |")
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:

@@ -46,17 +46,30 @@ Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
     if (logits.scalar_type() != acc) logits = logits.to(acc);
     const auto keep = y.ne(ignore_index);
     const auto yc = at::where(keep, y, at::zeros_like(y)).unsqueeze(1);
-    const auto lse = at::logsumexp(logits, 1, /*keepdim=*/true);
+    // log Σ exp with the row max subtracted in place, so no second (n, V) buffer exists (at::logsumexp
+    // would allocate one for exp(logits − max)): loss = log Σ exp(x − m) − (x_y − m).
+    logits.sub_(logits.amax(1, /*keepdim=*/true));
     const auto picked = logits.gather(1, yc);
-    out.loss.add_(((lse - picked).squeeze(1) * keep).sum());
+    const auto sumexp = logits.exp_().sum(1, /*keepdim=*/true);
+    out.loss.add_(((sumexp.log() - picked).squeeze(1) * keep).sum());
     if (!grad_hidden && !grad_weight) continue;
     // d(sum loss)/d logits = softmax − onehot(y) on counted rows, 0 on ignored ones; times `scale`.
-    auto p = logits.sub_(lse).exp_();
+    auto p = logits.div_(sumexp);
     p.scatter_add_(1, yc, at::full({n, 1}, -1.0, p.options()));
     p.mul_((keep.to(acc) * scale).unsqueeze(1));
     const auto pg = p.to(gemm);
-    if (grad_hidden) out.dhidden.narrow(0, r, n).copy_(matmul_nt(pg, w.t()));  // p · W
-    if (grad_weight) out.dweight.add_(matmul_nt(pg.t(), h.t()));             // pᵀ · h
+    if (gemm == acc) {
+      // In place, with the transposes as BLAS flags: no copy of pᵀ (a chunk of logits) or of W, and no
+      // (V, C) product beside the accumulator.
+      if (grad_hidden) {
+        auto dh = out.dhidden.narrow(0, r, n);
+        at::mm_out(dh, pg, w);  // p · W
+      }
+      if (grad_weight) out.dweight.addmm_(pg.t(), h);  // += pᵀ · h
+    } else {
+      if (grad_hidden) out.dhidden.narrow(0, r, n).copy_(matmul_nt(pg, w.t()));  // p · W
+      if (grad_weight) out.dweight.add_(matmul_nt(pg.t(), h.t()));             // pᵀ · h
+    }
   }
   return out;
 }

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "drope/train/recompute.h"
+
 namespace drope::train {
 
 namespace {
@@ -62,25 +64,50 @@ MemoryPlan plan_memory(const PlanInput& in, ShardMode shard) {
       p.comm = int64_t(4 * n.block) /* the gathered block */ + int64_t(4 * n.block) /* its flat gradient */;
       break;
   }
-  // Activations per token (floats) of one block kept for backward, and what a recomputed block keeps.
+  // One step: zero_grad has freed the gradients; the forward stores each block's activations (only its input
+  // when the block is recomputed); the loss then holds one logits chunk besides the LM-head weight's gradient
+  // and the hidden states' gradient (kept until backward ends); backward walks the blocks from the last,
+  // rebuilding a recomputed block, freeing each block's activations as its gradients appear.
   const double tokens = double(in.micro_batch) * double(in.seq_len);
   const double act_bytes = in.bf16 ? 2.0 : 4.0;
-  const double per_block = (4 * C + 3 * H * D + 2 * K * D + H + 4 * F) * act_bytes;
-  const double kept_input = C * 4;
-  const double trunk = 3 * C * 4;  // embedding output, final norm input and output
+  const double per_block = tokens * (4 * C + 3 * H * D + 2 * K * D + H + 4 * F) * act_bytes;
+  const double kept_input = tokens * C * 4;
+  const double trunk = tokens * 3 * C * 4;  // embedding output, final norm input and output
+  const double V = double(m.vocab_size);
+  const double loss_saved = V * C * 4 + tokens * C * 4;  // d(loss)/d(LM-head weight), d(loss)/d(hidden)
+  // Chunked loss: one chunk of about 64M float32 logits (the softmax is formed in place); otherwise the
+  // full logits and their float32 gradient.
+  const double rows = in.chunked_loss ? std::min(tokens, std::max(64.0, double(int64_t(64) << 20) / V)) : tokens;
+  p.logits = int64_t((in.chunked_loss ? 1 : 2) * rows * V * 4 + loss_saved);
   const int64_t every = shard == ShardMode::kParams ? 1 : in.activation_checkpointing;
-  auto activations = [&](int64_t k) {
-    const double recomputed = k <= 0 ? 0 : std::floor(L / double(k));
-    const double kept = L - recomputed;
-    return int64_t(tokens * (kept * per_block + recomputed * kept_input + (recomputed > 0 ? per_block : 0) + trunk));
+  const bool whole_grads = shard == ShardMode::kNone || shard == ShardMode::kOptimizer;
+  const int64_t layers = m.num_layers;
+  auto stored = [&](int64_t k, int64_t j) { return checkpoints_layer(k, size_t(j)) ? kept_input : per_block; };
+  auto activations = [&](int64_t k) {  // stored by the forward, plus one rebuilt block if any is recomputed
+    double sum = trunk, rebuilt = 0;
+    for (int64_t j = 0; j < layers; ++j) {
+      sum += stored(k, j);
+      if (checkpoints_layer(k, size_t(j))) rebuilt = per_block;
+    }
+    return int64_t(sum + rebuilt);
   };
   p.activations = activations(every);
   p.activations_none = activations(shard == ShardMode::kParams ? 1 : 0);
   p.activations_full = activations(1);
-  // Loss: full logits (N×V) and their gradient, or one chunk of about 64M logits and its gradient.
-  const double V = double(m.vocab_size);
-  const double rows = in.chunked_loss ? std::min(tokens, std::max(64.0, double(int64_t(64) << 20) / V)) : tokens;
-  p.logits = int64_t(2 * rows * V * 4);
+  // The transient peak: the loss at the end of the forward, or some block's backward.
+  double forward_stored = trunk;
+  for (int64_t j = 0; j < layers; ++j) forward_stored += stored(every, j);
+  double peak = forward_stored + double(p.logits);
+  double below = forward_stored;  // activations of blocks 0..l and the trunk, while block l runs backward
+  for (int64_t l = layers - 1; l >= 0; --l) {
+    const double rebuilt = checkpoints_layer(every, size_t(l)) ? per_block : 0;
+    const double grads_now = whole_grads ? 4 * (n.rest + double(layers - l) * n.block) : double(p.grads_transient);
+    peak = std::max(peak, below + rebuilt + loss_saved + grads_now);
+    below -= stored(every, l);
+  }
+  // the embedding's dense gradient before it is added into the parameter's
+  peak = std::max(peak, trunk + loss_saved + (whole_grads ? 4 * N : double(p.grads_transient)) + V * C * 4);
+  p.transient_peak = int64_t(peak);
   return p;
 }
 

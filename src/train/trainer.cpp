@@ -35,6 +35,7 @@
 #include "drope/train/distributed.h"
 #include "drope/train/recompute.h"
 #include "drope/train/sharding.h"
+#include "drope/train/tensor_memory.h"
 
 namespace fs = std::filesystem;
 
@@ -487,6 +488,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
         j["shard_bytes"] = {{"params", b.params}, {"grads", b.grads}, {"optimizer", b.optimizer},
                             {"gathered_peak", b.gathered_peak}};
       }
+      if (const auto m = tensor_memory()) j["tensor_bytes"] = {{"live", m->live}, {"peak", m->peak}};
       if (dist.grouped() && sync) {  // how many gradient buckets started their all-reduce while backward was still running
         j["allreduce_buckets"] = sync->buckets();
         j["allreduce_overlapped"] = sync->overlapped();

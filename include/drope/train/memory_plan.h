@@ -5,7 +5,8 @@
 // Activations follow what our decoder block keeps for backward, per token (floats): the RMSNorm inputs and
 // outputs (4C), RoPE'd queries, keys, values, the attention output and its o_proj copy (3·H·D + 2·Hkv·D),
 // the log-sum-exp (H), and SwiGLU's gate, up, silu(gate) and product (4F). A recomputed block keeps only its
-// input (C) and, during its backward, one block's worth. See docs/training.md for the measured check.
+// input (C) and, during its backward, one block's worth. Checked against the tensor bytes a run really holds
+// (DROPE_TRACK_TENSOR_MEMORY, tests/py/test_memory_plan.py, scripts/check_memory_plan.py, docs/training.md).
 #pragma once
 
 #include <algorithm>
@@ -35,14 +36,15 @@ struct MemoryPlan {
   int64_t activations = 0;        // with the configured checkpointing
   int64_t activations_none = 0;   // without checkpointing (sharded blocks always recompute)
   int64_t activations_full = 0;   // with every block recomputed
-  int64_t logits = 0;             // the loss's logits (chunk) and their gradient
+  int64_t logits = 0;             // the loss: a logits chunk, the LM-head weight's and the hidden states' gradients
   int64_t comm = 0;               // communication buffers (buckets, gathered blocks, flat gradient copies)
   int64_t grads_transient = 0;    // the part of `grads` that exists only during backward (freed each step)
-  // The peak: zero_grad frees the whole gradients before each forward, and backward frees activations as it
-  // creates gradients, so the transient gradients and the activations (+ logits) peak at different moments.
-  int64_t total() const {
-    return params + optimizer + comm + (grads - grads_transient) + std::max(activations + logits, grads_transient);
-  }
+  // What exists only within a step, at its highest: zero_grad frees the gradients before each forward and
+  // backward frees activations as it creates gradients, so this is the larger of (stored activations + the
+  // loss) at the end of the forward and (activations left + the rebuilt block + gradients so far) during
+  // some block's backward.
+  int64_t transient_peak = 0;
+  int64_t total() const { return params + optimizer + comm + (grads - grads_transient) + transient_peak; }
 };
 
 MemoryPlan plan_memory(const PlanInput& in, ShardMode shard);
