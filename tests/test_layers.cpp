@@ -146,10 +146,19 @@ TEST(FusedLayers, GradientsMatchCentralDifferences) {
   expect_central_differences([&](const std::vector<torch::Tensor>& t) { return ops::rotary(t[0], cos, sin); }, {rnd({1, 2, 4, 6})});
 }
 
+TEST(FusedLayers, OneDnnLinearDefault) {
+  EXPECT_TRUE(ops::onednn_linear_default(nullptr, false));  // AMD and others: oneDNN
+  EXPECT_FALSE(ops::onednn_linear_default(nullptr, true));  // Intel: LibTorch's GEMM (MKL)
+  EXPECT_FALSE(ops::onednn_linear_default("", true));
+  EXPECT_TRUE(ops::onednn_linear_default("1", true));
+  EXPECT_FALSE(ops::onednn_linear_default("0", false));
+}
+
 TEST(FusedLayers, LinearOnOneDnnMatchesFloat64) {
   // The wheel's oneDNN op must be found: without it linear() silently falls back to MKL (correct, but 2×
   // slower on AMD CPUs), which this guards against.
   EXPECT_TRUE(ops::onednn_linear_available());
+  ops::ForceOneDnnLinear onednn(true);  // the process default is MKL on Intel CPUs
   torch::manual_seed(11);
   auto x = torch::randn({3, 37, 48}), w = torch::randn({40, 48}) * 0.2, b = torch::randn({40}), g = torch::randn({3, 37, 40});
   auto x64 = x.to(torch::kDouble).requires_grad_(true), w64 = w.to(torch::kDouble).requires_grad_(true),

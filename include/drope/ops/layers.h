@@ -16,18 +16,35 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // or per row (B, 1, T, D) (plain-ATen path).
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
-// x (…, K) · weightᵀ (+ bias): weight (N, K), bias (N) or undefined → (…, N). float32 on the CPU runs
-// forward and backward GEMMs on oneDNN (LibTorch's mkldnn::_linear_pointwise, which picks the widest ISA
-// of the machine; MKL's sgemm takes AVX2 paths on AMD CPUs: 2× slower on this machine's AVX-512 EPYC);
-// everything else (CUDA, bfloat16, autocast, float64) is torch::linear. DROPE_ONEDNN_LINEAR=0 turns
-// oneDNN off.
+// x (…, K) · weightᵀ (+ bias): weight (N, K), bias (N) or undefined → (…, N). float32 on a non-Intel CPU
+// runs forward and backward GEMMs on oneDNN (LibTorch's mkldnn::_linear_pointwise, which picks the widest
+// ISA of the machine; MKL's sgemm takes AVX2 paths on AMD CPUs: 2× slower on an AVX-512 EPYC); on Intel
+// CPUs, and for everything else (CUDA, bfloat16, autocast, float64), it is torch::linear (MKL on Intel was
+// faster than oneDNN). DROPE_ONEDNN_LINEAR=1 / 0 forces oneDNN on / off.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 
 // a (M, K) · b (N, K)ᵀ without autograd, on the same GEMM linear() would use.
 at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b);
 
-// Whether linear() takes the oneDNN path for float32 CPU tensors in this process.
+// Whether LibTorch's oneDNN linear op is registered in this process (linear() may use it).
 bool onednn_linear_available();
+
+// The process default for oneDNN GEMMs given DROPE_ONEDNN_LINEAR's value (nullptr when unset; "1" / "0" force
+// it) and the CPU vendor: on except on Intel CPUs.
+bool onednn_linear_default(const char* env, bool intel_cpu);
+
+// While alive, linear() and matmul_nt() on this thread use oneDNN (on) or LibTorch's GEMM (off) whatever the
+// process default (for tests and comparisons).
+class ForceOneDnnLinear {
+ public:
+  explicit ForceOneDnnLinear(bool on);
+  ~ForceOneDnnLinear();
+  ForceOneDnnLinear(const ForceOneDnnLinear&) = delete;
+  ForceOneDnnLinear& operator=(const ForceOneDnnLinear&) = delete;
+
+ private:
+  int previous_;
+};
 
 // While alive, the ops above take their plain-ATen path on this thread (for comparisons).
 // Whether the fused CPU layer kernels take these tensors: CPU, float32 or float64, all of one dtype.
