@@ -29,6 +29,14 @@ TEST(Schedule, CosineWsdConstantWithWarmup) {
   EXPECT_DOUBLE_EQ(schedule_lr(w, 79, 2.0), 2.0);
   EXPECT_NEAR(schedule_lr(w, 90, 2.0), 1.0, 1e-12);
   EXPECT_NEAR(schedule_lr(w, 100, 2.0), 0.0, 1e-12);
+  // wsd with a cosine decay (the public DroPE recipe's warmup_stable_decay, decay_type cosine, as transformers'
+  // get_wsd_schedule: floor + (1 - floor) * (1 + cos(pi * progress)) / 2 over the decay steps).
+  ScheduleConfig wc{"wsd", 10, 100, 0.1, 0.2, "cosine"};
+  EXPECT_DOUBLE_EQ(schedule_lr(wc, 79, 2.0), 2.0);
+  EXPECT_NEAR(schedule_lr(wc, 80, 2.0), 2.0, 1e-12);
+  EXPECT_NEAR(schedule_lr(wc, 85, 2.0), 0.2 + 1.8 * 0.5 * (1.0 + std::cos(M_PI * 0.25)), 1e-12);
+  EXPECT_NEAR(schedule_lr(wc, 90, 2.0), 1.1, 1e-12);
+  EXPECT_NEAR(schedule_lr(wc, 100, 2.0), 0.2, 1e-12);
   ScheduleConfig k{"constant", 4, 100, 0.1, 0.2};
   EXPECT_DOUBLE_EQ(schedule_lr(k, 1, 1.0), 0.5);
   EXPECT_DOUBLE_EQ(schedule_lr(k, 99, 1.0), 1.0);

@@ -118,6 +118,7 @@ double schedule_lr(const ScheduleConfig& s, int64_t step, double lr) {
     const int64_t decay_start = s.steps - decay_steps;
     if (step < decay_start) return lr;
     const double t = std::min(1.0, double(step - decay_start) / double(decay_steps));
+    if (s.decay_shape == "cosine") return floor + (lr - floor) * 0.5 * (1.0 + std::cos(M_PI * t));
     return lr + (floor - lr) * t;
   }
   fail("unknown schedule type '{}' (expected cosine, wsd or constant)", s.type);

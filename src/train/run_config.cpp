@@ -128,6 +128,7 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   s.get("steps", c.schedule.steps);
   s.get("min_lr_ratio", c.schedule.min_lr_ratio);
   s.get("decay_fraction", c.schedule.decay_fraction);
+  s.get_choice("decay_shape", c.schedule.decay_shape, {"linear", "cosine"});
   s.finish();
   top.finish();
 
@@ -234,7 +235,8 @@ std::string run_config_to_yaml(const RunConfig& c) {
   e << YAML::Key << "schedule" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value << c.schedule.type
     << YAML::Key << "warmup" << YAML::Value << c.schedule.warmup << YAML::Key << "steps" << YAML::Value
     << c.schedule.steps << YAML::Key << "min_lr_ratio" << YAML::Value << c.schedule.min_lr_ratio << YAML::Key
-    << "decay_fraction" << YAML::Value << c.schedule.decay_fraction << YAML::EndMap;
+    << "decay_fraction" << YAML::Value << c.schedule.decay_fraction << YAML::Key << "decay_shape" << YAML::Value
+    << c.schedule.decay_shape << YAML::EndMap;
   const auto& t = c.train;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap << YAML::Key << "steps" << YAML::Value << t.steps
     << YAML::Key << "log_every" << YAML::Value << t.log_every << YAML::Key << "eval_every" << YAML::Value << t.eval_every

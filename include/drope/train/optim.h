@@ -63,7 +63,8 @@ struct ScheduleConfig {
   int64_t warmup = 0;           // linear warmup steps from lr/warmup to lr
   int64_t steps = 1000;         // total steps of the phase
   double min_lr_ratio = 0.1;    // cosine/wsd floor as a fraction of the peak
-  double decay_fraction = 0.2;  // wsd: final fraction of steps spent decaying linearly
+  double decay_fraction = 0.2;  // wsd: final fraction of steps spent decaying
+  std::string decay_shape = "linear";  // wsd: linear | cosine (half a cosine from lr to the floor)
 };
 
 // Learning rate at `step` (0-based) for peak `lr`.
