@@ -6,6 +6,7 @@ import collections
 import fnmatch
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -92,6 +93,18 @@ def concat_tables(parts: Sequence[pathlib.Path], out: pathlib.Path) -> str:
     text = "\n".join(p.read_text(encoding="utf-8") for p in parts)
     out.write_text(text, encoding="utf-8")
     return text
+
+
+def run_logged(cmd: Sequence[object], log: pathlib.Path, env: dict | None = None) -> None:
+    """Runs `cmd` with its stdout and stderr appended to `log` (after a `$ command` line); raises ToolError
+    naming the program when it exits non-zero."""
+    args = [str(a) for a in cmd]
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"$ {shlex.join(args)}\n")
+        f.flush()
+        rc = subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+    if rc != 0:
+        raise ToolError(pathlib.Path(args[0]).name, rc)
 
 
 class Driver:

@@ -1,10 +1,11 @@
 """The DroPE authors' checkpoint format (SakanaAI/DroPE, custom_models/drope.py and attention.py at 260a8bb):
 model_type llama_drope / qwen2_drope, attention_type nope | qk_norm_nope | q_norm_nope | k_norm_nope, optional
-softmax_scale. The reference semantics are rebuilt here on transformers' own Llama / Qwen2 attention the way
-the authors' code builds them (subclasses of LlamaAttention / Qwen2Attention: the identity rotation cos = 1,
-sin = 0; torch.nn.RMSNorm over the whole q / k projection before the split into heads, both norms created
-even when only one is applied; `scaling` replaced by softmax_scale), with random weights. Our import must
-match their logits, and our export (`--format drope-reference`) must load strictly into them."""
+softmax_scale. The reference semantics are rebuilt on transformers' own Llama / Qwen2 attention the way the
+authors' code builds them (scripts/drope_scripts/drope_reference.py: subclasses of LlamaAttention /
+Qwen2Attention with the identity rotation cos = 1, sin = 0; torch.nn.RMSNorm over the whole q / k projection
+before the split into heads, both norms created even when only one is applied; `scaling` replaced by
+softmax_scale), here with random weights. Our import must match their logits, and our export
+(`--format drope-reference`) must load strictly into them."""
 import json
 
 import numpy as np
@@ -12,80 +13,19 @@ import pytest
 import torch
 from safetensors.numpy import load_file as load_numpy
 from safetensors.torch import load_file
-from torch import nn
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-from transformers.models.llama import modeling_llama
-from transformers.models.qwen2 import modeling_qwen2
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from conftest import expect_error, expect_model_dir_error, our_logits, run_cli
+from drope_scripts.drope_reference import ARCH, load as load_reference, logits, model_from_config, rel_err
 
 BASE = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
-ARCH = {"llama": (LlamaConfig, LlamaForCausalLM, modeling_llama),
-        "qwen2": (Qwen2Config, Qwen2ForCausalLM, modeling_qwen2)}
-
-
-def nope_attention(base):
-    """The authors' `nope(BaseAttentionClass)`: the base forward with position_embeddings = (1, 0)."""
-
-    class NoPEAttention(base):
-        def forward(self, hidden_states, position_embeddings=None, *args, **kwargs):
-            cos, sin = position_embeddings
-            return super().forward(hidden_states, (torch.ones_like(cos), torch.zeros_like(sin)), *args, **kwargs)
-
-    return NoPEAttention
-
-
-def qk_norm_attention(base, module, which):
-    """The authors' `qk_norm(BaseAttentionClass, ...)` with their *_qk_norm_nope_attn_forward: both norms exist
-    (nn.RMSNorm over H·d and H_kv·d, eps = rms_norm_eps); `which` ("qk", "q" or "k") says which are applied."""
-
-    class QKNormAttention(base):
-        def __init__(self, config, layer_idx):
-            super().__init__(config, layer_idx)
-            self.q_norm = nn.RMSNorm(config.num_attention_heads * self.head_dim, config.rms_norm_eps)
-            self.k_norm = nn.RMSNorm(config.num_key_value_heads * self.head_dim, config.rms_norm_eps)
-
-        def forward(self, hidden_states, position_embeddings, attention_mask, past_key_values=None, **kwargs):
-            input_shape = hidden_states.shape[:-1]
-            hidden_shape = (*input_shape, -1, self.head_dim)
-            q = self.q_proj(hidden_states)
-            k = self.k_proj(hidden_states)
-            q = self.q_norm(q) if "q" in which else q
-            k = self.k_norm(k) if "k" in which else k
-            q = q.view(hidden_shape).transpose(1, 2)
-            k = k.view(hidden_shape).transpose(1, 2)
-            v = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-            cos, sin = position_embeddings
-            q, k = module.apply_rotary_pos_emb(q, k, torch.ones_like(cos), torch.zeros_like(sin))
-            extra = {"sliding_window": getattr(self, "sliding_window", None)} if module is modeling_qwen2 else {}
-            out, w = module.eager_attention_forward(self, q, k, v, attention_mask, dropout=0.0, scaling=self.scaling,
-                                                    **extra, **kwargs)
-            return self.o_proj(out.reshape(*input_shape, -1).contiguous()), w
-
-    return QKNormAttention
 
 
 def reference_model(arch, attention_type="nope", softmax_scale=None, seed=0, **extra):
     """A DroPE{Llama,Qwen2}ForCausalLM as the authors' _create_drope_model_class builds it, random weights."""
-    cfg_cls, model_cls, module = ARCH[arch]
     torch.manual_seed(seed)
-    cfg = cfg_cls(**{**BASE, **extra}, attn_implementation="eager")
-    cfg.attention_type = attention_type
-    if softmax_scale is not None:
-        cfg.softmax_scale = softmax_scale
-    model = model_cls(cfg).eval()
-    base = module.LlamaAttention if arch == "llama" else module.Qwen2Attention
-    if attention_type == "nope":
-        cls = nope_attention(base)
-    else:
-        cls = qk_norm_attention(base, module, attention_type.split("_")[0])
-    for layer in model.model.layers:
-        new = cls(cfg, layer.self_attn.layer_idx)
-        new.load_state_dict(layer.self_attn.state_dict(), strict=False)
-        if hasattr(cfg, "softmax_scale"):
-            new.scaling = cfg.softmax_scale
-        layer.self_attn = new
+    model = model_from_config(arch, attention_type, softmax_scale, **{**BASE, **extra})
     with torch.no_grad():  # every tensor random (norms around 1), the unused norm included
         for n, p in model.named_parameters():
             p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm" in n else 0.2 * torch.randn_like(p))
@@ -105,31 +45,8 @@ def save_reference(model, d):
     (d / "config.json").write_text(json.dumps(cfg, indent=2))
 
 
-def load_reference(d):
-    """The authors' from_pretrained on one of our exports: their config keys, strict state-dict loading."""
-    cfg = json.loads((d / "config.json").read_text())
-    arch = cfg["model_type"].removesuffix("_drope")
-    assert cfg["model_type"] == arch + "_drope" and arch in ARCH
-    extra = {k: cfg[k] for k in ("tie_word_embeddings", "attention_bias", "mlp_bias") if k in cfg}
-    model = reference_model(arch, cfg["attention_type"], cfg.get("softmax_scale"), **extra)
-    state = load_file(str(d / "model.safetensors"))
-    if model.config.tie_word_embeddings:
-        state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    model.load_state_dict(state, strict=True)
-    return model
-
-
-def logits(model, toks):
-    with torch.no_grad():
-        return model(torch.tensor(toks)).logits.float().numpy()
-
-
 def tokens(seed=1, batch=2, seq=40):
     return np.random.default_rng(seed).integers(0, BASE["vocab_size"], size=(batch, seq)).tolist()
-
-
-def rel_err(a, b):
-    return float(np.abs(a - b).max() / np.abs(b).max())
 
 
 CASES = {
