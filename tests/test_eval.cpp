@@ -1,9 +1,11 @@
 // KV-cache decoding, greedy generation and perplexity protocols, each against a plain full-sequence
 // computation written here (no cache, one forward per step).
+#include <algorithm>
 #include <cmath>
 
 #include <torch/torch.h>
 
+#include "drope/core/error.h"
 #include "drope/eval/generate.h"
 #include "drope/eval/perplexity.h"
 #include "drope/model/transformer.h"
@@ -165,6 +167,51 @@ TEST(Generate, PaddedBatchWithTemperatureMatchesAlone) {
   opt.batch_size = 2;
   auto batched = eval::generate_tokens(m, prompts, opt, -1);
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(alone[i].tokens, batched[i].tokens) << i;
+}
+
+// A tokenizer smaller than the model's embedding (padded rows): generated padding ids are left out of the text,
+// not an error (HF tokenizers' decode skips them too); the token ids are the plain greedy ones.
+class EightTokenTokenizer : public text::Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override {
+    std::vector<int32_t> ids;
+    for (char c : text) ids.push_back(int32_t(static_cast<unsigned char>(c) % 8));
+    return ids;
+  }
+  std::string decode(const std::vector<int32_t>& ids, bool) const override {
+    std::string s;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= 8) fail("token id {} is not in the vocabulary", id);
+      s += char('a' + id);
+    }
+    return s;
+  }
+  int64_t vocab_size() const override { return 8; }
+  int32_t eos_id() const override { return -1; }
+  int32_t bos_id() const override { return -1; }
+  std::string kind() const override { return "test"; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_ = "eight";
+};
+
+TEST(Generate, PaddingIdsBeyondTheTokenizerAreLeftOutOfTheText) {
+  auto m = make(cfg_for("rope"));
+  EightTokenTokenizer tok;
+  eval::GenerateOptions opt;
+  opt.max_new_tokens = 12;
+  opt.stop = {"zz"};  // the stop check decodes too
+  const std::string prompt = "hello world";
+  auto g = eval::generate(m, tok, {prompt}, opt, /*add_bos=*/false);
+  ASSERT_EQ(g.size(), 1u);
+  const auto ref = naive_greedy(m, tok.encode(prompt), 12);
+  EXPECT_EQ(g[0].tokens, ref);
+  std::string want;
+  for (int32_t id : ref)
+    if (id < 8) want += char('a' + id);
+  EXPECT_EQ(g[0].text, want);
+  EXPECT_TRUE(std::any_of(ref.begin(), ref.end(), [](int32_t id) { return id >= 8; }));  // the case is exercised
 }
 
 TEST(Generate, StopsAtEosAndStopCheck) {

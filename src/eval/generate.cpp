@@ -133,6 +133,21 @@ std::vector<TokenGeneration> generate_tokens(DecoderLM& model, const std::vector
   return out;
 }
 
+namespace {
+
+// The generated ids the tokenizer has: a model's embedding is often padded beyond its tokenizer (Qwen2: 151 936
+// rows, 151 646 tokens), and greedy decoding may pick a padding row. Like HF tokenizers' decode, which skips ids
+// it has no token for, the text leaves them out (the token ids keep them).
+std::string decode_known(const text::Tokenizer& tok, const std::vector<int32_t>& ids) {
+  std::vector<int32_t> known;
+  known.reserve(ids.size());
+  for (int32_t id : ids)
+    if (id >= 0 && id < tok.vocab_size()) known.push_back(id);
+  return tok.decode(known, /*skip_special=*/true);
+}
+
+}  // namespace
+
 std::vector<Generation> generate(DecoderLM& model, const text::Tokenizer& tok, const std::vector<std::string>& prompts,
                                  const GenerateOptions& opt, bool add_bos) {
   std::vector<std::vector<int32_t>> ids;
@@ -146,7 +161,7 @@ std::vector<Generation> generate(DecoderLM& model, const text::Tokenizer& tok, c
   StopCheck stop;
   if (!opt.stop.empty()) {
     stop = [&](size_t, const std::vector<int32_t>& toks) {
-      const auto text = tok.decode(toks, /*skip_special=*/true);
+      const auto text = decode_known(tok, toks);
       for (const auto& s : opt.stop)
         if (!s.empty() && text.find(s) != std::string::npos) return true;
       return false;
@@ -159,7 +174,7 @@ std::vector<Generation> generate(DecoderLM& model, const text::Tokenizer& tok, c
     g.tokens = std::move(gens[i].tokens);
     g.finish = gens[i].finish;
     g.prompt_tokens = int64_t(ids[i].size());
-    g.text = tok.decode(g.tokens, /*skip_special=*/true);
+    g.text = decode_known(tok, g.tokens);
     size_t cut = std::string::npos;
     for (const auto& s : opt.stop)
       if (!s.empty()) cut = std::min(cut, g.text.find(s));
