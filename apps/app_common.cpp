@@ -13,6 +13,7 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/kernels/cpu_isa.h"
+#include "drope/ops/layers.h"
 
 namespace drope::app {
 
@@ -51,7 +52,8 @@ int run(const std::function<int()>& body) {
   tune_allocator();
   drope::ignore_file_size_signal();
   try {
-    kernels::cpu_isa();  // a bad DROPE_CPU_ISA is refused before any work starts
+    kernels::cpu_isa();             // a bad DROPE_CPU_ISA is refused before any work starts
+    ops::onednn_linear_enabled();   // and a bad DROPE_ONEDNN_LINEAR
     return body();
   } catch (const drope::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

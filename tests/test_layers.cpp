@@ -152,6 +152,7 @@ TEST(FusedLayers, OneDnnLinearDefault) {
   EXPECT_FALSE(ops::onednn_linear_default("", true));
   EXPECT_TRUE(ops::onednn_linear_default("1", true));
   EXPECT_FALSE(ops::onednn_linear_default("0", false));
+  EXPECT_THROW(ops::onednn_linear_default("yes", false), std::exception);  // a bad value is refused, not ignored
 }
 
 TEST(FusedLayers, LinearOnOneDnnMatchesFloat64) {

@@ -8,6 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/torch.h>
 
+#include "drope/core/error.h"
 #include "drope/kernels/layers_cpu.h"
 
 namespace drope::ops {
@@ -133,16 +134,8 @@ const c10::OperatorHandle* onednn_linear_op() {
 
 thread_local int force_onednn = -1;  // ForceOneDnnLinear on this thread: 1 on, 0 off, -1 the process default
 
-bool onednn_chosen() {
-  static const bool chosen = [] {
-    __builtin_cpu_init();
-    return onednn_linear_default(std::getenv("DROPE_ONEDNN_LINEAR"), __builtin_cpu_is("intel"));
-  }();
-  return force_onednn >= 0 ? force_onednn == 1 : chosen;
-}
-
 bool onednn_usable(const at::Tensor& a, const at::Tensor& b) {
-  return !force_composite && onednn_chosen() && onednn_linear_op() && a.device().is_cpu() && b.device().is_cpu() &&
+  return !force_composite && onednn_linear_enabled() && onednn_linear_op() && a.device().is_cpu() && b.device().is_cpu() &&
          a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat && !at::autocast::is_autocast_enabled(at::kCPU);
 }
 
@@ -192,13 +185,22 @@ at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b) {
 
 bool onednn_linear_available() { return onednn_linear_op() != nullptr; }
 
+bool onednn_linear_enabled() {
+  static const bool chosen = [] {
+    __builtin_cpu_init();
+    return onednn_linear_default(std::getenv("DROPE_ONEDNN_LINEAR"), __builtin_cpu_is("intel"));
+  }();
+  return force_onednn >= 0 ? force_onednn == 1 : chosen;
+}
+
 bool onednn_linear_default(const char* env, bool intel_cpu) {
-  // Unset: on, except on Intel CPUs, where LibTorch's own GEMM (MKL's sgemm) was faster (docs/cpu-isa.md:
+  // Unset: on, except on Intel CPUs, where LibTorch's own GEMM (MKL's sgemm) was faster (docs/benchmarks.md:
   // drope-train +16 % tokens/s at tiny-256, +3 % at small-50m on a 2-core AVX-512 Xeon); on AMD CPUs MKL
   // takes slower paths and oneDNN was 2x faster.
   const std::string mode = env ? env : "";
-  if (mode == "0" || mode == "1") return mode == "1";
-  return !intel_cpu;
+  if (mode.empty()) return !intel_cpu;
+  if (mode != "0" && mode != "1") fail("DROPE_ONEDNN_LINEAR: expected 0 or 1 (unset: oneDNN except on Intel CPUs), got '{}'", mode);
+  return mode == "1";
 }
 
 ForceOneDnnLinear::ForceOneDnnLinear(bool on) : previous_(force_onednn) { force_onednn = on ? 1 : 0; }

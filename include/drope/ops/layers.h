@@ -33,6 +33,10 @@ bool onednn_linear_available();
 // it) and the CPU vendor: on except on Intel CPUs.
 bool onednn_linear_default(const char* env, bool intel_cpu);
 
+// Whether linear() and matmul_nt() choose oneDNN on this thread (ForceOneDnnLinear, else the process default,
+// read from DROPE_ONEDNN_LINEAR once: a bad value is refused). The tools call it at start-up.
+bool onednn_linear_enabled();
+
 // While alive, linear() and matmul_nt() on this thread use oneDNN (on) or LibTorch's GEMM (off) whatever the
 // process default (for tests and comparisons).
 class ForceOneDnnLinear {
