@@ -2,7 +2,8 @@
 # Everything in drope that needs an NVIDIA GPU, in one call (issue 20; docs/gpu.md). Stages, in order, each
 # under its own time budget (seconds; DROPE_GPU_CHECK_BUDGET_<STAGE> overrides one); a failing stage is
 # recorded and the next one runs:
-#   setup                  scripts/setup.sh into a separate build dir ($DROPE_BUILD_DIR, default build-gpu) for
+#   setup                  (DROPE_GPU_CHECK_PREBUILT=1: only checks binaries built elsewhere, see
+#                          scripts/gpu-bundle.sh) scripts/setup.sh into a separate build dir ($DROPE_BUILD_DIR, default build-gpu) for
 #                          CUDA archs $DROPE_CUDA_ARCHS (default "80;90"), only the targets below; then checks
 #                          that the binaries hold sm_80 and sm_90 code (cuobjdump)
 #   gpu                    nvidia-smi
@@ -11,6 +12,8 @@
 #   attention_bench_d128   default), flash, mem_efficient, cudnn, own_cuda, SDPA, SDPA + dense mask, reference
 #   train_step_qwen2_0_5b  drope-train: qwen2-0.5b (random weights), bf16, seq 1024, a few steps on docs/ as
 #                          bytes: tokens/s and MFU (train.peak_tflops from the GPU's name or DROPE_PEAK_TFLOPS)
+#   train_step_qwen2_0_5b_eager  the same step in eager PyTorch (HF Qwen2ForCausalLM, SDPA, fused AdamW):
+#                          tokens/s of what users run instead, for the ratio in the summary
 #   nccl_smoke             torchrun --no-python --nproc_per_node=1 drope-train (tiny, train.device cuda) with a
 #                          single-rank NCCL process group (DROPE_DIST_SINGLE_RANK_GROUP=1)
 #   greedy_gpu_vs_cpu      drope-bench generate on a random tiny model, float32, on the CPU and on CUDA: the
@@ -24,6 +27,8 @@ DRY_RUN=0
 if [ "${1:-}" = "--dry-run" ]; then DRY_RUN=1; shift; fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${DROPE_BUILD_DIR:-$ROOT/build-gpu}"
+PREBUILT="${DROPE_GPU_CHECK_PREBUILT:-0}"
+case "$PREBUILT" in 0 | 1) ;; *) echo "error: DROPE_GPU_CHECK_PREBUILT='$PREBUILT': expected 0 or 1" >&2; exit 2 ;; esac
 OUT_DIR="${DROPE_GPU_CHECK_OUT:-$BUILD_DIR/gpu-check}"
 CUDA_ARCHS="${DROPE_CUDA_ARCHS:-80;90}"
 PY="$ROOT/.venv/bin/python"
@@ -85,14 +90,37 @@ run_stage() {
 # ---- the stages (exported: `timeout` runs them in a child bash) ----------------------------------------------
 TARGETS="drope-bench drope-train drope-model drope_gpu_tests"
 describe_stage_setup() {
+  if [ "$PREBUILT" = 1 ]; then
+    echo "DROPE_GPU_CHECK_PREBUILT=1: no build; $BUILD_DIR must hold $TARGETS built elsewhere;" \
+      "ldd finds every library; cuobjdump --list-elf $BUILD_DIR/drope-bench (sm_80, sm_90)"
+    return
+  fi
   echo "DROPE_BUILD_DIR=$BUILD_DIR DROPE_CMAKE_ARGS=-DDROPE_CUDA_ARCHS=$CUDA_ARCHS DROPE_SETUP_TARGETS='$TARGETS'" \
     "scripts/setup.sh; cuobjdump --list-elf $BUILD_DIR/drope-bench (sm_80, sm_90)"
 }
 stage_setup() {
+  if [ "$PREBUILT" = 1 ]; then check_prebuilt && check_archs; return; fi
   DROPE_BUILD_DIR="$BUILD_DIR" DROPE_CMAKE_ARGS="-DDROPE_CUDA_ARCHS=$CUDA_ARCHS" DROPE_SETUP_TARGETS="$TARGETS" \
     bash "$ROOT/scripts/setup.sh" || return 1
   grep -q '^CMAKE_CUDA_COMPILER:' "$BUILD_DIR/CMakeCache.txt" ||
     { echo "error: $BUILD_DIR was configured without CUDA (no nvcc found)"; return 1; }
+  check_archs
+}
+# A GPU node that cannot install or build (no network): the binaries come from a machine that built them with the
+# same LibTorch (LD_LIBRARY_PATH names where LibTorch and the other libraries are on this node).
+check_prebuilt() {
+  local t bin missing
+  for t in $TARGETS; do
+    bin="$BUILD_DIR/$t"
+    [ "$t" = drope_gpu_tests ] && bin="$BUILD_DIR/tests/$t"
+    [ -x "$bin" ] || { echo "error: DROPE_GPU_CHECK_PREBUILT=1 but $bin is missing or not executable"; return 1; }
+    missing="$(ldd "$bin" 2>&1 | grep 'not found')"
+    [ -z "$missing" ] || { echo "error: $bin: libraries not found (set LD_LIBRARY_PATH):"; echo "$missing"; return 1; }
+    echo "$bin: every library found"
+  done
+  [ -f "$BUILD_DIR/tests/CTestTestfile.cmake" ] || { echo "error: no $BUILD_DIR/tests/CTestTestfile.cmake"; return 1; }
+}
+check_archs() {
   local elf
   elf="$(cuobjdump --list-elf "$BUILD_DIR/drope-bench" 2>&1)" || { echo "cuobjdump failed: $elf"; return 1; }
   local arch
@@ -162,6 +190,15 @@ EOF
   "$BUILD_DIR/drope-train" "$OUT_DIR/train-qwen2.yaml"
 }
 
+describe_stage_eager() {
+  echo "python -m drope_scripts.eager_train_cuda $OUT_DIR/train-qwen2-eager (HF Qwen2ForCausalLM, SDPA, bf16" \
+    "autocast, fused AdamW; the train stage's shape, batch and optimizer: what users run instead)"
+}
+stage_eager() {
+  rm -rf "$OUT_DIR/train-qwen2-eager"  # ours, from an earlier check
+  PYTHONPATH="$ROOT/scripts" "$PY" -m drope_scripts.eager_train_cuda "$OUT_DIR/train-qwen2-eager" --steps 8
+}
+
 describe_stage_nccl() {
   echo "DROPE_DIST_SINGLE_RANK_GROUP=1 torchrun --no-python --nproc_per_node=1 --standalone $BUILD_DIR/drope-train" \
     "$OUT_DIR/nccl.yaml (tiny, train.device cuda, 4 steps)"
@@ -204,19 +241,20 @@ sys.exit(0 if same and a else 1)
 EOF
 }
 
-export ROOT BUILD_DIR OUT_DIR CUDA_ARCHS PY TARGETS BENCH_ARGS_STR
-export -f stage_setup stage_gpu stage_gpu_tests stage_bench stage_bench64 stage_bench128 stage_train stage_nccl stage_greedy
+export ROOT BUILD_DIR OUT_DIR CUDA_ARCHS PY TARGETS BENCH_ARGS_STR PREBUILT
+export -f check_prebuilt check_archs stage_setup stage_gpu stage_gpu_tests stage_bench stage_bench64 stage_bench128 stage_train stage_eager stage_nccl stage_greedy
 
 # ---- run -------------------------------------------------------------------------------------------------------
 [ "$DRY_RUN" = 1 ] && log "dry run: nothing is built or run; summary in $OUT_DIR"
 run_stage setup 420 stage_setup
 run_stage gpu 15 stage_gpu
-run_stage gpu_tests 120 stage_gpu_tests
-run_stage attention_bench_d64 85 stage_bench64
-run_stage attention_bench_d128 85 stage_bench128
-run_stage train_step_qwen2_0_5b 80 stage_train
-run_stage nccl_smoke 40 stage_nccl
-run_stage greedy_gpu_vs_cpu 45 stage_greedy
+run_stage gpu_tests 100 stage_gpu_tests
+run_stage attention_bench_d64 60 stage_bench64
+run_stage attention_bench_d128 60 stage_bench128
+run_stage train_step_qwen2_0_5b 60 stage_train
+run_stage train_step_qwen2_0_5b_eager 60 stage_eager
+run_stage nccl_smoke 30 stage_nccl
+run_stage greedy_gpu_vs_cpu 30 stage_greedy
 summarize
 log "summary: $OUT_DIR/summary.md"
 cat "$OUT_DIR/summary.md" 2>/dev/null

@@ -17,6 +17,9 @@
 #include "drope/ops/attention.h"
 #include "drope/ops/attention_backends.h"
 #include "drope/ops/attention_plan.h"
+#ifdef DROPE_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 using namespace drope;
 
@@ -54,6 +57,16 @@ struct Case {
 struct Result {
   torch::Tensor out, dq, dk, dv;
 };
+
+// Compute capability × 10 of the current device (the plan prefers cuDNN on 90+).
+int device_sm() {
+#ifdef DROPE_WITH_CUDA
+  const auto* prop = at::cuda::getCurrentDeviceProperties();
+  return prop->major * 10 + prop->minor;
+#else
+  return 0;
+#endif
+}
 
 double max_err(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kCPU, torch::kDouble) - b.to(torch::kCPU, torch::kDouble)).abs().max().item<double>();
@@ -103,6 +116,12 @@ bool check_case(const Case& c, torch::Dtype dtype, bool backward = true, int for
     force.emplace(ops::AttnBackend(forced));
   }
   EXPECT_TRUE(ops::uses_fused_attention(qd, kd, vd, p_gpu));
+  const auto used = forced >= 0 ? ops::AttnBackend(forced) : ops::cuda_attention_plan(qd, kd, vd, p_gpu, backward).backend;
+  // Outputs within 2× the error of LibTorch's plain-ATen attention in the same dtype (the float64 reference on
+  // the rounded inputs is exact). Gradients within 4×, 5× for the memory-efficient kernel: on an H100 LibTorch's
+  // fused kernels' bfloat16 gradients measured up to 3.1× (cuDNN), 2.4× (SDPA) and 3.9× (memory-efficient, also
+  // with no bias at all, so the kernel's own rounding, not our glue) the plain-ATen error.
+  const double grad_factor = used == ops::AttnBackend::kMemEfficient ? 5.0 : 4.0;
   if (!backward) {
     torch::NoGradGuard ng;
     const auto got = ops::fused_attention(qd, kd, vd, p_gpu);
@@ -130,7 +149,9 @@ bool check_case(const Case& c, torch::Dtype dtype, bool backward = true, int for
     const double e_got = max_err(*gt[i], *ex[i]);
     const double e_lib = max_err(*lt[i], *ex[i]);
     const double scale = ex[i]->abs().max().item<double>();
-    EXPECT_LE(e_got, 2 * e_lib + 1e-3 * std::max(1.0, scale)) << names[i] << ": libtorch error " << e_lib;
+    const double factor = i == 0 ? 2.0 : grad_factor;
+    EXPECT_LE(e_got, factor * e_lib + 1e-3 * std::max(1.0, scale))
+        << names[i] << " (" << ops::attn_backend_name(used) << "): libtorch error " << e_lib;
   }
   return true;
 }
@@ -169,9 +190,12 @@ TEST(FusedAttentionGpu, DispatchesThroughThePlan) {
   SKIP_WITHOUT_CUDA();
   const torch::Device dev(torch::kCUDA);
   ops::AttentionParams p;
+  const auto plain = device_sm() >= 90 ? ops::AttnBackend::kCudnn : ops::AttnBackend::kFlash;
   for (auto dt : {torch::kBFloat16, torch::kHalf}) {
     auto q = torch::randn({1, 2, 8, 64}, torch::TensorOptions().dtype(dt).device(dev));
-    EXPECT_EQ(ops::cuda_attention_plan(q, q, q, p, false).backend, ops::AttnBackend::kFlash);
+    EXPECT_EQ(ops::cuda_attention_plan(q, q, q, p, false).backend, plain);
+    auto q1 = torch::randn({1, 2, 1, 64}, torch::TensorOptions().dtype(dt).device(dev));  // decode: FA2
+    EXPECT_EQ(ops::cuda_attention_plan(q1, q, q, p, false).backend, ops::AttnBackend::kFlash);
     auto q2 = torch::randn({1, 2, 8, 12}, torch::TensorOptions().dtype(dt).device(dev));
     EXPECT_EQ(ops::cuda_attention_plan(q2, q2, q2, p, false).backend, ops::AttnBackend::kSdpa);
   }
@@ -194,7 +218,7 @@ TEST(FusedAttentionGpu, EachBackendForwardBackward) {
   }
 }
 
-// Left-padded KV-cache decode (FA2 varlen) against the float64 reference.
+// Left-padded KV-cache decode (FA2 varlen; memory-efficient with a bias for ALiBi) against the float64 reference.
 TEST(FusedAttentionGpu, LeftPaddedDecodeFlashVarlen) {
   SKIP_WITHOUT_CUDA();
   torch::manual_seed(16);
@@ -213,7 +237,9 @@ TEST(FusedAttentionGpu, LeftPaddedDecodeFlashVarlen) {
       const auto exact = ops::reference_attention(q.to(torch::kDouble), k.narrow(2, 0, S).to(torch::kDouble),
                                                   v.narrow(2, 0, S).to(torch::kDouble), pd);
       const auto kd = k.to(dev).narrow(2, 0, S), vd = v.to(dev).narrow(2, 0, S), qd = q.to(dev);
-      ASSERT_EQ(ops::cuda_attention_plan(qd, kd, vd, p, false).backend, ops::AttnBackend::kFlash);
+      // LibTorch builds FA2 without ALiBi: the plan takes a dense bias for it.
+      ASSERT_EQ(ops::cuda_attention_plan(qd, kd, vd, p, false).backend,
+                alibi ? ops::AttnBackend::kMemEfficient : ops::AttnBackend::kFlash);
       torch::NoGradGuard ng;
       const auto got = ops::attention(qd, kd, vd, p);
       const auto lib = ops::reference_attention(qd, kd, vd, p);

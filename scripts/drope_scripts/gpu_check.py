@@ -6,6 +6,7 @@ Layout of the output directory (gpu-check.sh writes it):
                          "dry run" or "skipped (...)")
   bench-attention-d<D>.json         drope-bench attention --device cuda --json (attention_bench_d<D>)
   train-qwen2/log.jsonl             drope-train's log of the qwen2-0.5b bf16 steps (train_step_qwen2_0_5b)
+  train-qwen2-eager/log.jsonl       eager PyTorch (HF Qwen2) on the same step (train_step_qwen2_0_5b_eager)
   nccl/log.jsonl, nccl.log          drope-train under torchrun, one rank, NCCL (nccl_smoke)
   greedy-cpu.json, greedy-cuda.json drope-bench generate on each device (greedy_gpu_vs_cpu)
   ctest-gpu.log                     ctest -L gpu (gpu_tests)
@@ -24,7 +25,7 @@ from .atomic import write_atomic
 
 # Every stage gpu-check.sh runs, in order (tests/py/test_gpu_check.py holds the script to this list).
 STAGES = ("setup", "gpu", "gpu_tests", "attention_bench_d64", "attention_bench_d128", "train_step_qwen2_0_5b",
-          "nccl_smoke", "greedy_gpu_vs_cpu")
+          "train_step_qwen2_0_5b_eager", "nccl_smoke", "greedy_gpu_vs_cpu")
 BENCH_T = 8192  # the summary's attention row: the reference length
 
 
@@ -128,6 +129,12 @@ def stage_numbers(out: pathlib.Path, name: str) -> dict:
         return bench_numbers(out / f"bench-attention-{name.rsplit('_', 1)[1]}.json")
     if name == "train_step_qwen2_0_5b":
         return train_numbers(out / "train-qwen2" / "log.jsonl")
+    if name == "train_step_qwen2_0_5b_eager":
+        res = train_numbers(out / "train-qwen2-eager" / "log.jsonl")
+        ours = train_numbers(out / "train-qwen2" / "log.jsonl")
+        if res.get("tokens_per_s") and ours.get("tokens_per_s"):
+            res["drope_vs_eager"] = ours["tokens_per_s"] / res["tokens_per_s"]
+        return res
     if name == "nccl_smoke":
         res = train_numbers(out / "nccl" / "log.jsonl")
         try:
@@ -174,6 +181,8 @@ def markdown(doc: dict) -> str:
             nums.append(f"{rec['tokens_per_s']:.0f} tokens/s")
         if "mfu" in rec:
             nums.append(f"MFU {100 * rec['mfu']:.1f} %")
+        if "drope_vs_eager" in rec:
+            nums.append(f"drope-train {rec['drope_vs_eager']:.2f}x eager")
         if "backend_nccl" in rec:
             nums.append("NCCL process group" if rec["backend_nccl"] else "no NCCL process group in the log")
         if "equal" in rec:

@@ -27,13 +27,6 @@ std::optional<at::Tensor> opt(const at::Tensor& t) {
 // The window arguments as PyTorch's wrappers take them (nullopt: unbounded).
 std::optional<int64_t> window_opt(int64_t w) { return w >= 0 ? std::optional<int64_t>(w) : std::nullopt; }
 
-// Slopes in the dtype the backends take (float32; float64 for the float64 emulation in tests).
-at::Tensor slopes_of(const AttentionParams& p, const at::Tensor& q) {
-  if (!p.alibi_slopes.defined()) return {};
-  return p.alibi_slopes.detach().to(q.device(), q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat)
-      .contiguous();
-}
-
 at::Tensor unit_d(const at::Tensor& t) { return t.stride(-1) == 1 ? t : t.contiguous(); }
 
 int64_t resolved_offset(const at::Tensor& q, const at::Tensor& k, const AttentionParams& p) {
@@ -101,7 +94,6 @@ Forward flash_forward(const AttnPlan& plan, const at::Tensor& q_, const at::Tens
   const FlashArgs& a = plan.flash;
   const auto q = unit_d(q_), k = unit_d(k_).narrow(2, 0, a.key_len), v = unit_d(v_).narrow(2, 0, a.key_len);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1), G = H / Hkv;
-  const at::Tensor slopes = slopes_of(p, q);
   FlashFwdIn in;
   in.max_q = a.max_q;
   in.max_k = a.max_k;
@@ -115,7 +107,6 @@ Forward flash_forward(const AttnPlan& plan, const at::Tensor& q_, const at::Tens
     in.q = q.transpose(1, 2);  // (B, T, H, D)
     in.k = k.transpose(1, 2);  // (B, key_len, Hkv, D)
     in.v = v.transpose(1, 2);
-    in.alibi = slopes;
     auto o = ops.flash_fwd(in);
     f.state = {o.out, o.lse, o.rng_state, o.unused, {}};
     f.out = o.out.transpose(1, 2);  // (B, H, T, D)
@@ -129,20 +120,12 @@ Forward flash_forward(const AttnPlan& plan, const at::Tensor& q_, const at::Tens
     in.cu_q = cu_q;
     in.cu_k = cu_k;
     in.seqused_k = used;
-    if (slopes.defined()) in.alibi = slopes.view({Hkv, G}).repeat({B, 1}).contiguous();  // (N, G)
     auto o = ops.flash_fwd(in);
     f.state = {o.out, o.lse, o.rng_state, o.unused, {}};
     f.out = o.out.view({B, Hkv, T, G, D}).permute({0, 1, 3, 2, 4}).reshape({B, H, T, D});
     lse = o.lse.view({G, B, Hkv, T}).permute({1, 2, 0, 3}).reshape({B, H, T});  // (G, N·T) → (B, H, T)
   }
   lse = lse.to(q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
-  if (a.lse_alibi_shift) {
-    // FA2's causal ALiBi adds +slope·(j − key_start[b]); ours is −slope·(i − j): lse_ours = lse − slope·(i − ks).
-    auto i = at::arange(T, lse.options()).add_(double(resolved_offset(q_, k_, p))).view({1, 1, T});
-    auto dist = i;
-    if (a.varlen) dist = i - p.key_start.to(lse.device(), lse.scalar_type()).view({B, 1, 1});
-    lse = lse - slopes.to(lse.scalar_type()).view({1, H, 1}) * dist;
-  }
   f.lse = lse;
   return f;
 }

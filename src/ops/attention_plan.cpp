@@ -87,15 +87,16 @@ FlashArgs flash_args(const AttnCall& c) {
   if (c.sm < 80) return fail("FA2 needs sm80 or newer");
   if (c.head_dim % 8 != 0 || c.head_dim > 256) return fail("FA2 needs head dim % 8 == 0 and <= 256");
   if (const char* why = common_reject(c, g)) return fail(why);
-  // PyTorch's _flash_attention_backward passes alibi_slopes = nullopt (attention_backward.cu).
-  if (c.training && c.alibi) return fail("FA2's backward has no ALiBi");
+  // LibTorch's FA2 is built with FLASHATTENTION_DISABLE_ALIBI: flash_api.cpp set_params_alibi throws "This flash
+  // attention build does not support alibi" (seen on an H100 with torch 2.11.0+cu130, docs/gpu.md), and its
+  // _flash_attention_backward passes no slopes at all.
+  if (c.alibi) return fail("LibTorch's FA2 build has no ALiBi");
   if (c.training && c.key_start) return fail("left padding runs through FA2's varlen forward only (inference)");
   a.key_len = g.key_len;
   a.scale = c.scale;
   a.max_q = c.q_len;
   a.max_k = g.key_len;
   a.varlen = c.key_start;
-  a.alibi = c.alibi;
   // FA2 row r is at absolute position r + sk − sq + delta (bottom-right alignment), so
   //   ours j ≤ i  ⇔ c ≤ r + sk − sq + delta      → window_right = delta (0: plain causal);
   //   ours j > i − W ⇔ c ≥ r + sk − sq + delta − W + 1 → window_left = W − 1 − delta (must be ≥ 0).
@@ -103,14 +104,8 @@ FlashArgs flash_args(const AttnCall& c) {
   a.window_right = g.causal ? g.delta : -1;
   a.window_left = c.window > 0 ? c.window - 1 - g.delta : -1;
   if (c.window > 0 && a.window_left < 0) return fail("window lower bound lies past FA2's bottom-right diagonal");
-  // ALiBi (alibi.h): causal mode adds +slope·c (a per-row constant away from ours, −slope·(i − j)); local and
-  // non-causal modes subtract slope·|r + sk − sq − c|, ours only when that distance is i − j ≥ 0 for every
-  // visible key: causal with delta == 0.
-  if (c.alibi && !(g.causal && g.delta == 0)) return fail("FA2's ALiBi distance |r + sk − sq − c| differs from "
-                                                          "our signed i − j unless causal queries end the keys");
   a.is_causal = g.causal && g.delta == 0 && c.window == 0;
   if (a.is_causal) a.window_left = a.window_right = -1;  // mha_fwd sets window_right = 0 itself
-  a.lse_alibi_shift = c.alibi && a.is_causal;
   a.ok = true;
   return a;
 }
@@ -206,6 +201,10 @@ AttnPlan plan_attention(const AttnCall& c) {
   };
   if (c.dtype == AttnDType::kFloat64) return pick(AttnBackend::kReference, "float64: the reference");
   if (const char* why = common_reject(c, p.geometry)) return pick(AttnBackend::kReference, why);
+  // Hopper: cuDNN's fused attention is what LibTorch's SDPA itself picks there, and it measured 1.5–1.9× FA2's
+  // TFLOP/s at T = 8K (causal and GQA, D = 64/128, forward and backward; docs/gpu.md). Only calls it takes
+  // without a dense bias (GQA K/V are expanded per call, transiently: the backward re-expands them).
+  if (c.sm >= 90 && p.cudnn.ok && !p.cudnn.bias) return pick(AttnBackend::kCudnn, "cuDNN attention (sm90+)");
   if (p.flash.ok) return pick(AttnBackend::kFlash, "FlashAttention-2 maps the call");
   if (p.mem_eff.ok && p.mem_eff.bias_bytes <= kMaxDenseBiasBytes)
     return pick(AttnBackend::kMemEfficient, "FA2 cannot; memory-efficient attention with a dense bias");

@@ -58,8 +58,7 @@ AttnGeometry attn_geometry(const AttnCall& c);
 // at::_flash_attention_forward / _backward arguments. FA2 (mask.h, block_info.h): sequence lengths sq, sk
 // (per varlen sequence: sk = seqused_k), query row r sees key column c iff
 //   c ≥ r + sk − sq − window_left (when window_left ≥ 0) and c ≤ r + sk − sq + window_right (when ≥ 0);
-// is_causal is window_right = 0 with window_left unbounded. ALiBi (alibi.h) adds +slope·c in causal mode and
-// −slope·|r + sk − sq − c| otherwise.
+// is_causal is window_right = 0 with window_left unbounded. No ALiBi: LibTorch builds FA2 without it.
 struct FlashArgs {
   bool ok = false;
   const char* why = "";      // reason when !ok
@@ -70,10 +69,6 @@ struct FlashArgs {
   double scale = 0;
   int64_t key_len = 0;       // k/v passed: keys [0, key_len)
   int64_t max_q = 0, max_k = 0;
-  bool alibi = false;
-  // FA2's causal ALiBi adds +slope·c with c counted from the sequence's first key (key_start[b] when varlen),
-  // so its log-sum-exp is ours + slope·(i − key_start[b]); the glue subtracts that.
-  bool lse_alibi_shift = false;
 };
 // Varlen layout (inference with key_start): sequence n = b·H_kv + g holds the G = H/H_kv query heads of KV
 // head g as FA2 "heads" (q rows n·T + t), and one KV head; its keys start at row
@@ -143,9 +138,9 @@ struct AttnPlan {
 // Largest dense bias the plan materialises for a bias backend before it prefers our kernels (bytes).
 constexpr int64_t kMaxDenseBiasBytes = int64_t(512) << 20;
 
-// The default choice for a CUDA call (until a GPU measures them): FlashAttention-2 wherever it maps the call;
-// memory-efficient attention with a dense bias where FA2 cannot (ALiBi backward, left padding in training,
-// signed ALiBi of non-causal calls, queries past the keys) while the bias stays under kMaxDenseBiasBytes; our
+// The default choice for a CUDA call (measured on an H100, docs/gpu.md): on sm90+ cuDNN attention wherever it
+// takes the call without a dense bias; else FlashAttention-2 wherever it maps the call; memory-efficient
+// attention with a dense bias where FA2 cannot (ALiBi, left padding in training, queries past the keys) while the bias stays under kMaxDenseBiasBytes; our
 // kernels past that; SDPA for what no fused kernel takes (float32, head dims FA2/ours lack); the reference
 // for float64, trainable slopes and rows without keys.
 AttnPlan plan_attention(const AttnCall& c);
