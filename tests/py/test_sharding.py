@@ -15,7 +15,7 @@ from conftest import BIN
 
 CFG = """run: {{name: s, out_dir: {out}, seed: 3}}
 model: {{preset: micro, num_layers: 3, max_position: 32}}
-data: {{text: /usr/share/common-licenses/GPL-3, seq_len: 32, batch_size: 12, micro_batch: {micro}}}
+data: {{text: /usr/share/common-licenses/GPL-3, seq_len: 32, batch_size: {batch}, micro_batch: {micro}}}
 optim: {{lr: 3.0e-3}}
 schedule: {{type: cosine, warmup: 2, steps: {steps}}}
 train: {{steps: {steps}, log_every: 1, eval_batches: 2, checkpoint_every: {ckpt}, keep_last: 5, clip: 0.5,
@@ -32,9 +32,9 @@ def env1():
     return e
 
 
-def cfg(tmp, name, shard="none", ac="none", micro=0, steps=6, ckpt=0):
+def cfg(tmp, name, shard="none", ac="none", micro=0, steps=6, ckpt=0, batch=12):
     p = tmp / f"{name}.yaml"
-    p.write_text(CFG.format(out=tmp / name, shard=shard, ac=ac, micro=micro, steps=steps, ckpt=ckpt))
+    p.write_text(CFG.format(out=tmp / name, shard=shard, ac=ac, micro=micro, steps=steps, ckpt=ckpt, batch=batch))
     return p
 
 
@@ -78,29 +78,35 @@ def same_run(a, b, tol_loss=1e-5, tol_w=2e-5):
         np.testing.assert_allclose(wb[k], wa[k], atol=tol_w, rtol=0, err_msg=k)
 
 
+# Gradient accumulation steps per rank at 2 ranks -> (global batch, micro-batch): 12 sequences = 6 per rank at
+# once, in 2 micro-batches of 3, or 8 sequences = 4 per rank in 4 micro-batches of 1.
+ACCUM = {1: (12, 0), 2: (12, 3), 4: (8, 1)}
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """One unsharded process per accumulation setting (micro_batch 0 = 12 sequences at once, 3 = four steps)."""
+    """One unsharded process per accumulation setting, same global batch and micro-batch (so it accumulates
+    twice as many micro-batches as each of 2 ranks)."""
     tmp = tmp_path_factory.mktemp("ref")
     out = {}
-    for micro in (0, 3):
-        name = f"ref{micro}"
-        train(cfg(tmp, name, micro=micro))
-        out[micro] = tmp / name
+    for accum, (batch, micro) in ACCUM.items():
+        name = f"ref{accum}"
+        train(cfg(tmp, name, micro=micro, batch=batch))
+        out[accum] = tmp / name
         # the clip must actually clip for the test to mean something
-        assert all(j["grad_norm"] > 0.5 for j in log(out[micro]) if "grad_norm" in j)
+        assert all(j["grad_norm"] > 0.5 for j in log(out[accum]) if "grad_norm" in j)
     return out
 
 
 @pytest.mark.parametrize("shard", ["optimizer", "grads", "params"])
-@pytest.mark.parametrize("micro", [0, 3])
+@pytest.mark.parametrize("accum", [1, 2, 4])
 @pytest.mark.parametrize("ac", ["none", "full"])
-def test_two_ranks_equal_one_process(tmp, reference, shard, micro, ac):
-    # two ranks: micro 0 = 6 sequences per rank (accumulation 1); micro 3 = accumulation 2 per rank
+def test_two_ranks_equal_one_process(tmp, reference, shard, accum, ac):
+    batch, micro = ACCUM[accum]
     run = tmp / "multi"
-    train(cfg(tmp, "multi", shard=shard, ac=ac, micro=micro), world=2)
-    same_run(reference[micro], run)
+    train(cfg(tmp, "multi", shard=shard, ac=ac, micro=micro, batch=batch), world=2)
     first = next(j for j in log(run) if "loss" in j)
+    same_run(reference[accum], run)
     b = first["shard_bytes"]
     assert b["optimizer"] > 0
 
