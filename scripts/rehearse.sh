@@ -10,7 +10,8 @@
 #                       [--batch B] [--out DIR] [--bin DIR] [--force]
 #
 # Defaults: --shape smollm-360m, --nproc 2, --out runs/rehearse/<shape>, --bin $DROPE_BIN or build/.
-# Memory: smollm-360m needs about 8 GB per rank, llama2-7b-2l about 11 GB per rank at 2 ranks (docs/results/rehearsal.md).
+# Memory: smollm-360m needs about 8 GB per rank; llama2-7b-2l about 10 GB per rank at 2 ranks with glibc's default
+# heap policy (GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072; drope's own needs more), docs/results/rehearsal.md.
 # The steps: scripts/drope_scripts/rehearse.py (docs/results/rehearsal.md has measured runs).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
