@@ -36,18 +36,28 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--bin", default=str(ROOT / "build"))
+    ap.add_argument("--modes", default="none,optimizer,grads,params",
+                    help="shard modes to run (comma-separated); params also runs without the next-block prefetch")
     a = ap.parse_args()
+    modes = a.modes.split(",")
+    if not modes or any(m not in ("none", "optimizer", "grads", "params") for m in modes):
+        sys.exit(f"--modes {a.modes!r}: expected a comma-separated subset of none,optimizer,grads,params")
     if a.batch % a.world or a.warmup >= a.steps:
         sys.exit("--batch must be a multiple of --world and --warmup smaller than --steps")
     train = str(pathlib.Path(a.bin) / "drope-train")
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env["DROPE_TRACK_TENSOR_MEMORY"] = "1"
     rows = []
-    runs = [(1, "none", "none")] + [(a.world, s, ac) for s in ("none", "optimizer", "grads", "params")
-                                   for ac in ("none", "full")]
+    # (ranks, shard, checkpointing, label, extra environment)
+    runs = [(1, "none", "none", "none", {})]
+    for s in modes:
+        for ac in ("none", "full"):
+            runs.append((a.world, s, ac, s, {}))
+            if s == "params":
+                runs.append((a.world, s, ac, "params, no prefetch", {"DROPE_SHARD_PREFETCH": "0"}))
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
-        for i, (world, shard, ac) in enumerate(runs):
+        for i, (world, shard, ac, label, extra) in enumerate(runs):
             out = tmp / f"r{i}"
             cfg = tmp / f"r{i}.yaml"
             cfg.write_text(CFG.format(out=out, preset=a.preset, seq=a.seq_len, batch=a.batch, micro=a.batch // world,
@@ -57,7 +67,7 @@ def main():
             plan = {j["shard"]: j for j in map(json.loads, plan.splitlines())}[shard]["total"]
             cmd = [train, str(cfg), "--quiet"]
             # one process gets both cores; each of 2 ranks one
-            run_env = dict(env, OMP_NUM_THREADS=str(max(1, 2 // world)))
+            run_env = dict(env, OMP_NUM_THREADS=str(max(1, 2 // world)), **extra)
             if world > 1:
                 cmd = [str(TORCHRUN), "--no-python", f"--nproc_per_node={world}", f"--master_port={29950 + i}", *cmd]
             r = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], capture_output=True, text=True, env=run_env)
@@ -69,7 +79,7 @@ def main():
             t0, t1 = at[a.warmup], at[a.steps]
             tps = (t1["tokens"] - t0["tokens"]) / (t1["elapsed_s"] - t0["elapsed_s"])
             peak = max(l["tensor_bytes"]["peak"] for l in log if "tensor_bytes" in l)
-            rows.append((world, shard, ac, tps, peak, plan, rss))
+            rows.append((world, label, ac, tps, peak, plan, rss))
             print(rows[-1], flush=True)
     print(f"\n{a.preset}, seq {a.seq_len}, global batch {a.batch}, {a.steps} steps ({a.warmup} warm-up), 2 threads in all")
     print("| ranks | shard | act. ckpt | tokens/s | vs 1 process | tensor peak MiB (rank 0) | plan MiB | peak RSS MiB (largest process) |")

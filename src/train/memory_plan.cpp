@@ -61,7 +61,8 @@ MemoryPlan plan_memory(const PlanInput& in, ShardMode shard) {
       p.grads_transient = int64_t(4 * std::max(n.block, n.rest));
       p.grads = 4 * padded_units + p.grads_transient;
       p.optimizer = 8 * padded_units;
-      p.comm = int64_t(4 * n.block) /* the gathered block */ + int64_t(4 * n.block) /* its flat gradient */;
+      // the gathered block, the next one being prefetched, and the block's flat gradient
+      p.comm = int64_t(8 * n.block) + int64_t(4 * n.block);
       break;
   }
   // One step: zero_grad has freed the gradients; the forward stores each block's activations (only its input

@@ -1,6 +1,8 @@
 #include "drope/train/sharding.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -147,12 +149,66 @@ struct ShardedDataParallel::Impl {
     p = Pending();
   }
 
-  void gather(int64_t u) {
-    torch::NoGradGuard ng;
+  // Params mode prefetch: gathering a block starts the all-gather of the block expected next, so that its
+  // transfer overlaps the current block's compute. Forward walks the blocks up and ends on the last, which
+  // backward recomputes first; backward walks down and stops at the first, before the optimizer step (after
+  // which a gathered copy would be stale: step() drops any prefetch). Every rank makes the same guesses, so
+  // the collectives match; a wrong guess costs one wasted gather, never a wrong weight.
+  struct Prefetch {
+    int64_t unit = -1;
+    torch::Tensor full;
+    Collective work;
+  };
+  Prefetch prefetch;
+  int64_t last_gathered = -1;
+  int64_t prefetch_hits = 0, prefetch_wasted = 0;
+  bool prefetch_enabled = true;
+  std::vector<int64_t> sharded_units;  // ascending
+
+  int64_t predict_next(int64_t u) const {
+    const auto it = std::find(sharded_units.begin(), sharded_units.end(), u);
+    if (it == sharded_units.end()) return -1;
+    const bool first = it == sharded_units.begin(), last = it + 1 == sharded_units.end();
+    const bool descending = last_gathered >= u;  // backward (or its start: the last block again)
+    if (!descending) return last ? u : *(it + 1);
+    return first ? -1 : *(it - 1);
+  }
+  void drop_prefetch() {
+    if (prefetch.unit < 0) return;
+    prefetch.work.wait();  // every rank started it: every rank finishes it
+    gathered_now -= prefetch.full.numel() * 4;
+    prefetch = Prefetch();
+    ++prefetch_wasted;
+  }
+  torch::Tensor start_gather(int64_t u, Collective* work) {
     auto full = torch::empty({padded(u)}, opts);
-    dist->all_gather(full, master[u]).wait();
+    *work = dist->all_gather(full, master[u]);
     gathered_now += full.numel() * 4;
     gathered_peak = std::max(gathered_peak, gathered_now);
+    return full;
+  }
+  void gather(int64_t u, bool prefetch_next = true) {
+    torch::NoGradGuard ng;
+    torch::Tensor full;
+    if (prefetch.unit == u) {
+      prefetch.work.wait();
+      full = std::move(prefetch.full);
+      prefetch = Prefetch();
+      ++prefetch_hits;
+    } else {
+      drop_prefetch();
+      Collective work;
+      full = start_gather(u, &work);
+      work.wait();
+    }
+    if (prefetch_next && prefetch_enabled) {
+      const int64_t next = predict_next(u);
+      last_gathered = u;
+      if (next >= 0) {
+        prefetch.unit = next;
+        prefetch.full = start_gather(next, &prefetch.work);
+      }
+    }
     const auto& U = units[u];
     for (size_t j = 0; j < U.params.size(); ++j) {
       const int64_t i = U.params[j];
@@ -245,6 +301,14 @@ ShardedDataParallel::ShardedDataParallel(Distributed& dist, DecoderLM model, Sha
     pcs.push_back({fmt::format("{}@{}", I.names[pc.param], pc.start), view, decay});
   }
   I.adamw = std::make_unique<AdamW>(AdamW::from_pieces(std::move(pcs), cfg));
+  for (size_t u = 0; u < NU; ++u)
+    if (I.sharded[u]) I.sharded_units.push_back(int64_t(u));
+  // DROPE_SHARD_PREFETCH=0 gathers each block only when it runs (for A/B timing; scripts/bench_shard.py).
+  if (const char* v = std::getenv("DROPE_SHARD_PREFETCH")) {
+    if (std::string(v) != "0" && std::string(v) != "1")
+      fail("DROPE_SHARD_PREFETCH='{}': expected 0 (gather each block when it runs) or 1 (prefetch the next)", v);
+    I.prefetch_enabled = std::string(v) == "1";
+  }
   // Gradient reduction.
   if (mode == ShardMode::kOptimizer) {
     I.allreduce = std::make_unique<GradSync>(dist, I.params);
@@ -352,6 +416,8 @@ double ShardedDataParallel::clip_grad_norm(double max_norm) {
 void ShardedDataParallel::step(double lr) {
   auto& I = *impl_;
   torch::NoGradGuard ng;
+  I.drop_prefetch();  // gathered before this step: stale after it
+  I.last_gathered = -1;
   for (size_t k = 0; k < I.piece_views.size(); ++k) I.piece_views[k].mutable_grad() = I.piece_grads[k];
   I.adamw->step(lr);
   for (auto& v : I.piece_views) v.mutable_grad() = torch::Tensor();
@@ -369,8 +435,9 @@ int64_t ShardedDataParallel::steps_taken() const { return impl_->adamw->steps_ta
 
 void ShardedDataParallel::with_full_parameters(const std::function<void()>& fn) {
   auto& I = *impl_;
+  I.drop_prefetch();
   for (size_t u = 0; u < I.units.size(); ++u)
-    if (I.sharded[u]) I.gather(int64_t(u));
+    if (I.sharded[u]) I.gather(int64_t(u), /*prefetch_next=*/false);
   try {
     fn();
   } catch (...) {
@@ -418,6 +485,8 @@ ShardedDataParallel::Bytes ShardedDataParallel::bytes() const {
     if (p.grad().defined()) b.grads += p.grad().numel() * int64_t(p.grad().element_size());
   for (const auto& kv : I.adamw->state_tensors()) b.optimizer += kv.second.numel() * int64_t(kv.second.element_size());
   b.gathered_peak = I.gathered_peak;
+  b.prefetch_hits = I.prefetch_hits;
+  b.prefetch_wasted = I.prefetch_wasted;
   return b;
 }
 

@@ -486,7 +486,8 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
       if (sdp) {  // what this rank (0) holds: parameters, gradient chunks, optimizer moments; whole blocks at once
         const auto b = sdp->bytes();
         j["shard_bytes"] = {{"params", b.params}, {"grads", b.grads}, {"optimizer", b.optimizer},
-                            {"gathered_peak", b.gathered_peak}};
+                            {"gathered_peak", b.gathered_peak}, {"prefetch_hits", b.prefetch_hits},
+                            {"prefetch_wasted", b.prefetch_wasted}};
       }
       if (const auto m = tensor_memory()) j["tensor_bytes"] = {{"live", m->live}, {"peak", m->peak}};
       if (dist.grouped() && sync) {  // how many gradient buckets started their all-reduce while backward was still running

@@ -86,6 +86,8 @@ class ShardedDataParallel {
   // and the most bytes of whole sharded blocks it held at once so far (params mode).
   struct Bytes {
     int64_t params = 0, grads = 0, optimizer = 0, gathered_peak = 0;
+    // params mode: block gathers served by the prefetch, and prefetches dropped unused (since the start)
+    int64_t prefetch_hits = 0, prefetch_wasted = 0;
   };
   Bytes bytes() const;
 
