@@ -2,10 +2,10 @@
 # Everything in drope that needs an NVIDIA GPU, in one call (issue 20; docs/gpu.md). Stages, in order, each
 # under its own time budget (seconds; DROPE_GPU_CHECK_BUDGET_<STAGE> overrides one); a failing stage is
 # recorded and the next one runs:
-#   setup                  (DROPE_GPU_CHECK_PREBUILT=1: only checks binaries built elsewhere, see
-#                          scripts/gpu-bundle.sh) scripts/setup.sh into a separate build dir ($DROPE_BUILD_DIR, default build-gpu) for
+#   setup                  scripts/setup.sh into a separate build dir ($DROPE_BUILD_DIR, default build-gpu) for
 #                          CUDA archs $DROPE_CUDA_ARCHS (default "80;90"), only the targets below; then checks
-#                          that the binaries hold sm_80 and sm_90 code (cuobjdump)
+#                          that the binaries hold sm_80 and sm_90 code (cuobjdump). DROPE_GPU_CHECK_PREBUILT=1:
+#                          no build, only checks binaries built elsewhere (scripts/gpu-bundle.sh)
 #   gpu                    nvidia-smi
 #   gpu_tests              ctest -L gpu (every attention backend and our kernels vs the float64 reference)
 #   attention_bench_d64    drope-bench attention --device cuda, bf16, T = 1K..16K, D = 64: ours (the plan's

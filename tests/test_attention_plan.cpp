@@ -3,12 +3,11 @@
 // the arguments the plan builds, and must reproduce the float64 reference (out, log-sum-exp, dq, dk, dv)
 // to 1e-10 over the option grid of the attention tests. Sources of each emulated rule:
 //  - FlashAttention-2 as vendored in PyTorch (aten/src/ATen/native/transformers/cuda/flash_attn/):
-//    flash_api.cpp mha_fwd / mha_varlen_fwd (window ≥ seqlen_k → −1; seqlen_q == 1 without ALiBi drops
-//    is_causal; is_causal sets window_right = 0), set_params_fprop (is_causal ⇔ window_left < 0 &&
-//    window_right == 0; a missing side of a local window becomes seqlen_k), mask.h (row r sees column c iff
-//    c ≥ r + sk − sq − window_left and c < min(sk, r + 1 + sk − sq + window_right)), alibi.h (causal: +slope·c,
-//    else −slope·|r + sk − sq − c|), block_info.h (varlen: keys start at cu_seqlens_k[b], seqused_k[b] of them
-//    used), flash_fwd_kernel.h get_lse_tile (lse (b, h, seqlen_q) dense, (h, total_q) varlen), and the README
+//    flash_api.cpp mha_fwd / mha_varlen_fwd (window ≥ seqlen_k → −1; seqlen_q == 1 drops is_causal, since
+//    no ALiBi is passed: LibTorch builds FA2 without it; is_causal sets window_right = 0), set_params_fprop
+//    (is_causal ⇔ window_left < 0 && window_right == 0; a missing side of a local window becomes seqlen_k),
+//    mask.h (row r sees column c iff c ≥ r + sk − sq − window_left and c < min(sk, r + 1 + sk − sq +
+//    window_right)), block_info.h (varlen: keys start at cu_seqlens_k[b], seqused_k[b] of them used), flash_fwd_kernel.h get_lse_tile (lse (b, h, seqlen_q) dense, (h, total_q) varlen), and the README
 //    (GQA: query head h reads KV head h / (H / H_kv); empty rows give out 0, lse +inf: mha_varlen_fwd).
 //  - Memory-efficient attention (mem_eff_attention/kernel_forward.h): logits scale·q·k + bias, custom mask
 //    type 1 (c ≤ r) or 2 (c ≤ r + N − M), lse (B, H, ⌈M/32⌉·32); one head count for q, k, v
@@ -61,7 +60,7 @@ be::FlashFwdOut emulate_flash(const be::FlashFwdIn& in) {
   const int64_t seqlen_q = varlen ? in.max_q : in.q.size(1);
   if (wl >= seqlen_k) wl = -1;
   if (wr >= seqlen_k) wr = -1;
-  if (seqlen_q == 1 && !in.alibi.defined()) causal = false;
+  if (seqlen_q == 1) causal = false;
   if (causal) wr = 0;
   const bool causal_mode = wl < 0 && wr == 0;
   if (wl < 0 && wr >= 0) wl = seqlen_k;
@@ -97,13 +96,6 @@ be::FlashFwdOut emulate_flash(const be::FlashFwdIn& in) {
     auto r = torch::arange(sq, torch::kDouble).view({sq, 1});
     auto c = torch::arange(sk, torch::kDouble).view({1, sk});
     const double off = double(sk - sq);
-    if (in.alibi.defined()) {
-      auto slope = (in.alibi.dim() == 2 ? in.alibi[n] : in.alibi).to(torch::kDouble).view({H, 1, 1});
-      if (causal_mode)
-        s = s + slope * c.unsqueeze(0);
-      else
-        s = s - slope * (r + off - c).abs().unsqueeze(0);
-    }
     auto visible = torch::ones({sq, sk}, torch::kBool);
     if (causal_mode) visible = c < r + 1 + off;
     if (local) visible = (c >= r + off - double(wl)) & (c < r + 1 + off + double(wr));

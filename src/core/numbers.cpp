@@ -1,6 +1,8 @@
 #include "drope/core/numbers.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -26,6 +28,18 @@ std::string Interval::describe() const {
 double check_number(double v, const std::string& what, const Interval& range) {
   if (!range.contains(v)) fail("{} must be {}, got {:g}", what, range.describe(), v);
   return v;
+}
+
+std::optional<bool> parse_switch(const char* name, const char* value, const char* unset_means) {
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  if (std::strcmp(value, "0") == 0) return false;
+  if (std::strcmp(value, "1") == 0) return true;
+  fail("environment variable {}='{}': expected 0 or 1{}", name, value,
+       unset_means ? fmt::format(" (unset: {})", unset_means) : std::string());
+}
+
+std::optional<bool> env_switch(const char* name, const char* unset_means) {
+  return parse_switch(name, std::getenv(name), unset_means);
 }
 
 }  // namespace drope

@@ -351,7 +351,7 @@ const BackendOps& aten_ops() {
       auto [out, lse, rng, unused, dbg] = at::_flash_attention_forward(
           in.q, in.k, in.v, opt(in.cu_q), opt(in.cu_k), in.max_q, in.max_k, /*dropout_p=*/0.0, in.is_causal,
           /*return_debug_mask=*/false, in.scale, window_opt(in.window_left), window_opt(in.window_right),
-          opt(in.seqused_k), opt(in.alibi));
+          opt(in.seqused_k), /*alibi_slopes=*/std::nullopt);  // LibTorch builds FA2 without ALiBi
       (void)dbg;
       return FlashFwdOut{out, lse, rng, unused};
     };

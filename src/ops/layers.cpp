@@ -8,7 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/torch.h>
 
-#include "drope/core/error.h"
+#include "drope/core/numbers.h"
 #include "drope/kernels/layers_cpu.h"
 
 namespace drope::ops {
@@ -197,10 +197,7 @@ bool onednn_linear_default(const char* env, bool intel_cpu) {
   // Unset: on, except on Intel CPUs, where LibTorch's own GEMM (MKL's sgemm) was faster (docs/benchmarks.md:
   // drope-train +16 % tokens/s at tiny-256, +3 % at small-50m on a 2-core AVX-512 Xeon); on AMD CPUs MKL
   // takes slower paths and oneDNN was 2x faster.
-  const std::string mode = env ? env : "";
-  if (mode.empty()) return !intel_cpu;
-  if (mode != "0" && mode != "1") fail("DROPE_ONEDNN_LINEAR: expected 0 or 1 (unset: oneDNN except on Intel CPUs), got '{}'", mode);
-  return mode == "1";
+  return parse_switch("DROPE_ONEDNN_LINEAR", env, "oneDNN except on Intel CPUs").value_or(!intel_cpu);
 }
 
 ForceOneDnnLinear::ForceOneDnnLinear(bool on) : previous_(force_onednn) { force_onednn = on ? 1 : 0; }

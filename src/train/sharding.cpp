@@ -1,13 +1,12 @@
 #include "drope/train/sharding.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include "drope/core/error.h"
+#include "drope/core/numbers.h"
 #include "drope/train/recompute.h"
 
 namespace drope::train {
@@ -304,11 +303,7 @@ ShardedDataParallel::ShardedDataParallel(Distributed& dist, DecoderLM model, Sha
   for (size_t u = 0; u < NU; ++u)
     if (I.sharded[u]) I.sharded_units.push_back(int64_t(u));
   // DROPE_SHARD_PREFETCH=0 gathers each block only when it runs (for A/B timing; scripts/bench_shard.py).
-  if (const char* v = std::getenv("DROPE_SHARD_PREFETCH")) {
-    if (std::string(v) != "0" && std::string(v) != "1")
-      fail("DROPE_SHARD_PREFETCH='{}': expected 0 (gather each block when it runs) or 1 (prefetch the next)", v);
-    I.prefetch_enabled = std::string(v) == "1";
-  }
+  I.prefetch_enabled = env_switch("DROPE_SHARD_PREFETCH", "1, prefetch the next block").value_or(true);
   // Gradient reduction.
   if (mode == ShardMode::kOptimizer) {
     I.allreduce = std::make_unique<GradSync>(dist, I.params);

@@ -1,14 +1,11 @@
 #include "drope/train/tensor_memory.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
-#include "drope/core/error.h"
+#include "drope/core/numbers.h"
 
 namespace drope::train {
 namespace {
@@ -59,11 +56,7 @@ bool install_tensor_memory_tracker() {
 }
 
 void install_tensor_memory_tracker_from_env() {
-  const char* v = std::getenv("DROPE_TRACK_TENSOR_MEMORY");
-  if (v == nullptr || std::string(v) == "0" || std::string(v).empty()) return;
-  if (std::string(v) != "1")
-    throw Error("environment variable DROPE_TRACK_TENSOR_MEMORY: expected 0 or 1, got '" + std::string(v) + "'");
-  install_tensor_memory_tracker();
+  if (env_switch("DROPE_TRACK_TENSOR_MEMORY").value_or(false)) install_tensor_memory_tracker();
 }
 
 std::optional<TensorMemory> tensor_memory() {

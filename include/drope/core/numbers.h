@@ -3,6 +3,7 @@
 #pragma once
 
 #include <limits>
+#include <optional>
 #include <string>
 
 namespace drope {
@@ -30,5 +31,11 @@ struct Interval {
 // Returns v when it is finite and inside `range`; otherwise fails with
 // "<what> must be <range.describe()>, got <v>" (v printed as inf, -inf or nan when it is one).
 double check_number(double v, const std::string& what, const Interval& range = Interval::any());
+
+// A 0/1 switch from environment variable `name` whose value is `value` (null or empty: unset → nullopt);
+// any other value fails with "environment variable NAME='value': expected 0 or 1[ (unset: unset_means)]".
+std::optional<bool> parse_switch(const char* name, const char* value, const char* unset_means = nullptr);
+// parse_switch(name, getenv(name)).
+std::optional<bool> env_switch(const char* name, const char* unset_means = nullptr);
 
 }  // namespace drope

@@ -18,7 +18,6 @@ namespace drope::ops::backends {
 struct FlashFwdIn {
   at::Tensor q, k, v;
   at::Tensor cu_q, cu_k, seqused_k;  // int32; undefined unless varlen
-  at::Tensor alibi;                  // float32 (H) or (batch, H); undefined without ALiBi
   int64_t max_q = 0, max_k = 0;
   bool is_causal = false;
   double scale = 0;
