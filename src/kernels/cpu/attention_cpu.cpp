@@ -10,6 +10,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -108,31 +109,59 @@ DROPE_INLINE V vexp(V x) {
   else return vexp_f64(x);
 }
 
+// Lower and upper half of a vector, as a vector of half the width.
+template <typename V>
+struct Halves {
+  typedef typename std::remove_reference<decltype(V{}[0])>::type T;
+  typedef T H __attribute__((vector_size(sizeof(V) / 2)));
+};
+
+// Largest lane and sum of the lanes, as a tree of log2(lanes) steps: a lane-by-lane loop is one serial chain
+// the compiler may not reorder (floating point), 15 dependent adds for 16 floats.
 template <typename V>
 DROPE_INLINE auto hmax(V v) {
-  auto m = v[0];
-  for (int l = 1; l < int(sizeof(V) / sizeof(m)); ++l) m = v[l] > m ? v[l] : m;
-  return m;
+  constexpr int N = int(sizeof(V) / sizeof(v[0]));
+  if constexpr (N <= 4) {
+    auto m = v[0];
+    for (int l = 1; l < N; ++l) m = v[l] > m ? v[l] : m;
+    return m;
+  } else {
+    typename Halves<V>::H lo, hi;
+    std::memcpy(&lo, &v, sizeof lo);
+    std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+    return hmax(lo > hi ? lo : hi);
+  }
 }
 
 template <typename V>
 DROPE_INLINE auto hsum(V v) {
-  auto s = v[0];
-  for (int l = 1; l < int(sizeof(V) / sizeof(s)); ++l) s += v[l];
-  return s;
+  constexpr int N = int(sizeof(V) / sizeof(v[0]));
+  if constexpr (N <= 4) {
+    auto s = v[0];
+    for (int l = 1; l < N; ++l) s += v[l];
+    return s;
+  } else {
+    typename Halves<V>::H lo, hi;
+    std::memcpy(&lo, &v, sizeof lo);
+    std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+    return hsum(lo + hi);
+  }
 }
 
 // C (R × NV·W) = [C +] A (R × K, row stride lda) · B (K × NV·W, row stride ldb), accumulators in registers.
 // TransA: A is stored transposed, element (r, k) at A[k · lda + r].
 template <typename T, int VB, int NV, bool TransA, int R = kRows>
 DROPE_INLINE void gemm_rows(int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc,
-                            bool accumulate) {
+                            bool accumulate, const T* row_scale) {
   using V = typename Simd<T, VB>::V;
   constexpr int W = Simd<T, VB>::W;
   static_assert(R * NV + NV + 1 <= Simd<T, VB>::kRegs, "micro-kernel needs more vector registers than the target has");
   V c[R][NV];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) c[r][v] = accumulate ? vload<V>(C + r * ldc + v * W) : V{};
+  if (row_scale)
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) c[r][v] *= row_scale[r];
   for (int64_t k = 0; k < K; ++k) {
     V b[NV];
     for (int v = 0; v < NV; ++v) b[v] = vload<V>(B + k * ldb + v * W);
@@ -145,13 +174,14 @@ DROPE_INLINE void gemm_rows(int64_t K, const T* A, int64_t lda, const T* B, int6
     for (int v = 0; v < NV; ++v) vstore(C + r * ldc + v * W, c[r][v]);
 }
 
-// C (M × N) = [C +] op(A) (M × K) · B (K × N), row-major; M % kRows == 0, N % W == 0. op(A) = A (row stride
+// C (M × N) = [C +] op(A) (M × K) · B (K × N), row-major; M % kRows == 0, N % W == 0. With row_scale and
+// accumulate, row r of C is first multiplied by row_scale[r] (the online softmax's rescaling, at no extra pass). op(A) = A (row stride
 // lda), or with TransA the transpose of a (K × M) matrix of row stride lda (no copy). The register blocking
 // follows the target: with 32 vector registers, 4 rows × 4 vectors (8 rows for narrow C); with 16, 4 rows ×
 // 2 vectors, so that accumulators, B vectors and the broadcast A value all stay in registers.
 template <typename T, int VB, bool TransA = false>
 DROPE_INLINE void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C,
-                       int64_t ldc, bool accumulate) {
+                       int64_t ldc, bool accumulate, const T* row_scale = nullptr) {
   constexpr int W = Simd<T, VB>::W;
   constexpr bool kWide = Simd<T, VB>::kRegs >= 32;
   constexpr int kNV = kWide ? 4 : 2;  // vectors per micro-kernel step
@@ -160,23 +190,25 @@ DROPE_INLINE void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
     if (N <= 2 * W)  // narrow C (head dims ≤ 2 vectors): twice the rows per step keeps 16 accumulators busy
       for (; i + 2 * kRows <= M; i += 2 * kRows) {
         const T* a = TransA ? A + i : A + i * lda;
+        const T* rs = row_scale ? row_scale + i : nullptr;
         T* c = C + i * ldc;
-        if (N == 2 * W) gemm_rows<T, VB, 2, TransA, 2 * kRows>(K, a, lda, B, ldb, c, ldc, accumulate);
-        else if (N == W) gemm_rows<T, VB, 1, TransA, 2 * kRows>(K, a, lda, B, ldb, c, ldc, accumulate);
+        if (N == 2 * W) gemm_rows<T, VB, 2, TransA, 2 * kRows>(K, a, lda, B, ldb, c, ldc, accumulate, rs);
+        else if (N == W) gemm_rows<T, VB, 1, TransA, 2 * kRows>(K, a, lda, B, ldb, c, ldc, accumulate, rs);
       }
   }
   for (; i < M; i += kRows) {
     const T* a = TransA ? A + i : A + i * lda;
+    const T* rs = row_scale ? row_scale + i : nullptr;
     T* c = C + i * ldc;
     int64_t n = 0;
     for (; n + kNV * W <= N; n += kNV * W)
-      gemm_rows<T, VB, kNV, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate);
+      gemm_rows<T, VB, kNV, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate, rs);
     const int64_t rest = (N - n) / W;
     if constexpr (kNV > 3)
-      if (rest == 3) gemm_rows<T, VB, 3, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate);
+      if (rest == 3) gemm_rows<T, VB, 3, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate, rs);
     if constexpr (kNV > 2)
-      if (rest == 2) gemm_rows<T, VB, 2, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate);
-    if (rest == 1) gemm_rows<T, VB, 1, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate);
+      if (rest == 2) gemm_rows<T, VB, 2, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate, rs);
+    if (rest == 1) gemm_rows<T, VB, 1, TransA>(K, a, lda, B + n, ldb, c + n, ldc, accumulate, rs);
   }
 }
 
@@ -196,6 +228,15 @@ DROPE_INLINE void load_cols(const in_t* src, int64_t stride, int64_t n, int64_t 
   std::fill(dst, dst + D * cols, T(0));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t d = 0; d < D; ++d) dst[d * cols + r] = static_cast<T>(src[r * stride + d]);
+}
+
+// Whether a tile of n rows of D values, row stride `stride`, can be read in place as a (rows, Dp) operand: same
+// type, no padding of the head dim, no padding rows (they would read past the tensor), and rows packed: rows
+// a power-of-two stride apart (the heads of a (B, T, H, D) layout) share a few L1 sets and evict each other,
+// which made in-place reads 1.5x slower than the copy at D = 64 with 8 interleaved heads.
+template <typename in_t, typename T>
+DROPE_INLINE bool in_place(int64_t D, int64_t Dp, int64_t n, int64_t rows, int64_t stride) {
+  return std::is_same<in_t, T>::value && D == Dp && n == rows && stride == D;
 }
 
 // Everything one kernel launch needs; the work items are tiles of one (batch, head) pair.
@@ -223,7 +264,8 @@ template <typename in_t, typename T>
 int64_t scratch_size(const Job<in_t, T>& job) {
   const int64_t D = job.D, Dp = job.Dp, QK = kBlockQ * kBlockK;
   switch (job.kind) {
-    case Job<in_t, T>::kForward: return 2 * kBlockQ * Dp + D * kBlockK + kBlockK * Dp + QK + 3 * kBlockQ;
+    case Job<in_t, T>::kForward:
+      return 2 * kBlockQ * Dp + D * kBlockK + kBlockK * Dp + QK + 3 * kBlockQ + kBlockQ * kMaxVecBytes / int64_t(sizeof(T));
     case Job<in_t, T>::kGradKV: return scratch_kv(job);
     case Job<in_t, T>::kGradQ: return 3 * kBlockQ * Dp + 2 * D * kBlockK + kBlockK * Dp + 2 * QK;
     case Job<in_t, T>::kGradKVQ:  // the last query tile's padding rows spill kRows − 1 rows past dQ
@@ -263,13 +305,17 @@ DROPE_INLINE int row_logits(const AttnParams<T>& p, T* s, int64_t i, int64_t j0,
       vmax = x > vmax ? x : vmax;
       vstore(s + c, x);
     }
-  } else {
+  } else {  // keys [a, b) visible: vectors wholly outside are set, only the (at most two) straddling ones masked
     const V lane = iota<V>();
     const T fa = T(a), fb = T(b), di = T(i - j0);
     for (int64_t c = 0; c < kBlockK; c += W) {
+      if (c + W <= a || c >= b) {
+        vstore(s + c, ninf);
+        continue;
+      }
       const V jj = lane + T(c);
-      V x = attn_logit(vload<V>(s + c), p.scale, slope, di - jj);
-      x = (jj < fa) | (jj >= fb) ? ninf : x;
+      V x = slope == T(0) ? vload<V>(s + c) * p.scale : attn_logit(vload<V>(s + c), p.scale, slope, di - jj);
+      if (c < a || c + W > b) x = (jj < fa) | (jj >= fb) ? ninf : x;
       vmax = x > vmax ? x : vmax;
       vstore(s + c, x);
     }
@@ -278,7 +324,26 @@ DROPE_INLINE int row_logits(const AttnParams<T>& p, T* s, int64_t i, int64_t j0,
   return all ? 2 : 1;
 }
 
-// Forward of one query tile: online softmax over the key tiles of its band.
+// Rows [*r0, *r1) of a query tile (positions i0, …, i0 + nq − 1) that see a key of [j0, j1), widened to
+// multiples of kRows. Both ends of each row's visible keys grow with the row, so these rows are contiguous.
+template <typename T>
+DROPE_INLINE void visible_rows(const AttnParams<T>& p, int64_t i0, int64_t nq, int64_t j0, int64_t j1, int64_t* r0,
+                               int64_t* r1) {
+  const auto sees = [&](int64_t r) {
+    const int64_t lo = std::max(visible_lo(p, i0 + r), j0), hi = std::min(visible_hi(p, i0 + r), j1);
+    return lo < hi;
+  };
+  int64_t a = 0, b = nq;
+  while (a < b && !sees(a)) ++a;
+  while (b > a && !sees(b - 1)) --b;
+  *r0 = a / kRows * kRows;
+  *r1 = a < b ? round_up(b, kRows) : *r0;
+}
+
+// Forward of one query tile: online softmax over the key tiles of its band. Per key tile: the raw dots, every
+// row's logits and tile maximum; the running maxima and rescaling factors for all rows at once (vector exp);
+// the probabilities, with each row's running sum kept as a vector (one horizontal sum per row at the end);
+// then O = alpha · O + P · V in one GEMM pass.
 template <typename in_t, typename T, int VB>
 DROPE_INLINE void forward_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, T* buf) {
   using V = typename Simd<T, VB>::V;
@@ -286,57 +351,75 @@ DROPE_INLINE void forward_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, 
   const auto& p = job.p;
   const int64_t D = job.D, Dp = job.Dp, b = bh / p.heads, h = bh % p.heads, hk = kv_head_of(p, h);
   const int64_t t0 = qb * kBlockQ, nq = std::min(kBlockQ, p.q_len - t0), Mq = round_up(nq, kRows);
+  const int64_t Mv = std::min(round_up(Mq, W), kBlockQ);  // rows of the per-row vector steps
   const int64_t i0 = query_pos(p, t0);
   const T slope = p.alibi_slopes ? p.alibi_slopes[h] : T(0);
-  T* Q = buf;                   // (kBlockQ, Dp)
-  T* O = Q + kBlockQ * Dp;      // (kBlockQ, Dp)
-  T* Kt = O + kBlockQ * Dp;     // (D, kBlockK)
-  T* Vs = Kt + D * kBlockK;     // (kBlockK, Dp)
-  T* S = Vs + kBlockK * Dp;     // (kBlockQ, kBlockK)
-  T* m = S + kBlockQ * kBlockK;  // (kBlockQ)
-  T* l = m + kBlockQ;
-  T* alpha = l + kBlockQ;
+  T* Q = buf;                    // (kBlockQ, Dp)
+  T* O = Q + kBlockQ * Dp;       // (kBlockQ, Dp)
+  T* Kt = O + kBlockQ * Dp;      // (D, kBlockK)
+  T* Vs = Kt + D * kBlockK;      // (kBlockK, Dp)
+  T* S = Vs + kBlockK * Dp;      // (kBlockQ, kBlockK)
+  T* m = S + kBlockQ * kBlockK;  // (kBlockQ) running maxima
+  T* tmax = m + kBlockQ;         // (kBlockQ) maxima of the current tile
+  T* alpha = tmax + kBlockQ;     // (kBlockQ) rescaling factors of the current tile
+  T* lv = alpha + kBlockQ;       // (kBlockQ, W) running sums, one vector per row
   const in_t* qp = job.q + b * p.q_stride[0] + h * p.q_stride[1] + t0 * p.q_stride[2];
   const in_t* kp = job.k + b * p.k_stride[0] + hk * p.k_stride[1];
   const in_t* vp = job.v + b * p.v_stride[0] + hk * p.v_stride[1];
   load_rows(qp, p.q_stride[2], nq, D, kBlockQ, Dp, Q);
   std::fill(O, O + kBlockQ * Dp, T(0));
   std::fill(m, m + kBlockQ, neg_inf<T>());
-  std::fill(l, l + kBlockQ, T(0));
+  std::fill(tmax, tmax + kBlockQ, neg_inf<T>());
+  std::fill(lv, lv + kBlockQ * W, T(0));
   int64_t lo, hi;
   key_band(p, i0, i0 + nq, &lo, &hi);
+  const V ninf = V{} + neg_inf<T>(), one = V{} + T(1);
   for (int64_t j0 = lo; j0 < hi; j0 += kBlockK) {
     const int64_t nk = std::min(kBlockK, hi - j0);
     load_cols(kp + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Kt);
-    load_rows(vp + j0 * p.v_stride[2], p.v_stride[2], nk, D, kBlockK, Dp, Vs);
-    gemm<T, VB>(Mq, kBlockK, D, Q, Dp, Kt, kBlockK, S, kBlockK, false);  // (Mq, kBlockK) raw dots
-    for (int64_t r = 0; r < Mq; ++r) {
+    const T* vt = Vs;  // V tile (kBlockK, Dp): read in place when no conversion or padding is needed
+    int64_t ldv = Dp;
+    if (in_place<in_t, T>(D, Dp, nk, kBlockK, p.v_stride[2])) {
+      vt = reinterpret_cast<const T*>(vp + j0 * p.v_stride[2]);
+      ldv = D;
+    } else {
+      load_rows(vp + j0 * p.v_stride[2], p.v_stride[2], nk, D, kBlockK, Dp, Vs);
+    }
+    int64_t r0, r1;  // rows that see this key tile (causal: the diagonal tiles skip the rows above it)
+    visible_rows(p, i0, nq, j0, j0 + nk, &r0, &r1);
+    if (r0 == r1) continue;
+    const int64_t Mr = r1 - r0;
+    gemm<T, VB>(Mr, kBlockK, D, Q + r0 * Dp, Dp, Kt, kBlockK, S + r0 * kBlockK, kBlockK, false);  // raw dots
+    std::fill(tmax, tmax + kBlockQ, neg_inf<T>());
+    for (int64_t r = r0; r < r1; ++r) {
       T* s = S + r * kBlockK;
-      alpha[r] = T(1);
-      T tile_max;
-      if (r >= nq || !row_logits<T, VB>(p, s, i0 + r, j0, nk, slope, &tile_max)) {
-        std::fill(s, s + kBlockK, T(0));
-        continue;
-      }
-      alpha[r] = online_softmax_rescale(&m[r], tile_max);
-      V vsum = V{};
+      if (r >= nq || !row_logits<T, VB>(p, s, i0 + r, j0, nk, slope, &tmax[r])) std::fill(s, s + kBlockK, T(0));
+    }
+    for (int64_t r = 0; r < Mv; r += W) {  // online_softmax_rescale on W rows at once
+      const V m_old = vload<V>(m + r), m_new = vload<V>(tmax + r) > m_old ? vload<V>(tmax + r) : m_old;
+      vstore(alpha + r, m_new == ninf ? one : vexp(m_old - m_new));  // exp(−inf) = 0 for a row's first tile
+      vstore(m + r, m_new);
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      if (tmax[r] == neg_inf<T>()) continue;  // no visible key: P row is zero, the sum unchanged
+      T* s = S + r * kBlockK;
+      V vsum = vload<V>(lv + r * W) * alpha[r];
       for (int64_t c = 0; c < kBlockK; c += W) {
         const V e = vexp(vload<V>(s + c) - m[r]);
         vstore(s + c, e);
         vsum += e;
       }
-      l[r] = l[r] * alpha[r] + hsum(vsum);
-      if (alpha[r] != T(1))
-        for (int64_t d = 0; d < Dp; ++d) O[r * Dp + d] *= alpha[r];
+      vstore(lv + r * W, vsum);
     }
-    gemm<T, VB>(Mq, Dp, kBlockK, S, kBlockK, Vs, Dp, O, Dp, true);  // O += P · V
+    gemm<T, VB>(Mr, Dp, kBlockK, S + r0 * kBlockK, kBlockK, vt, ldv, O + r0 * Dp, Dp, true, alpha + r0);  // O = αO + PV
   }
   in_t* op = job.o + b * p.o_stride[0] + h * p.o_stride[1] + t0 * p.o_stride[2];
   T* lsep = job.lse_out + bh * p.q_len + t0;
   for (int64_t r = 0; r < nq; ++r) {
-    const T inv = l[r] > T(0) ? T(1) / l[r] : std::numeric_limits<T>::quiet_NaN();
+    const T l = hsum(vload<V>(lv + r * W));
+    const T inv = l > T(0) ? T(1) / l : std::numeric_limits<T>::quiet_NaN();
     for (int64_t d = 0; d < D; ++d) op[r * p.o_stride[2] + d] = static_cast<in_t>(O[r * Dp + d] * inv);
-    lsep[r] = softmax_lse(m[r], l[r]);
+    lsep[r] = softmax_lse(m[r], l);
   }
 }
 
@@ -407,10 +490,16 @@ DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb,
   T* S = dO + kBlockQ * Dp;        // (kBlockQ, kBlockK)
   T* dP = S + kBlockQ * kBlockK;   // (kBlockQ, kBlockK)
   T* Ks = dP + kBlockQ * kBlockK;  // (kBlockK, Dp), only with dq_acc
-  load_cols(job.k + b * p.k_stride[0] + hk * p.k_stride[1] + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Kt);
-  if (dq_acc)
-    load_rows(job.k + b * p.k_stride[0] + hk * p.k_stride[1] + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Dp,
-              Ks);
+  const in_t* kp = job.k + b * p.k_stride[0] + hk * p.k_stride[1] + j0 * p.k_stride[2];
+  load_cols(kp, p.k_stride[2], nk, D, kBlockK, Kt);
+  const T* ks = Ks;  // key rows for dQ, read in place where possible (see in_place)
+  int64_t ldk = Dp;
+  if (dq_acc && in_place<in_t, T>(D, Dp, nk, Mk, p.k_stride[2])) {
+    ks = reinterpret_cast<const T*>(kp);
+    ldk = D;
+  } else if (dq_acc) {
+    load_rows(kp, p.k_stride[2], nk, D, kBlockK, Dp, Ks);
+  }
   load_cols(job.v + b * p.v_stride[0] + hk * p.v_stride[1] + j0 * p.v_stride[2], p.v_stride[2], nk, D, kBlockK, Vt);
   std::fill(dK, dK + 2 * kBlockK * Dp, T(0));
   int64_t t_lo, t_hi;
@@ -420,15 +509,29 @@ DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb,
     const int64_t bh = b * p.heads + h;
     for (int64_t t0 = t_lo; t0 < t_hi; t0 += kBlockQ) {
       const int64_t nq = std::min(kBlockQ, t_hi - t0), Mq = round_up(nq, kRows);
-      load_rows(job.q + b * p.q_stride[0] + h * p.q_stride[1] + t0 * p.q_stride[2], p.q_stride[2], nq, D, Mq, Dp, Q);
-      load_rows(job.dout + (bh * p.q_len + t0) * D, D, nq, D, Mq, Dp, dO);
-      gemm<T, VB>(Mq, kBlockK, D, Q, Dp, Kt, kBlockK, S, kBlockK, false);    // raw dots
-      gemm<T, VB>(Mq, kBlockK, D, dO, Dp, Vt, kBlockK, dP, kBlockK, false);  // dP = dout · vᵀ
+      const in_t* qp = job.q + b * p.q_stride[0] + h * p.q_stride[1] + t0 * p.q_stride[2];
+      const in_t* gp = job.dout + (bh * p.q_len + t0) * D;
+      const T *q = Q, *g = dO;  // query and dout rows, read in place where possible
+      int64_t ldq = Dp, ldg = Dp;
+      if (in_place<in_t, T>(D, Dp, nq, Mq, p.q_stride[2])) {
+        q = reinterpret_cast<const T*>(qp);
+        ldq = D;
+      } else {
+        load_rows(qp, p.q_stride[2], nq, D, Mq, Dp, Q);
+      }
+      if (in_place<in_t, T>(D, Dp, nq, Mq, D)) {
+        g = reinterpret_cast<const T*>(gp);
+        ldg = D;
+      } else {
+        load_rows(gp, D, nq, D, Mq, Dp, dO);
+      }
+      gemm<T, VB>(Mq, kBlockK, D, q, ldq, Kt, kBlockK, S, kBlockK, false);    // raw dots
+      gemm<T, VB>(Mq, kBlockK, D, g, ldg, Vt, kBlockK, dP, kBlockK, false);  // dP = dout · vᵀ
       probs_and_grads<T, VB>(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0,
                       job.rowdot + bh * p.q_len + t0);
-      gemm<T, VB, true>(Mk, Dp, Mq, S, kBlockK, dO, Dp, dV, Dp, true);   // dV += Pᵀ · dout
-      gemm<T, VB, true>(Mk, Dp, Mq, dP, kBlockK, Q, Dp, dK, Dp, true);  // dK += dSᵀ · q
-      if (dq_acc) gemm<T, VB>(Mq, Dp, Mk, dP, kBlockK, Ks, Dp, dq_acc + ((h - hk * G) * p.q_len + t0) * Dp, Dp, true);
+      gemm<T, VB, true>(Mk, Dp, Mq, S, kBlockK, g, ldg, dV, Dp, true);   // dV += Pᵀ · dout
+      gemm<T, VB, true>(Mk, Dp, Mq, dP, kBlockK, q, ldq, dK, Dp, true);  // dK += dSᵀ · q
+      if (dq_acc) gemm<T, VB>(Mq, Dp, Mk, dP, kBlockK, ks, ldk, dq_acc + ((h - hk * G) * p.q_len + t0) * Dp, Dp, true);
     }
   }
   in_t* dkp = job.dk + (bhk * p.kv_len + j0) * D;
