@@ -438,38 +438,42 @@ DROPE_INLINE void rowdot_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb) {
 }
 
 // Probabilities P and logit gradients dS of one (query tile, key tile) pair, in place of the raw dots S and
-// dP = dout·vᵀ; rows and keys outside the band get zeros.
+// dP = dout·vᵀ; rows and keys outside the band get zeros. Logits are formed on the fly (as row_logits does);
+// vectors wholly outside a row's visible keys are only zeroed, and only the straddling ones are masked.
 template <typename T, int VB>
 DROPE_INLINE void probs_and_grads(const AttnParams<T>& p, T* S, T* dP, int64_t Mq, int64_t nq, int64_t t0, int64_t j0,
                                   int64_t nk, T slope, const T* lse, const T* rowdot) {
   using V = typename Simd<T, VB>::V;
   constexpr int W = Simd<T, VB>::W;
+  const V zero = V{}, lane = iota<V>();
   for (int64_t r = 0; r < Mq; ++r) {
     T* s = S + r * kBlockK;
     T* dp = dP + r * kBlockK;
-    const int visible = r < nq ? row_logits<T, VB>(p, s, query_pos(p, t0 + r), j0, nk, slope) : 0;
-    if (!visible) {
+    const int64_t i = query_pos(p, t0 + r);
+    const int64_t a = std::max<int64_t>(visible_lo(p, i) - j0, 0), b = std::min<int64_t>(visible_hi(p, i) - j0, nk);
+    if (r >= nq || a >= b) {
       std::fill(s, s + kBlockK, T(0));
       std::fill(dp, dp + kBlockK, T(0));
       continue;
     }
-    const T row_lse = lse[r], row_dot = rowdot[r];
-    const V zero = V{}, ninf = V{} + neg_inf<T>();
-    if (visible == 2) {  // no masked key in this row of the tile
-      for (int64_t c = 0; c < kBlockK; c += W) {
-        const V prob = vexp(vload<V>(s + c) - row_lse);
-        vstore(dp + c, softmax_grad(prob, vload<V>(dp + c), row_dot));
-        vstore(s + c, prob);
-      }
-      continue;
-    }
+    const T row_lse = lse[r], row_dot = rowdot[r], fa = T(a), fb = T(b), di = T(i - j0);
     for (int64_t c = 0; c < kBlockK; c += W) {
-      const V x = vload<V>(s + c);
-      const auto visible = x != ninf;
-      const V prob = visible ? vexp(x - row_lse) : zero;  // softmax_prob on SIMD lanes
-      const V grad = softmax_grad(prob, vload<V>(dp + c), row_dot);
+      if (c + W <= a || c >= b) {
+        vstore(s + c, zero);
+        vstore(dp + c, zero);
+        continue;
+      }
+      const V jj = lane + T(c);
+      const V x = slope == T(0) ? vload<V>(s + c) * p.scale : attn_logit(vload<V>(s + c), p.scale, slope, di - jj);
+      V prob = vexp(x - row_lse);  // softmax_prob on SIMD lanes
+      V grad = softmax_grad(prob, vload<V>(dp + c), row_dot);
+      if (c < a || c + W > b) {
+        const auto masked = (jj < fa) | (jj >= fb);
+        prob = masked ? zero : prob;
+        grad = masked ? zero : grad;
+      }
       vstore(s + c, prob);
-      vstore(dp + c, visible ? grad : zero);
+      vstore(dp + c, grad);
     }
   }
 }
