@@ -7,7 +7,8 @@
 //    no ALiBi is passed: LibTorch builds FA2 without it; is_causal sets window_right = 0), set_params_fprop
 //    (is_causal ⇔ window_left < 0 && window_right == 0; a missing side of a local window becomes seqlen_k),
 //    mask.h (row r sees column c iff c ≥ r + sk − sq − window_left and c < min(sk, r + 1 + sk − sq +
-//    window_right)), block_info.h (varlen: keys start at cu_seqlens_k[b], seqused_k[b] of them used), flash_fwd_kernel.h get_lse_tile (lse (b, h, seqlen_q) dense, (h, total_q) varlen), and the README
+//    window_right)), block_info.h (varlen: keys start at cu_seqlens_k[b], seqused_k[b] of them used),
+//    flash_fwd_kernel.h get_lse_tile (lse (b, h, seqlen_q) dense, (h, total_q) varlen), and the README
 //    (GQA: query head h reads KV head h / (H / H_kv); empty rows give out 0, lse +inf: mha_varlen_fwd).
 //  - Memory-efficient attention (mem_eff_attention/kernel_forward.h): logits scale·q·k + bias, custom mask
 //    type 1 (c ≤ r) or 2 (c ≤ r + N − M), lse (B, H, ⌈M/32⌉·32); one head count for q, k, v

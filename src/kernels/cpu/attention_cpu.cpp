@@ -174,11 +174,12 @@ DROPE_INLINE void gemm_rows(int64_t K, const T* A, int64_t lda, const T* B, int6
     for (int v = 0; v < NV; ++v) vstore(C + r * ldc + v * W, c[r][v]);
 }
 
-// C (M × N) = [C +] op(A) (M × K) · B (K × N), row-major; M % kRows == 0, N % W == 0. With row_scale and
-// accumulate, row r of C is first multiplied by row_scale[r] (the online softmax's rescaling, at no extra pass). op(A) = A (row stride
-// lda), or with TransA the transpose of a (K × M) matrix of row stride lda (no copy). The register blocking
-// follows the target: with 32 vector registers, 4 rows × 4 vectors (8 rows for narrow C); with 16, 4 rows ×
-// 2 vectors, so that accumulators, B vectors and the broadcast A value all stay in registers.
+// C (M × N) = [C +] op(A) (M × K) · B (K × N), row-major; M % kRows == 0, N % W == 0. op(A) = A (row stride
+// lda), or with TransA the transpose of a (K × M) matrix of row stride lda (no copy). With row_scale and
+// accumulate, row r of C is first multiplied by row_scale[r] (the online softmax's rescaling, at no extra
+// pass). The register blocking follows the target: with 32 vector registers, 4 rows × 4 vectors (8 rows for
+// narrow C); with 16, 4 rows × 2 vectors, so that accumulators, B vectors and the broadcast A value all stay
+// in registers.
 template <typename T, int VB, bool TransA = false>
 DROPE_INLINE void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C,
                        int64_t ldc, bool accumulate, const T* row_scale = nullptr) {
@@ -230,13 +231,22 @@ DROPE_INLINE void load_cols(const in_t* src, int64_t stride, int64_t n, int64_t 
     for (int64_t d = 0; d < D; ++d) dst[d * cols + r] = static_cast<T>(src[r * stride + d]);
 }
 
-// Whether a tile of n rows of D values, row stride `stride`, can be read in place as a (rows, Dp) operand: same
-// type, no padding of the head dim, no padding rows (they would read past the tensor), and rows packed: rows
-// a power-of-two stride apart (the heads of a (B, T, H, D) layout) share a few L1 sets and evict each other,
-// which made in-place reads 1.5x slower than the copy at D = 64 with 8 interleaved heads.
+// A (rows, Dp) GEMM operand holding n rows of D values at src (row stride `stride`); *ld gets its row stride.
+// Read in place when nothing needs converting or padding: same type, D == Dp, no padding rows (they would read
+// past the tensor) and rows packed (stride D). Otherwise converted into dst (load_rows). Strided rows, such as
+// the heads of a transposed (B, T, H, D) view, are copied; whether reading them in place pays is not measured.
 template <typename in_t, typename T>
-DROPE_INLINE bool in_place(int64_t D, int64_t Dp, int64_t n, int64_t rows, int64_t stride) {
-  return std::is_same<in_t, T>::value && D == Dp && n == rows && stride == D;
+DROPE_INLINE const T* operand_rows(const in_t* src, int64_t stride, int64_t n, int64_t D, int64_t Dp, int64_t rows,
+                                   T* dst, int64_t* ld) {
+  if constexpr (std::is_same<in_t, T>::value) {
+    if (D == Dp && n == rows && stride == D) {
+      *ld = D;
+      return src;
+    }
+  }
+  load_rows(src, stride, n, D, rows, Dp, dst);
+  *ld = Dp;
+  return dst;
 }
 
 // Everything one kernel launch needs; the work items are tiles of one (batch, head) pair.
@@ -265,7 +275,8 @@ int64_t scratch_size(const Job<in_t, T>& job) {
   const int64_t D = job.D, Dp = job.Dp, QK = kBlockQ * kBlockK;
   switch (job.kind) {
     case Job<in_t, T>::kForward:
-      return 2 * kBlockQ * Dp + D * kBlockK + kBlockK * Dp + QK + 3 * kBlockQ + kBlockQ * kMaxVecBytes / int64_t(sizeof(T));
+      return 2 * kBlockQ * Dp + D * kBlockK + kBlockK * Dp + QK + 3 * kBlockQ +
+             kBlockQ * kMaxVecBytes / int64_t(sizeof(T));  // lv: one vector per row
     case Job<in_t, T>::kGradKV: return scratch_kv(job);
     case Job<in_t, T>::kGradQ: return 3 * kBlockQ * Dp + 2 * D * kBlockK + kBlockK * Dp + 2 * QK;
     case Job<in_t, T>::kGradKVQ:  // the last query tile's padding rows spill kRows − 1 rows past dQ
@@ -278,16 +289,37 @@ int64_t scratch_size(const Job<in_t, T>& job) {
 // expensive causal tiles.
 DROPE_INLINE int64_t zigzag(int64_t r, int64_t n) { return r % 2 == 0 ? r / 2 : n - 1 - r / 2; }
 
-// Turns the raw dots of one query row of a key tile [j0, j0 + kBlockK) into masked, scaled, biased logits in
-// place; returns 0 when no key of the tile is visible to the row, 2 when every key is, else 1. With row_max,
-// also stores the row's largest logit there.
+// Keys [*a, *b) of the key tile at j0 (nk keys) that query position i sees, relative to j0; empty if *a >= *b.
+template <typename T>
+DROPE_INLINE void tile_keys(const AttnParams<T>& p, int64_t i, int64_t j0, int64_t nk, int64_t* a, int64_t* b) {
+  *a = std::max<int64_t>(visible_lo(p, i) - j0, 0);
+  *b = std::min<int64_t>(visible_hi(p, i) - j0, nk);
+}
+
+// Logits of keys c, …, c + W − 1 of one row (relative to its key tile; di = i − j0) from their raw dots: scaled,
+// ALiBi-biased, −inf outside the row's visible keys [a, b). Only a vector straddling a or b pays for the mask;
+// callers handle vectors wholly outside [a, b) without loading them.
 template <typename T, int VB>
-DROPE_INLINE int row_logits(const AttnParams<T>& p, T* s, int64_t i, int64_t j0, int64_t nk, T slope,
-                             T* row_max = nullptr) {
+DROPE_INLINE typename Simd<T, VB>::V vec_logits(const AttnParams<T>& p, typename Simd<T, VB>::V dot, int64_t c,
+                                                int64_t a, int64_t b, T slope, T di) {
   using V = typename Simd<T, VB>::V;
   constexpr int W = Simd<T, VB>::W;
-  const int64_t a = std::max<int64_t>(visible_lo(p, i) - j0, 0), b = std::min<int64_t>(visible_hi(p, i) - j0, nk);
-  if (a >= b) return 0;
+  const V jj = iota<V>() + T(c);
+  const V x = slope == T(0) ? dot * p.scale : attn_logit(dot, p.scale, slope, di - jj);
+  if (c >= a && c + W <= b) return x;
+  return (jj < T(a)) | (jj >= T(b)) ? V{} + neg_inf<T>() : x;
+}
+
+// Turns the raw dots of one query row of a key tile [j0, j0 + kBlockK) into masked, scaled, biased logits in
+// place and stores the row's largest logit in row_max; returns false (and touches nothing) when no key of the
+// tile is visible to the row.
+template <typename T, int VB>
+DROPE_INLINE bool row_logits(const AttnParams<T>& p, T* s, int64_t i, int64_t j0, int64_t nk, T slope, T& row_max) {
+  using V = typename Simd<T, VB>::V;
+  constexpr int W = Simd<T, VB>::W;
+  int64_t a, b;
+  tile_keys(p, i, j0, nk, &a, &b);
+  if (a >= b) return false;
   const V ninf = V{} + neg_inf<T>();
   V vmax = ninf;
   const bool all = a == 0 && b == kBlockK;
@@ -306,22 +338,19 @@ DROPE_INLINE int row_logits(const AttnParams<T>& p, T* s, int64_t i, int64_t j0,
       vstore(s + c, x);
     }
   } else {  // keys [a, b) visible: vectors wholly outside are set, only the (at most two) straddling ones masked
-    const V lane = iota<V>();
-    const T fa = T(a), fb = T(b), di = T(i - j0);
+    const T di = T(i - j0);
     for (int64_t c = 0; c < kBlockK; c += W) {
       if (c + W <= a || c >= b) {
         vstore(s + c, ninf);
         continue;
       }
-      const V jj = lane + T(c);
-      V x = slope == T(0) ? vload<V>(s + c) * p.scale : attn_logit(vload<V>(s + c), p.scale, slope, di - jj);
-      if (c < a || c + W > b) x = (jj < fa) | (jj >= fb) ? ninf : x;
+      const V x = vec_logits<T, VB>(p, vload<V>(s + c), c, a, b, slope, di);
       vmax = x > vmax ? x : vmax;
       vstore(s + c, x);
     }
   }
-  if (row_max) *row_max = hmax(vmax);
-  return all ? 2 : 1;
+  row_max = hmax(vmax);
+  return true;
 }
 
 // Rows [*r0, *r1) of a query tile (positions i0, …, i0 + nq − 1) that see a key of [j0, j1), widened to
@@ -330,8 +359,9 @@ template <typename T>
 DROPE_INLINE void visible_rows(const AttnParams<T>& p, int64_t i0, int64_t nq, int64_t j0, int64_t j1, int64_t* r0,
                                int64_t* r1) {
   const auto sees = [&](int64_t r) {
-    const int64_t lo = std::max(visible_lo(p, i0 + r), j0), hi = std::min(visible_hi(p, i0 + r), j1);
-    return lo < hi;
+    int64_t a, b;
+    tile_keys(p, i0 + r, j0, j1 - j0, &a, &b);
+    return a < b;
   };
   int64_t a = 0, b = nq;
   while (a < b && !sees(a)) ++a;
@@ -369,31 +399,24 @@ DROPE_INLINE void forward_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, 
   load_rows(qp, p.q_stride[2], nq, D, kBlockQ, Dp, Q);
   std::fill(O, O + kBlockQ * Dp, T(0));
   std::fill(m, m + kBlockQ, neg_inf<T>());
-  std::fill(tmax, tmax + kBlockQ, neg_inf<T>());
   std::fill(lv, lv + kBlockQ * W, T(0));
   int64_t lo, hi;
   key_band(p, i0, i0 + nq, &lo, &hi);
   const V ninf = V{} + neg_inf<T>(), one = V{} + T(1);
   for (int64_t j0 = lo; j0 < hi; j0 += kBlockK) {
     const int64_t nk = std::min(kBlockK, hi - j0);
-    load_cols(kp + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Kt);
-    const T* vt = Vs;  // V tile (kBlockK, Dp): read in place when no conversion or padding is needed
-    int64_t ldv = Dp;
-    if (in_place<in_t, T>(D, Dp, nk, kBlockK, p.v_stride[2])) {
-      vt = reinterpret_cast<const T*>(vp + j0 * p.v_stride[2]);
-      ldv = D;
-    } else {
-      load_rows(vp + j0 * p.v_stride[2], p.v_stride[2], nk, D, kBlockK, Dp, Vs);
-    }
     int64_t r0, r1;  // rows that see this key tile (causal: the diagonal tiles skip the rows above it)
     visible_rows(p, i0, nq, j0, j0 + nk, &r0, &r1);
     if (r0 == r1) continue;
     const int64_t Mr = r1 - r0;
+    load_cols(kp + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Kt);
+    int64_t ldv;
+    const T* vt = operand_rows(vp + j0 * p.v_stride[2], p.v_stride[2], nk, D, Dp, kBlockK, Vs, &ldv);
     gemm<T, VB>(Mr, kBlockK, D, Q + r0 * Dp, Dp, Kt, kBlockK, S + r0 * kBlockK, kBlockK, false);  // raw dots
     std::fill(tmax, tmax + kBlockQ, neg_inf<T>());
     for (int64_t r = r0; r < r1; ++r) {
       T* s = S + r * kBlockK;
-      if (r >= nq || !row_logits<T, VB>(p, s, i0 + r, j0, nk, slope, &tmax[r])) std::fill(s, s + kBlockK, T(0));
+      if (r >= nq || !row_logits<T, VB>(p, s, i0 + r, j0, nk, slope, tmax[r])) std::fill(s, s + kBlockK, T(0));
     }
     for (int64_t r = 0; r < Mv; r += W) {  // online_softmax_rescale on W rows at once
       const V m_old = vload<V>(m + r), m_new = vload<V>(tmax + r) > m_old ? vload<V>(tmax + r) : m_old;
@@ -411,7 +434,8 @@ DROPE_INLINE void forward_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, 
       }
       vstore(lv + r * W, vsum);
     }
-    gemm<T, VB>(Mr, Dp, kBlockK, S + r0 * kBlockK, kBlockK, vt, ldv, O + r0 * Dp, Dp, true, alpha + r0);  // O = αO + PV
+    // O = alpha · O + P · V
+    gemm<T, VB>(Mr, Dp, kBlockK, S + r0 * kBlockK, kBlockK, vt, ldv, O + r0 * Dp, Dp, true, alpha + r0);
   }
   in_t* op = job.o + b * p.o_stride[0] + h * p.o_stride[1] + t0 * p.o_stride[2];
   T* lsep = job.lse_out + bh * p.q_len + t0;
@@ -438,37 +462,37 @@ DROPE_INLINE void rowdot_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb) {
 }
 
 // Probabilities P and logit gradients dS of one (query tile, key tile) pair, in place of the raw dots S and
-// dP = dout·vᵀ; rows and keys outside the band get zeros. Logits are formed on the fly (as row_logits does);
-// vectors wholly outside a row's visible keys are only zeroed, and only the straddling ones are masked.
+// dP = dout·vᵀ; rows and keys outside the band get zeros. Logits are formed on the fly (vec_logits); vectors
+// wholly outside a row's visible keys are only zeroed.
 template <typename T, int VB>
 DROPE_INLINE void probs_and_grads(const AttnParams<T>& p, T* S, T* dP, int64_t Mq, int64_t nq, int64_t t0, int64_t j0,
                                   int64_t nk, T slope, const T* lse, const T* rowdot) {
   using V = typename Simd<T, VB>::V;
   constexpr int W = Simd<T, VB>::W;
-  const V zero = V{}, lane = iota<V>();
+  const V zero = V{}, ninf = V{} + neg_inf<T>();
   for (int64_t r = 0; r < Mq; ++r) {
     T* s = S + r * kBlockK;
     T* dp = dP + r * kBlockK;
     const int64_t i = query_pos(p, t0 + r);
-    const int64_t a = std::max<int64_t>(visible_lo(p, i) - j0, 0), b = std::min<int64_t>(visible_hi(p, i) - j0, nk);
+    int64_t a, b;
+    tile_keys(p, i, j0, nk, &a, &b);
     if (r >= nq || a >= b) {
       std::fill(s, s + kBlockK, T(0));
       std::fill(dp, dp + kBlockK, T(0));
       continue;
     }
-    const T row_lse = lse[r], row_dot = rowdot[r], fa = T(a), fb = T(b), di = T(i - j0);
+    const T row_lse = lse[r], row_dot = rowdot[r], di = T(i - j0);
     for (int64_t c = 0; c < kBlockK; c += W) {
       if (c + W <= a || c >= b) {
         vstore(s + c, zero);
         vstore(dp + c, zero);
         continue;
       }
-      const V jj = lane + T(c);
-      const V x = slope == T(0) ? vload<V>(s + c) * p.scale : attn_logit(vload<V>(s + c), p.scale, slope, di - jj);
+      const V x = vec_logits<T, VB>(p, vload<V>(s + c), c, a, b, slope, di);
       V prob = vexp(x - row_lse);  // softmax_prob on SIMD lanes
       V grad = softmax_grad(prob, vload<V>(dp + c), row_dot);
-      if (c < a || c + W > b) {
-        const auto masked = (jj < fa) | (jj >= fb);
+      if (c < a || c + W > b) {  // the masked keys of a straddling vector (−inf logits)
+        const auto masked = x == ninf;
         prob = masked ? zero : prob;
         grad = masked ? zero : grad;
       }
@@ -496,14 +520,8 @@ DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb,
   T* Ks = dP + kBlockQ * kBlockK;  // (kBlockK, Dp), only with dq_acc
   const in_t* kp = job.k + b * p.k_stride[0] + hk * p.k_stride[1] + j0 * p.k_stride[2];
   load_cols(kp, p.k_stride[2], nk, D, kBlockK, Kt);
-  const T* ks = Ks;  // key rows for dQ, read in place where possible (see in_place)
-  int64_t ldk = Dp;
-  if (dq_acc && in_place<in_t, T>(D, Dp, nk, Mk, p.k_stride[2])) {
-    ks = reinterpret_cast<const T*>(kp);
-    ldk = D;
-  } else if (dq_acc) {
-    load_rows(kp, p.k_stride[2], nk, D, kBlockK, Dp, Ks);
-  }
+  int64_t ldk = Dp;  // key rows for dQ
+  const T* ks = dq_acc ? operand_rows(kp, p.k_stride[2], nk, D, Dp, Mk, Ks, &ldk) : Ks;
   load_cols(job.v + b * p.v_stride[0] + hk * p.v_stride[1] + j0 * p.v_stride[2], p.v_stride[2], nk, D, kBlockK, Vt);
   std::fill(dK, dK + 2 * kBlockK * Dp, T(0));
   int64_t t_lo, t_hi;
@@ -513,22 +531,10 @@ DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb,
     const int64_t bh = b * p.heads + h;
     for (int64_t t0 = t_lo; t0 < t_hi; t0 += kBlockQ) {
       const int64_t nq = std::min(kBlockQ, t_hi - t0), Mq = round_up(nq, kRows);
+      int64_t ldq, ldg;  // query and dout rows
       const in_t* qp = job.q + b * p.q_stride[0] + h * p.q_stride[1] + t0 * p.q_stride[2];
-      const in_t* gp = job.dout + (bh * p.q_len + t0) * D;
-      const T *q = Q, *g = dO;  // query and dout rows, read in place where possible
-      int64_t ldq = Dp, ldg = Dp;
-      if (in_place<in_t, T>(D, Dp, nq, Mq, p.q_stride[2])) {
-        q = reinterpret_cast<const T*>(qp);
-        ldq = D;
-      } else {
-        load_rows(qp, p.q_stride[2], nq, D, Mq, Dp, Q);
-      }
-      if (in_place<in_t, T>(D, Dp, nq, Mq, D)) {
-        g = reinterpret_cast<const T*>(gp);
-        ldg = D;
-      } else {
-        load_rows(gp, D, nq, D, Mq, Dp, dO);
-      }
+      const T* q = operand_rows(qp, p.q_stride[2], nq, D, Dp, Mq, Q, &ldq);
+      const T* g = operand_rows(job.dout + (bh * p.q_len + t0) * D, D, nq, D, Dp, Mq, dO, &ldg);
       gemm<T, VB>(Mq, kBlockK, D, q, ldq, Kt, kBlockK, S, kBlockK, false);    // raw dots
       gemm<T, VB>(Mq, kBlockK, D, g, ldg, Vt, kBlockK, dP, kBlockK, false);  // dP = dout · vᵀ
       probs_and_grads<T, VB>(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0,
