@@ -1,13 +1,14 @@
 // drope-bench: benchmarks (not tests). `drope-bench attention`: our fused attention op against LibTorch's
 // scaled_dot_product_attention (plain and with a dense additive mask) and the plain-ATen reference.
-// `drope-bench layers`: the fused RMSNorm / rotary kernels against the same math in ATen ops (what
-// an eager PyTorch model runs). `drope-bench generate`: KV-cache generation throughput.
+// `drope-bench layers`: the fused RMSNorm / rotary / SwiGLU kernels and the stacked q/k/v GEMM against the
+// same math in separate ATen ops (what an eager PyTorch model runs). `drope-bench generate`: KV-cache generation throughput.
 #include <sys/resource.h>
 
 #include <chrono>
 #include <fstream>
 #include <cstdio>
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <optional>
 #include <random>
@@ -91,16 +92,19 @@ int main(int argc, char** argv) {
 
   // `layers`: forward and forward+backward time of each fused layer kernel vs the plain-ATen composite.
   struct LayerOpts {
-    int64_t batch = 8, seq = 512, hidden = 256, heads = 8, head_dim = 32;
+    int64_t batch = 8, seq = 512, hidden = 256, heads = 8, kv_heads = 2, head_dim = 32, ffn = 768;
     int repeats = 20, threads = 0;
     std::string dtype = "float32", json;
   } lo;
-  auto* lay = cli.add_subcommand("layers", "Fused RMSNorm / rotary kernels vs the same math in ATen ops");
+  auto* lay = cli.add_subcommand("layers", "Fused RMSNorm / rotary / SwiGLU kernels and stacked q/k/v GEMMs vs the "
+                                            "same math in separate ATen ops");
   lay->add_option("--batch", lo.batch, "Batch size")->capture_default_str();
   lay->add_option("--seq", lo.seq, "Sequence length")->capture_default_str();
   lay->add_option("--hidden", lo.hidden, "RMSNorm width")->capture_default_str();
   lay->add_option("--heads", lo.heads, "Heads (rotary)")->capture_default_str();
-  lay->add_option("--head-dim", lo.head_dim, "Head dim (rotary)")->capture_default_str();
+  lay->add_option("--kv-heads", lo.kv_heads, "Key/value heads (q/k/v projections)")->capture_default_str();
+  lay->add_option("--head-dim", lo.head_dim, "Head dim (rotary, q/k/v projections)")->capture_default_str();
+  lay->add_option("--ffn", lo.ffn, "MLP intermediate size (SwiGLU)")->capture_default_str();
   lay->add_option("--dtype", lo.dtype, "dtype")->check(CLI::IsMember({"float32", "float64"}))->capture_default_str();
   lay->add_option("--repeats", lo.repeats, "Timed runs (median reported)")->capture_default_str();
   lay->add_option("--threads", lo.threads, "Intra-op threads (0 = LibTorch default)");
@@ -110,8 +114,8 @@ int main(int argc, char** argv) {
 
   if (lay->parsed())
     return drope::app::run([&] {
-      if (lo.batch < 1 || lo.seq < 1 || lo.hidden < 1 || lo.heads < 1 || lo.head_dim < 2 || lo.head_dim % 2 ||
-          lo.repeats < 1)
+      if (lo.batch < 1 || lo.seq < 1 || lo.hidden < 1 || lo.heads < 1 || lo.kv_heads < 1 || lo.ffn < 1 ||
+          lo.head_dim < 2 || lo.head_dim % 2 || lo.repeats < 1)
         drope::fail("drope-bench layers: sizes and --repeats must be >= 1, --head-dim even");
       if (lo.threads > 0) at::set_num_threads(lo.threads);
       const auto opt = torch::TensorOptions().dtype(lo.dtype == "float64" ? torch::kDouble : torch::kFloat);
@@ -131,40 +135,58 @@ int main(int argc, char** argv) {
           // q as the model passes it: a (B, T, H, D) projection viewed as (B, H, T, D).
           {"rotary", {torch::randn({B, T, lo.heads, lo.head_dim}, opt).transpose(1, 2)},
            [&](const std::vector<torch::Tensor>& t) { return drope::ops::rotary(t[0], cos, sin); }},
+          // The MLP's hidden activation silu(x·gateᵀ)·(x·upᵀ): ATen runs two GEMMs, silu and a product.
+          {"swiglu", {torch::randn({B, T, lo.hidden}, opt), torch::randn({lo.ffn, lo.hidden}, opt) * 0.05,
+                      torch::randn({lo.ffn, lo.hidden}, opt) * 0.05},
+           [](const std::vector<torch::Tensor>& t) { return drope::ops::swiglu(t[0], t[1], {}, t[2], {}); }},
+          // The attention's q, k and v projections (summed, so that one tensor comes out): three GEMMs in ATen.
+          {"qkv_proj", {torch::randn({B, T, lo.hidden}, opt), torch::randn({lo.heads * lo.head_dim, lo.hidden}, opt) * 0.05,
+                        torch::randn({lo.kv_heads * lo.head_dim, lo.hidden}, opt) * 0.05,
+                        torch::randn({lo.kv_heads * lo.head_dim, lo.hidden}, opt) * 0.05},
+           [](const std::vector<torch::Tensor>& t) {
+             auto p = drope::ops::linear_split(t[0], {t[1], t[2], t[3]});
+             return p[0].sum(-1) + p[1].sum(-1) + p[2].sum(-1);
+           }},
       };
-      auto median_ms = [&](const std::function<void()>& f) {
-        f();  // warm-up
-        std::vector<double> ms;
-        for (int r = 0; r < lo.repeats; ++r) {
-          auto t0 = std::chrono::steady_clock::now();
-          f();
-          ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      // Median times of the fused and the ATen path, timed alternately (fused, ATen, fused, …) so that a
+      // machine whose speed drifts during the run slows both alike.
+      auto median_ms = [&](const std::function<void(bool composite)>& f) {
+        f(false), f(true);  // warm-up
+        std::vector<double> ms[2];
+        for (int r = 0; r < lo.repeats; ++r)
+          for (int composite = 0; composite < 2; ++composite) {
+            std::optional<drope::ops::ForceCompositeLayers> force;
+            if (composite) force.emplace();
+            auto t0 = std::chrono::steady_clock::now();
+            f(composite);
+            ms[composite].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+          }
+        std::array<double, 2> med;
+        for (int i = 0; i < 2; ++i) {
+          std::nth_element(ms[i].begin(), ms[i].begin() + ms[i].size() / 2, ms[i].end());
+          med[i] = ms[i][ms[i].size() / 2];
         }
-        std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-        return ms[ms.size() / 2];
+        return med;
       };
       nlohmann::json out = nlohmann::json::array();
-      fmt::print("batch {} x seq {}, hidden {}, heads {} x {}, {}, {} threads; median of {} runs (ms)\n", B, T,
-                  lo.hidden, lo.heads, lo.head_dim, lo.dtype, at::get_num_threads(), lo.repeats);
+      fmt::print("batch {} x seq {}, hidden {}, heads {} ({} kv) x {}, ffn {}, {}, {} threads; median of {} alternating runs (ms)\n",
+                 B, T, lo.hidden, lo.heads, lo.kv_heads, lo.head_dim, lo.ffn, lo.dtype, at::get_num_threads(), lo.repeats);
       fmt::print("| op | fused fwd | ATen fwd | speed-up | fused fwd+bwd | ATen fwd+bwd | speed-up |\n"
                  "|---|---:|---:|---:|---:|---:|---:|\n");
       for (auto& c : cases) {
         double t[2][2];  // [fused/aten][fwd/fwdbwd]
-        for (int composite = 0; composite < 2; ++composite) {
-          std::optional<drope::ops::ForceCompositeLayers> force;
-          if (composite) force.emplace();
-          t[composite][0] = median_ms([&] {
-            torch::NoGradGuard ng;
-            c.op(c.inputs);
-          });
-          std::vector<torch::Tensor> leaves;
-          for (auto& x : c.inputs) leaves.push_back(x.detach().requires_grad_(true));
-          auto g = torch::randn_like(c.op(leaves).detach());
-          t[composite][1] = median_ms([&] {
-            auto y = c.op(leaves);
-            torch::autograd::grad({y}, leaves, {g});
-          });
-        }
+        const auto fwd = median_ms([&](bool) {
+          torch::NoGradGuard ng;
+          c.op(c.inputs);
+        });
+        std::vector<torch::Tensor> leaves;
+        for (auto& x : c.inputs) leaves.push_back(x.detach().requires_grad_(true));
+        auto g = torch::randn_like(c.op(leaves).detach());
+        const auto both = median_ms([&](bool) {
+          auto y = c.op(leaves);
+          torch::autograd::grad({y}, leaves, {g});
+        });
+        for (int i = 0; i < 2; ++i) t[i][0] = fwd[i], t[i][1] = both[i];
         fmt::print("| {} | {:.3f} | {:.3f} | {:.2f}x | {:.3f} | {:.3f} | {:.2f}x |\n", c.name, t[0][0], t[1][0],
                    t[1][0] / t[0][0], t[0][1], t[1][1], t[1][1] / t[0][1]);
         out.push_back({{"op", c.name}, {"fused_fwd_ms", t[0][0]}, {"aten_fwd_ms", t[1][0]},

@@ -192,3 +192,86 @@ TEST(FusedLayers, LinearOnOneDnnMatchesFloat64) {
   EXPECT_LT(max_diff(ops::matmul_nt(x2.t(), g2.t()).to(torch::kDouble), x2.t().to(torch::kDouble).mm(g2.to(torch::kDouble))),
             1e-4);
 }
+
+TEST(FusedLayers, SwiGluMatchesDefinition) {
+  torch::manual_seed(12);
+  for (auto dtype : {torch::kDouble, torch::kFloat}) {
+    const double tol = dtype == torch::kDouble ? 1e-12 : 3e-5;
+    // Widths around every vector width (16, 8, 4 and 2 lanes) so that the padded last vector is exercised.
+    for (int64_t F : {1, 7, 16, 33, 69}) {
+      for (bool bias : {false, true}) {
+        const int64_t C = 24;
+        auto x = torch::randn({3, 11, C}, dtype);
+        auto wg = torch::randn({F, C}, dtype) * 0.8, wu = torch::randn({F, C}, dtype) * 0.3;  // gates up to ±~15
+        std::vector<torch::Tensor> in{x, wg, wu};
+        if (bias) in.push_back(torch::randn({F}, dtype));
+        auto op = [](const std::vector<torch::Tensor>& t) {
+          return ops::swiglu(t[0], t[1], t.size() > 3 ? t[3] : torch::Tensor(), t[2], torch::Tensor());
+        };
+        expect_fused_equals_composite(op, in, torch::randn({3, 11, F}, dtype), tol);
+        // The definition in float64: silu(g)·u = g·σ(g)·u.
+        auto g = torch::linear(x.to(torch::kDouble), wg.to(torch::kDouble),
+                               bias ? in[3].to(torch::kDouble) : torch::Tensor());
+        auto u = torch::linear(x.to(torch::kDouble), wu.to(torch::kDouble));
+        auto want = g / (1 + (-g).exp()) * u;
+        EXPECT_LE(max_diff(op(in).to(torch::kDouble), want), tol * (1 + want.abs().max().item<double>()))
+            << "F " << F << " bias " << bias;
+      }
+    }
+  }
+  // Large gates: σ saturates to 0 and 1 without overflow; NaN propagates (the trainer's guards rely on it).
+  auto x = torch::tensor({{1.0f}, {-1.0f}, {0.0f}}), wg = torch::tensor({{120.0f}}), wu = torch::tensor({{2.0f}});
+  auto h = ops::swiglu(x, wg, {}, wu, {});
+  EXPECT_FLOAT_EQ(h[0][0].item<float>(), 240.0f);
+  EXPECT_NEAR(h[1][0].item<float>(), 0.0f, 1e-30);
+  EXPECT_EQ(h[2][0].item<float>(), 0.0f);
+  EXPECT_TRUE(std::isnan(ops::swiglu(torch::tensor({{NAN}}), wg, {}, wu, {}).item<float>()));
+}
+
+TEST(FusedLayers, LinearSplitMatchesSeparateLinears) {
+  torch::manual_seed(13);
+  for (auto dtype : {torch::kDouble, torch::kFloat}) {
+    const double tol = dtype == torch::kDouble ? 1e-12 : 2e-5;
+    const int64_t C = 40;
+    auto x = torch::randn({2, 13, C}, dtype);
+    std::vector<torch::Tensor> ws{torch::randn({32, C}, dtype), torch::randn({8, C}, dtype), torch::randn({8, C}, dtype)};
+    // Biases on all, on none, and on some (Qwen2 has q/k/v biases, Llama none).
+    for (int mask : {0, 7, 5}) {
+      std::vector<torch::Tensor> bs(3);
+      for (int i = 0; i < 3; ++i)
+        if (mask >> i & 1) bs[i] = torch::randn({ws[i].size(0)}, dtype);
+      std::vector<torch::Tensor> in{x, ws[0], ws[1], ws[2]};
+      for (auto& b : bs)
+        if (b.defined()) in.push_back(b);
+      // Sum of each output against its own upstream gradient: separate linear() calls vs one stacked GEMM.
+      auto op = [&](const std::vector<torch::Tensor>& t) {
+        std::vector<torch::Tensor> b(3);
+        size_t next = 4;
+        for (int i = 0; i < 3; ++i)
+          if (mask >> i & 1) b[i] = t[next++];
+        auto p = ops::linear_split(t[0], {t[1], t[2], t[3]}, {b[0], b[1], b[2]});
+        EXPECT_EQ(p.size(), 3u);
+        return torch::cat({p[0], p[1] * 2, p[2] * 3}, -1);
+      };
+      expect_fused_equals_composite(op, in, torch::randn({2, 13, 48}, dtype), tol);
+    }
+  }
+  // A frozen weight gets no gradient; the others still do, and match separate linears.
+  auto x = torch::randn({5, 6}, torch::kDouble).requires_grad_(true);
+  auto w0 = torch::randn({4, 6}, torch::kDouble).requires_grad_(true), w1 = torch::randn({3, 6}, torch::kDouble);
+  auto p = ops::linear_split(x, {w0, w1});
+  auto gr = torch::autograd::grad({(p[0].sum() + 2 * p[1].sum())}, {x, w0});
+  EXPECT_LE(max_diff(gr[0], torch::ones({5, 4}, torch::kDouble).mm(w0) + 2 * torch::ones({5, 3}, torch::kDouble).mm(w1)), 1e-12);
+  EXPECT_LE(max_diff(gr[1], torch::ones({4, 5}, torch::kDouble).mm(x.detach())), 1e-12);
+  EXPECT_FALSE(w1.grad().defined());
+}
+
+TEST(FusedLayers, StackedGradientsMatchCentralDifferences) {
+  torch::manual_seed(14);
+  auto rnd = [](at::IntArrayRef shape) { return torch::randn(shape, torch::kDouble); };
+  expect_central_differences([](const std::vector<torch::Tensor>& t) { return ops::swiglu(t[0], t[1], t[3], t[2], {}); },
+                             {rnd({2, 3, 4}), rnd({5, 4}), rnd({5, 4}), rnd({5})});
+  expect_central_differences(
+      [](const std::vector<torch::Tensor>& t) { return torch::cat(ops::linear_split(t[0], {t[1], t[2]}, {{}, t[3]}), -1); },
+      {rnd({3, 4}), rnd({2, 4}), rnd({3, 4}), rnd({3})});
+}

@@ -41,9 +41,10 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg, const LayerPositional& laye
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const PositionContext& ctx, torch::Tensor* probs_out,
                                      KVCache* cache, size_t layer) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto q = linear_of(q_proj, x);  // (B, T, H·D)
-  auto k = linear_of(k_proj, x);  // (B, T, Hkv·D)
-  auto v = linear_of(v_proj, x);
+  // (B, T, H·D), (B, T, Hkv·D) twice: one GEMM on the CPU (ops::linear_split).
+  const auto qkv = ops::linear_split(x, {q_proj->weight, k_proj->weight, v_proj->weight},
+                                     {q_proj->bias, k_proj->bias, v_proj->bias});
+  auto q = qkv[0], k = qkv[1], v = qkv[2];
   // QK-norm over the whole projection (DroPE reference) happens before splitting into heads.
   if (q_norm && !per_head_norm_) q = q_norm(q);
   if (k_norm && !per_head_norm_) k = k_norm(k);
@@ -76,7 +77,7 @@ MlpImpl::MlpImpl(const ModelConfig& cfg) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return linear_of(down_proj, torch::silu(linear_of(gate_proj, x)) * linear_of(up_proj, x));
+  return linear_of(down_proj, ops::swiglu(x, gate_proj->weight, gate_proj->bias, up_proj->weight, up_proj->bias));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, const LayerPositional& layer) {

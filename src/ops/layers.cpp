@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -166,6 +168,129 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
   }
 };
 
+// Weights (O_i, K) one after another: (ΣO_i, K).
+at::Tensor stack_rows(const std::vector<at::Tensor>& ws) { return ws.size() == 1 ? ws[0] : at::cat(ws, 0); }
+
+// y = x · [w_0; w_1; …]ᵀ + [b_0, b_1, …] for x (N, K): the projections of one input by several weights as
+// one GEMM, forward and backward (dx in one GEMM over the stacked weights, the weights' gradients in one,
+// then split by rows). biases holds the defined biases only; bit i of bias_mask says whether weight i has one.
+// (Autograd's custom functions take no undefined tensors, and index needs_input_grad by tensor: x, the
+// weights, then the biases.)
+class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
+                            at::TensorList biases, int64_t bias_mask) {
+    std::vector<at::Tensor> saved{x};
+    saved.insert(saved.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["bias_mask"] = bias_mask;
+    auto y = matmul_nt(x, stack_rows(weights.vec()));
+    if (!biases.empty()) {
+      std::vector<at::Tensor> bs;
+      size_t next = 0;
+      for (size_t i = 0; i < weights.size(); ++i)
+        bs.push_back(bias_mask >> i & 1 ? biases[next++] : at::zeros({weights[i].size(0)}, weights[i].options()));
+      y.add_(at::cat(bs, 0));
+    }
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const std::vector<at::Tensor> weights(saved.begin() + 1, saved.end());
+    const size_t n = weights.size();
+    const int64_t bias_mask = ctx->saved_data["bias_mask"].toInt();
+    size_t nbias = 0;
+    for (size_t i = 0; i < n; ++i) nbias += bias_mask >> i & 1;
+    torch::autograd::variable_list out(1 + n + nbias + 1);  // x, weights, biases, bias_mask
+    const auto& dy = grads[0];
+    if (!dy.defined()) return out;
+    if (ctx->needs_input_grad(0)) out[0] = matmul_nt(dy, stack_rows(weights).t());  // dy · W
+    bool want_w = false, want_b = false;
+    for (size_t i = 0; i < n; ++i) want_w |= ctx->needs_input_grad(1 + i);
+    for (size_t j = 0; j < nbias; ++j) want_b |= ctx->needs_input_grad(1 + n + j);
+    const at::Tensor dw = want_w ? matmul_nt(dy.t(), x.t()) : at::Tensor();  // dyᵀ · x, (ΣO_i, K)
+    const at::Tensor db = want_b ? dy.sum(0) : at::Tensor();
+    int64_t row = 0;
+    size_t b = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t rows = weights[i].size(0);
+      if (ctx->needs_input_grad(1 + i)) out[1 + i] = dw.narrow(0, row, rows);
+      if (bias_mask >> i & 1) {
+        if (ctx->needs_input_grad(1 + n + b)) out[1 + n + b] = db.narrow(0, row, rows);
+        ++b;
+      }
+      row += rows;
+    }
+    return out;
+  }
+};
+
+// SwiGLU of stacked gate/up projections gu (…, 2F) → silu(gate) · up (…, F), one pass forward and backward.
+class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& gu_in) {
+    const auto gu = gu_in.contiguous();
+    const int64_t n = gu.size(-1) / 2;
+    auto shape = gu.sizes().vec();
+    shape.back() = n;
+    auto h = at::empty(shape, gu.options());
+    for_dtype(gu, [&](auto tag) {
+      using T = decltype(tag);
+      kernels::swiglu_cpu(kernels::SwiGluArgs<T>{gu.data_ptr<T>(), nullptr, h.data_ptr<T>(), n == 0 ? 0 : h.numel() / n, n});
+    });
+    ctx->save_for_backward({gu});
+    return h;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor()};
+    const auto gu = ctx->get_saved_variables()[0];
+    const auto dh = grads[0].contiguous();
+    const int64_t n = gu.size(-1) / 2;
+    auto dgu = at::empty_like(gu);
+    for_dtype(gu, [&](auto tag) {
+      using T = decltype(tag);
+      kernels::swiglu_cpu(kernels::SwiGluArgs<T>{gu.data_ptr<T>(), dh.data_ptr<T>(), dgu.data_ptr<T>(),
+                                                 n == 0 ? 0 : dh.numel() / n, n});
+    });
+    return {dgu};
+  }
+};
+
+// Whether x's projections by these weights (and biases) take StackedLinearFunction: CPU, float32 or float64
+// throughout, no autocast, 2–63 weights (K columns each), a non-empty input.
+bool stacked_usable(const at::Tensor& x, at::TensorList weights, at::TensorList biases) {
+  if (force_composite || at::autocast::is_autocast_enabled(at::kCPU) || weights.size() < 2 || weights.size() > 63 ||
+      !(biases.empty() || biases.size() == weights.size()) || !layers_cpu_supported({x}) || x.dim() < 1 ||
+      x.numel() == 0)
+    return false;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const auto& w = weights[i];
+    if (!layers_cpu_supported({x, w}) || w.dim() != 2 || w.size(1) != x.size(-1)) return false;
+    if (!biases.empty() && biases[i].defined() &&
+        (!layers_cpu_supported({x, biases[i]}) || biases[i].dim() != 1 || biases[i].size(0) != w.size(0)))
+      return false;
+  }
+  return true;
+}
+
+// The stacked projections of x (…, K) → (…, ΣO_i) (stacked_usable holds).
+at::Tensor stacked_linear(const at::Tensor& x, at::TensorList weights, at::TensorList biases) {
+  std::vector<at::Tensor> defined;
+  int64_t mask = 0;
+  for (size_t i = 0; i < biases.size(); ++i)
+    if (biases[i].defined()) {
+      defined.push_back(biases[i]);
+      mask |= int64_t(1) << i;
+    }
+  auto sizes = x.sizes().vec();
+  sizes.back() = 0;
+  for (const auto& w : weights) sizes.back() += w.size(0);
+  return StackedLinearFunction::apply(x.reshape({-1, x.size(-1)}), weights, at::TensorList(defined), mask).view(sizes);
+}
+
 }  // namespace
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
@@ -176,6 +301,25 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   sizes.back() = weight.size(0);
   auto y = LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight).view(sizes);
   return bias.defined() ? y + bias : y;
+}
+
+std::vector<at::Tensor> linear_split(const at::Tensor& x, at::TensorList weights, at::TensorList biases) {
+  auto bias = [&](size_t i) { return i < biases.size() ? biases[i] : at::Tensor(); };
+  std::vector<at::Tensor> out;
+  if (!stacked_usable(x, weights, biases)) {
+    for (size_t i = 0; i < weights.size(); ++i) out.push_back(linear(x, weights[i], bias(i)));
+    return out;
+  }
+  std::vector<int64_t> rows;
+  for (const auto& w : weights) rows.push_back(w.size(0));
+  return stacked_linear(x, weights, biases).split_with_sizes(rows, -1);
+}
+
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate_weight, const at::Tensor& gate_bias,
+                  const at::Tensor& up_weight, const at::Tensor& up_bias) {
+  if (!stacked_usable(x, {gate_weight, up_weight}, {gate_bias, up_bias}) || gate_weight.size(0) != up_weight.size(0))
+    return at::silu(linear(x, gate_weight, gate_bias)) * linear(x, up_weight, up_bias);
+  return SwiGluFunction::apply(stacked_linear(x, {gate_weight, up_weight}, {gate_bias, up_bias}));
 }
 
 at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b) {

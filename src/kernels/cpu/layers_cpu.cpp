@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <type_traits>
 
 #include <ATen/Parallel.h>
 
 #include "drope/kernels/cpu_isa.h"
+#include "simd.h"
 
 namespace drope::kernels {
 
@@ -49,6 +51,23 @@ void dispatch_rows(int64_t rows, int64_t row_elements, const F& f) {
     }
 #endif
     body_baseline(f, b, e);
+  });
+}
+
+// Runs K<T, VB>(args)(begin, end) over rows, with VB the vector width in bytes of the widest instruction set
+// of this CPU (for kernels written with vector types rather than loops left to the compiler).
+template <template <typename, int> class K, typename T, typename Args>
+void dispatch_rows_vec(int64_t rows, int64_t row_elements, const Args& a) {
+  const Isa isa = cpu_isa();
+  at::parallel_for(0, rows, grain_rows(row_elements), [&](int64_t b, int64_t e) {
+#ifdef DROPE_X86_DISPATCH
+    switch (isa) {
+      case Isa::kAvx512: return body_avx512(K<T, 64>{a}, b, e);
+      case Isa::kAvx2: return body_avx2(K<T, 32>{a}, b, e);
+      case Isa::kBase: break;
+    }
+#endif
+    body_baseline(K<T, 16>{a}, b, e);
   });
 }
 
@@ -147,7 +166,66 @@ struct Rotary {
   }
 };
 
+// ---- SwiGLU --------------------------------------------------------------------------------------------
+
+// One row of gate g and up u (n each) → silu(g)·u, or the gradients [dh·u·silu'(g) | dh·silu(g)] with
+// silu(g) = g·σ(g) and silu'(g) = σ(g)·(1 + g·(1 − σ(g))). The last partial vector goes through a padded one,
+// so every element takes the same arithmetic.
+template <typename T, int VB>
+struct SwiGlu {
+  SwiGluArgs<T> a;
+  using V = typename Simd<T, VB>::V;
+  static constexpr int W = Simd<T, VB>::W;
+  DROPE_INLINE static V sigmoid(V g) { return T(1) / (T(1) + vexp(-g)); }
+  DROPE_INLINE void forward(const T* g, const T* u, T* h, int64_t i) const {
+    const V gv = vload<V>(g + i), s = sigmoid(gv);
+    vstore(h + i, gv * s * vload<V>(u + i));
+  }
+  DROPE_INLINE void backward(const T* g, const T* u, const T* dh, T* dg, T* du, int64_t i) const {
+    const V gv = vload<V>(g + i), s = sigmoid(gv), sg = gv * s, d = vload<V>(dh + i);
+    vstore(du + i, d * sg);
+    vstore(dg + i, d * vload<V>(u + i) * (s + sg * (T(1) - s)));
+  }
+  DROPE_INLINE void operator()(int64_t b, int64_t e) const {
+    const int64_t n = a.n, full = n - n % W, rest = n - full;
+    for (int64_t r = b; r < e; ++r) {
+      const T* g = a.gu + r * 2 * n;
+      const T* u = g + n;
+      if (!a.dh) {
+        T* h = a.out + r * n;
+        for (int64_t i = 0; i < full; i += W) forward(g, u, h, i);
+        if (rest) {
+          T tg[W] = {}, tu[W] = {}, th[W];
+          std::memcpy(tg, g + full, rest * sizeof(T));
+          std::memcpy(tu, u + full, rest * sizeof(T));
+          forward(tg, tu, th, 0);
+          std::memcpy(h + full, th, rest * sizeof(T));
+        }
+      } else {
+        const T* dh = a.dh + r * n;
+        T* dg = a.out + r * 2 * n;
+        T* du = dg + n;
+        for (int64_t i = 0; i < full; i += W) backward(g, u, dh, dg, du, i);
+        if (rest) {
+          T tg[W] = {}, tu[W] = {}, td[W] = {}, tdg[W], tdu[W];
+          std::memcpy(tg, g + full, rest * sizeof(T));
+          std::memcpy(tu, u + full, rest * sizeof(T));
+          std::memcpy(td, dh + full, rest * sizeof(T));
+          backward(tg, tu, td, tdg, tdu, 0);
+          std::memcpy(dg + full, tdg, rest * sizeof(T));
+          std::memcpy(du + full, tdu, rest * sizeof(T));
+        }
+      }
+    }
+  }
+};
+
 }  // namespace
+
+template <typename T>
+static void swiglu(const SwiGluArgs<T>& a) {
+  dispatch_rows_vec<SwiGlu, T>(a.rows, 3 * a.n, a);
+}
 
 template <typename T>
 static void rms_forward(const RmsNormForwardArgs<T>& a) {
@@ -175,5 +253,7 @@ void rms_norm_backward_cpu(const RmsNormBackwardArgs<float>& a) { rms_backward(a
 void rms_norm_backward_cpu(const RmsNormBackwardArgs<double>& a) { rms_backward(a); }
 void rotary_cpu(const RotaryArgs<float>& a) { rotary(a); }
 void rotary_cpu(const RotaryArgs<double>& a) { rotary(a); }
+void swiglu_cpu(const SwiGluArgs<float>& a) { swiglu(a); }
+void swiglu_cpu(const SwiGluArgs<double>& a) { swiglu(a); }
 
 }  // namespace drope::kernels
