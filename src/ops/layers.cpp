@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include <ATen/autocast_mode.h>
@@ -171,28 +170,16 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
 // Weights (O_i, K) one after another: (ΣO_i, K).
 at::Tensor stack_rows(const std::vector<at::Tensor>& ws) { return ws.size() == 1 ? ws[0] : at::cat(ws, 0); }
 
-// y = x · [w_0; w_1; …]ᵀ + [b_0, b_1, …] for x (N, K): the projections of one input by several weights as
-// one GEMM, forward and backward (dx in one GEMM over the stacked weights, the weights' gradients in one,
-// then split by rows). biases holds the defined biases only; bit i of bias_mask says whether weight i has one.
-// (Autograd's custom functions take no undefined tensors, and index needs_input_grad by tensor: x, the
-// weights, then the biases.)
+// y = x · [w_0; w_1; …]ᵀ for x (N, K): the projections of one input by several weights as one GEMM, forward
+// and backward (dx in one GEMM over the stacked weights, the weights' gradients in one, then split by rows).
+// The weights are stacked again in the backward rather than kept stacked from the forward.
 class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunction> {
  public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
-                            at::TensorList biases, int64_t bias_mask) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList weights) {
     std::vector<at::Tensor> saved{x};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
-    ctx->saved_data["bias_mask"] = bias_mask;
-    auto y = matmul_nt(x, stack_rows(weights.vec()));
-    if (!biases.empty()) {
-      std::vector<at::Tensor> bs;
-      size_t next = 0;
-      for (size_t i = 0; i < weights.size(); ++i)
-        bs.push_back(bias_mask >> i & 1 ? biases[next++] : at::zeros({weights[i].size(0)}, weights[i].options()));
-      y.add_(at::cat(bs, 0));
-    }
-    return y;
+    return matmul_nt(x, stack_rows(weights.vec()));
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -200,28 +187,18 @@ class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunc
     const auto& x = saved[0];
     const std::vector<at::Tensor> weights(saved.begin() + 1, saved.end());
     const size_t n = weights.size();
-    const int64_t bias_mask = ctx->saved_data["bias_mask"].toInt();
-    size_t nbias = 0;
-    for (size_t i = 0; i < n; ++i) nbias += bias_mask >> i & 1;
-    torch::autograd::variable_list out(1 + n + nbias + 1);  // x, weights, biases, bias_mask
+    torch::autograd::variable_list out(1 + n);  // x, then the weights
     const auto& dy = grads[0];
     if (!dy.defined()) return out;
     if (ctx->needs_input_grad(0)) out[0] = matmul_nt(dy, stack_rows(weights).t());  // dy · W
-    bool want_w = false, want_b = false;
+    bool want_w = false;
     for (size_t i = 0; i < n; ++i) want_w |= ctx->needs_input_grad(1 + i);
-    for (size_t j = 0; j < nbias; ++j) want_b |= ctx->needs_input_grad(1 + n + j);
-    const at::Tensor dw = want_w ? matmul_nt(dy.t(), x.t()) : at::Tensor();  // dyᵀ · x, (ΣO_i, K)
-    const at::Tensor db = want_b ? dy.sum(0) : at::Tensor();
+    if (!want_w) return out;
+    const at::Tensor dw = matmul_nt(dy.t(), x.t());  // dyᵀ · x, (ΣO_i, K)
     int64_t row = 0;
-    size_t b = 0;
     for (size_t i = 0; i < n; ++i) {
-      const int64_t rows = weights[i].size(0);
-      if (ctx->needs_input_grad(1 + i)) out[1 + i] = dw.narrow(0, row, rows);
-      if (bias_mask >> i & 1) {
-        if (ctx->needs_input_grad(1 + n + b)) out[1 + n + b] = db.narrow(0, row, rows);
-        ++b;
-      }
-      row += rows;
+      if (ctx->needs_input_grad(1 + i)) out[1 + i] = dw.narrow(0, row, weights[i].size(0));
+      row += weights[i].size(0);
     }
     return out;
   }
@@ -260,9 +237,9 @@ class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
 };
 
 // Whether x's projections by these weights (and biases) take StackedLinearFunction: CPU, float32 or float64
-// throughout, no autocast, 2–63 weights (K columns each), a non-empty input.
+// throughout, no autocast, two or more weights (K columns each), a non-empty input.
 bool stacked_usable(const at::Tensor& x, at::TensorList weights, at::TensorList biases) {
-  if (force_composite || at::autocast::is_autocast_enabled(at::kCPU) || weights.size() < 2 || weights.size() > 63 ||
+  if (force_composite || at::autocast::is_autocast_enabled(at::kCPU) || weights.size() < 2 ||
       !(biases.empty() || biases.size() == weights.size()) || !layers_cpu_supported({x}) || x.dim() < 1 ||
       x.numel() == 0)
     return false;
@@ -276,19 +253,20 @@ bool stacked_usable(const at::Tensor& x, at::TensorList weights, at::TensorList 
   return true;
 }
 
-// The stacked projections of x (…, K) → (…, ΣO_i) (stacked_usable holds).
+// The stacked projections of x (…, K) → (…, ΣO_i) (stacked_usable holds). The biases, if any, are added
+// after the GEMM as linear() adds its bias (zeros stand in for an undefined one beside defined ones).
 at::Tensor stacked_linear(const at::Tensor& x, at::TensorList weights, at::TensorList biases) {
-  std::vector<at::Tensor> defined;
-  int64_t mask = 0;
-  for (size_t i = 0; i < biases.size(); ++i)
-    if (biases[i].defined()) {
-      defined.push_back(biases[i]);
-      mask |= int64_t(1) << i;
-    }
   auto sizes = x.sizes().vec();
   sizes.back() = 0;
   for (const auto& w : weights) sizes.back() += w.size(0);
-  return StackedLinearFunction::apply(x.reshape({-1, x.size(-1)}), weights, at::TensorList(defined), mask).view(sizes);
+  auto y = StackedLinearFunction::apply(x.reshape({-1, x.size(-1)}), weights).view(sizes);
+  bool any_bias = false;
+  for (const auto& b : biases) any_bias |= b.defined();
+  if (!any_bias) return y;
+  std::vector<at::Tensor> bs;
+  for (size_t i = 0; i < weights.size(); ++i)
+    bs.push_back(biases[i].defined() ? biases[i] : at::zeros({weights[i].size(0)}, weights[i].options()));
+  return y + at::cat(bs, 0);
 }
 
 }  // namespace

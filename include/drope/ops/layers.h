@@ -27,8 +27,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 // The projections of one input by several weights, as separate linear() calls would give them: x (…, K),
 // weights (O_i, K), biases none or one per weight (each may be undefined) → one (…, O_i) per weight. On the
 // CPU in float32/float64 without autocast, several weights are one GEMM over the weights stacked by rows (and
-// two in the backward): the attention's q/k/v projections took 1.2× less time so. Otherwise, separate
-// linear() calls. The outputs are then views of one (…, ΣO_i) tensor.
+// two in the backward), and the outputs are views of one (…, ΣO_i) tensor: the q/k/v projections' fwd+bwd
+// took 1.05–1.16× less time so (docs/benchmarks.md). Otherwise, separate linear() calls.
 std::vector<at::Tensor> linear_split(const at::Tensor& x, at::TensorList weights, at::TensorList biases = {});
 
 // The SwiGLU MLP's hidden activation silu(x·gateᵀ + b_g) · (x·upᵀ + b_u), biases possibly undefined. On the
