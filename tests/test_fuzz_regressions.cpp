@@ -15,6 +15,7 @@
 #define DROPE_FUZZ_REPLAY 1
 #include "../fuzz/fuzz_checkpoint_state.cpp"
 #include "../fuzz/fuzz_dataset_index.cpp"
+#include "../fuzz/fuzz_gguf.cpp"
 #include "../fuzz/fuzz_hf_config.cpp"
 #include "../fuzz/fuzz_json.cpp"
 #include "../fuzz/fuzz_model_config.cpp"
@@ -37,7 +38,7 @@ const std::vector<Target> kTargets = {
     {"hf_config", drope_fuzz_hf_config},               {"model_config", drope_fuzz_model_config},
     {"safetensors_header", drope_fuzz_safetensors_header}, {"token_shard", drope_fuzz_token_shard},
       {"tokenizer_json", drope_fuzz_tokenizer_json},     {"sentencepiece_model", drope_fuzz_sentencepiece_model},
-      {"json", drope_fuzz_json},
+      {"json", drope_fuzz_json},                         {"gguf", drope_fuzz_gguf},
 };
 
 // Runs every file of `dir` (if it exists) through the target; returns how many.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -135,6 +136,19 @@ InputFile::InputFile(const std::string& path) {
 
 InputFile::~InputFile() {
   if (fd_ >= 0) ::close(fd_);
+}
+
+MappedFile::MappedFile(const std::string& path) {
+  const InputFile f(path);
+  size_ = f.size();
+  if (size_ == 0) return;
+  void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, f.fd(), 0);
+  if (m == MAP_FAILED) fail("{}: mmap failed ({})", path, std::strerror(errno));
+  map_ = static_cast<const uint8_t*>(m);
+}
+
+MappedFile::~MappedFile() {
+  if (map_) ::munmap(const_cast<uint8_t*>(map_), size_);
 }
 
 std::string read_file(const std::string& path, uint64_t max_bytes) {

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "drope/core/error.h"
+#include "drope/core/gguf.h"
 #include "drope/io/model_io.h"
 
 namespace drope::eval {
@@ -41,7 +42,7 @@ EvalModel load_eval_model(const MethodSpec& m, bool need_tokenizer) {
   }
   if (need_tokenizer) {
     const std::string tpath = m.tokenizer.empty() ? m.model_dir : m.tokenizer;
-    const bool has = !m.tokenizer.empty() || fs::exists(fs::path(tpath) / "tokenizer.json") ||
+    const bool has = !m.tokenizer.empty() || gguf::is_gguf_path(tpath) || fs::exists(fs::path(tpath) / "tokenizer.json") ||
                      fs::exists(fs::path(tpath) / "tokenizer.model");
     if (!has)
       fail("the model at {} has no tokenizer (tokenizer.json or tokenizer.model); pass --tokenizer", m.model_dir);

@@ -9,6 +9,7 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
+#include "drope/io/gguf_import.h"
 #include "drope/io/safetensors.h"
 #include "drope/model/drope.h"
 
@@ -27,9 +28,27 @@ void check_import_positional(PositionalType t, const std::string& where) {
          join_names(import_positional_names()), t);
 }
 
+namespace {
+void read_dir_source(const std::string& dir, ModelSource& src);
+void apply_import_options(const ImportOptions& opt, ModelSource& src);
+}  // namespace
+
 ModelSource read_model_source(const std::string& dir, const ImportOptions& opt) {
-  if (!fs::is_directory(dir)) fail("{}: model directory not found", dir);
   ModelSource src;
+  if (gguf::is_gguf_path(dir) && !fs::is_directory(dir)) {
+    const gguf::File f(dir);
+    src.config_file = dir;
+    src.config = import_gguf_config(f).config;
+  } else {
+    read_dir_source(dir, src);
+  }
+  apply_import_options(opt, src);
+  return src;
+}
+
+namespace {
+void read_dir_source(const std::string& dir, ModelSource& src) {
+  if (!fs::is_directory(dir)) fail("{}: model directory not found", dir);
   const auto ours = (fs::path(dir) / "drope.yaml").string();
   const auto hf = (fs::path(dir) / "config.json").string();
   if (fs::exists(ours)) {
@@ -44,6 +63,9 @@ ModelSource read_model_source(const std::string& dir, const ImportOptions& opt) 
   } else {
     fail("{}: neither drope.yaml nor config.json found; not a model directory", dir);
   }
+}
+
+void apply_import_options(const ImportOptions& opt, ModelSource& src) {
   if (opt.positional) {
     check_import_positional(*opt.positional, "positional override");
     ModelConfig& c = src.config;
@@ -58,8 +80,8 @@ ModelSource read_model_source(const std::string& dir, const ImportOptions& opt) 
     }
     c.validate(src.config_file + " (positional override " + std::string(name_of(*opt.positional)) + ")");
   }
-  return src;
 }
+}  // namespace
 
 ModelConfig load_model_config_dir(const std::string& dir, const ImportOptions& opt) {
   return read_model_source(dir, opt).config;
@@ -177,7 +199,28 @@ void load_weights_from(DecoderLM& model, const WeightSet& ws, const std::string&
 }
 }  // namespace
 
+namespace {
+bool is_gguf_file(const std::string& path) { return gguf::is_gguf_path(path) && !fs::is_directory(path); }
+
+// Copies every parameter from the GGUF file `f` (mapped and shape-checked against the config first).
+void load_gguf_weights(DecoderLM& model, const gguf::File& f, const std::vector<GgufTensorMap>& maps) {
+  torch::NoGradGuard ng;
+  std::map<std::string, const GgufTensorMap*> by_name;
+  for (const auto& m : maps) by_name.emplace(m.hf_name, &m);
+  for (auto& kv : model->named_parameters()) {
+    auto it = by_name.find(kv.key());
+    if (it == by_name.end()) fail("{}: the model needs '{}', which a GGUF file does not hold", f.path(), kv.key());
+    kv.value().copy_(read_gguf_tensor(f, *it->second).to(kv.value().scalar_type()));
+  }
+}
+}  // namespace
+
 void load_weights(DecoderLM& model, const std::string& dir) {
+  if (is_gguf_file(dir)) {
+    const gguf::File f(dir);
+    load_gguf_weights(model, f, map_gguf_tensors(f, model->config()));
+    return;
+  }
   load_weights_from(model, open_weights(dir), dir, read_model_source(dir));
 }
 
@@ -210,6 +253,14 @@ void check_config_against_weights(const ModelConfig& cfg, const WeightSet& ws, c
 
 DecoderLM load_model(const std::string& dir, const ImportOptions& opt) {
   const ModelSource src = read_model_source(dir, opt);
+  if (is_gguf_file(dir)) {
+    const gguf::File f(dir);
+    const auto maps = map_gguf_tensors(f, src.config);  // every tensor checked before the model is allocated
+    DecoderLM m(src.config);
+    load_gguf_weights(m, f, maps);
+    m->eval();
+    return m;
+  }
   const WeightSet ws = open_weights(dir);  // headers only: checked against the config before allocating
   check_config_against_weights(src.config, ws, dir);
   DecoderLM m(src.config);
@@ -234,6 +285,7 @@ bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptio
   if (!reference) write_file_atomic((fs::path(dir) / "drope.yaml").string(), model_config_to_yaml(cfg));
   if (!config_json.empty()) write_file_atomic((fs::path(dir) / "config.json").string(), config_json);
   save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  for (const auto& [name, content] : opt.extra_files) write_file_atomic((fs::path(dir) / name).string(), content);
   return !config_json.empty();
 }
 

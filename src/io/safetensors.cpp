@@ -46,26 +46,10 @@ std::string safetensors_dtype_name(at::ScalarType t) {
   }
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  const InputFile f(path);  // regular files only: a FIFO is refused, not waited on
-  size_ = f.size();
-  if (size_ > 0) {
-    void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, f.fd(), 0);
-    if (m == MAP_FAILED) fail("{}: mmap failed ({})", path, std::strerror(errno));
-    map_ = static_cast<const char*>(m);
-  }
-  try {
-    header_ = parse_safetensors_header(map_ ? map_ : "", size_, path);
-  } catch (...) {
-    if (map_) ::munmap(const_cast<char*>(map_), size_);
-    map_ = nullptr;
-    throw;
-  }
-}
-
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(const_cast<char*>(map_), size_);
-}
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : path_(path),
+      file_(path),  // regular files only: a FIFO is refused, not waited on
+      header_(parse_safetensors_header(reinterpret_cast<const char*>(file_.data()), file_.size(), path)) {}
 
 at::Tensor SafetensorsFile::get(const std::string& name) const {
   auto it = header_.tensors.find(name);
@@ -73,7 +57,7 @@ at::Tensor SafetensorsFile::get(const std::string& name) const {
   const auto& e = it->second;
   const auto dt = safetensors_dtype(e.dtype, path_);
   auto out = at::empty(e.shape, at::TensorOptions().dtype(dt));
-  if (e.end > e.begin) std::memcpy(out.data_ptr(), map_ + header_.data_start + e.begin, e.end - e.begin);
+  if (e.end > e.begin) std::memcpy(out.data_ptr(), file_.data() + header_.data_start + e.begin, e.end - e.begin);
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include "bpe_internal.h"
 #include "drope/core/error.h"
+#include "drope/text/gguf_tokenizer.h"
 
 namespace drope::text::bpe_detail {
 
@@ -175,6 +176,11 @@ namespace drope::text {
 
 std::unique_ptr<Tokenizer> load_hf_bpe(const std::string& tokenizer_json) {
   return std::make_unique<bpe_detail::BpeTokenizer>(tokenizer_json);
+}
+
+std::unique_ptr<Tokenizer> load_hf_bpe_text(const std::string& label, const std::string& tokenizer_json,
+                                            const std::string& tokenizer_config_json) {
+  return std::make_unique<bpe_detail::BpeTokenizer>(label, tokenizer_json, tokenizer_config_json);
 }
 
 }  // namespace drope::text

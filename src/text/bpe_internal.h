@@ -117,6 +117,8 @@ struct AddedToken {
 class BpeTokenizer final : public Tokenizer {
  public:
   explicit BpeTokenizer(std::string path);  // bpe_json.cpp
+  // From tokenizer.json and tokenizer_config.json texts held in memory; `label` names them in errors.
+  BpeTokenizer(std::string label, const std::string& text, const std::string& config_text);
 
   std::vector<int32_t> encode(std::string_view text) const override;                 // bpe.cpp
   std::string decode(const std::vector<int32_t>& ids, bool skip_special) const override;  // bpe_decode.cpp
@@ -140,6 +142,7 @@ class BpeTokenizer final : public Tokenizer {
   };
 
   // ---- loading (bpe_json.cpp)
+  void load(const std::string& text, const std::string* config_text);
   void parse_model(const JsonIn& in, const json& model);
   int32_t lookup(const JsonIn& in, const std::string& where, const std::string& tok) const;
   // Accepts null, NFC, or a Sequence of NFC normalisers.
@@ -151,7 +154,7 @@ class BpeTokenizer final : public Tokenizer {
   void parse_added_tokens(const JsonIn& in, const json* list);
   void parse_decoder(const JsonIn& in, const json* d);
   // EOS/BOS from tokenizer_config.json beside the file, else from well-known special tokens.
-  void resolve_special_ids();
+  void resolve_special_ids(const std::string* config_text);
 
   // ---- pre-tokenisation (bpe_pretok.cpp)
   std::string normalize(std::string_view s) const;

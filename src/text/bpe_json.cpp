@@ -27,7 +27,15 @@ std::atomic<uint64_t> next_cache_owner{1};
 }  // namespace
 
 BpeTokenizer::BpeTokenizer(std::string path) : path_(std::move(path)), cache_owner_(next_cache_owner++) {
-  const std::string text = read_file(path_);
+  load(read_file(path_), nullptr);
+}
+
+BpeTokenizer::BpeTokenizer(std::string label, const std::string& text, const std::string& config_text)
+    : path_(std::move(label)), cache_owner_(next_cache_owner++) {
+  load(text, &config_text);
+}
+
+void BpeTokenizer::load(const std::string& text, const std::string* config_text) {
   const json root = parse_json(text, path_);
   JsonIn in{path_};
   if (!root.is_object()) in.bad("(top level)", "expected an object");
@@ -36,7 +44,7 @@ BpeTokenizer::BpeTokenizer(std::string path) : path_(std::move(path)), cache_own
   parse_pre_tokenizer(in, in.opt(root, "pre_tokenizer"));
   parse_added_tokens(in, in.opt(root, "added_tokens"));
   parse_decoder(in, in.opt(root, "decoder"));
-  resolve_special_ids();
+  resolve_special_ids(config_text);
 }
 
 void BpeTokenizer::parse_model(const JsonIn& in, const json& model) {
@@ -225,17 +233,18 @@ void BpeTokenizer::parse_decoder(const JsonIn& in, const json* d) {
   if (type != "ByteLevel") in.bad("decoder.type", fmt::format("decoder \"{}\" is not supported (expected ByteLevel)", type));
 }
 
-void BpeTokenizer::resolve_special_ids() {
+void BpeTokenizer::resolve_special_ids(const std::string* config_text) {
   auto id_of = [&](const std::string& content) -> int32_t {
     for (const auto& a : added_)
       if (added_by_id_.at(a.id).raw == content) return a.id;
     auto it = token_to_id_.find(content);
     return it == token_to_id_.end() ? -1 : it->second;
   };
-  const auto cfg_path = (fs::path(path_).parent_path() / "tokenizer_config.json").string();
+  const auto cfg_path = config_text ? path_ + " (tokenizer_config)"
+                                    : (fs::path(path_).parent_path() / "tokenizer_config.json").string();
   std::error_code ec;
-  if (fs::exists(cfg_path, ec)) {
-    const json cfg = read_json_file(cfg_path, kMaxConfigBytes);
+  if (config_text || fs::exists(cfg_path, ec)) {
+    const json cfg = config_text ? parse_json(*config_text, cfg_path) : read_json_file(cfg_path, kMaxConfigBytes);
     if (!cfg.is_object()) fail("{}: expected an object", cfg_path);
     auto from_cfg = [&](const char* key, int32_t& out) {
       const json* v = cfg.contains(key) && !cfg[key].is_null() ? &cfg[key] : nullptr;

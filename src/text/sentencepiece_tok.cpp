@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "drope/core/error.h"
+#include "drope/text/gguf_tokenizer.h"
 #include "drope/core/files.h"
 #include "drope/text/sentencepiece_model.h"
 #include "drope/text/tokenizer.h"
@@ -51,8 +52,8 @@ void append_ids(void* ctx, const int32_t* ids, size_t n) {
 // A loaded SentencePiece model.
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  explicit SentencePieceTokenizer(std::string path) : path_(std::move(path)) {
-    const std::string bytes = read_file(path_);
+  explicit SentencePieceTokenizer(std::string path) : SentencePieceTokenizer(path, read_file(path)) {}
+  SentencePieceTokenizer(std::string label, const std::string& bytes) : path_(std::move(label)) {
     check_sentencepiece_model(bytes, path_);
     std::string err;
     drope_spm* m = nullptr;
@@ -105,6 +106,10 @@ constexpr int64_t kMaxTrainingBytes = int64_t{1} << 30;
 
 std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path) {
   return std::make_unique<SentencePieceTokenizer>(model_path);
+}
+
+std::unique_ptr<Tokenizer> load_sentencepiece_bytes(const std::string& label, const std::string& model_bytes) {
+  return std::make_unique<SentencePieceTokenizer>(label, model_bytes);
 }
 
 void train_sentencepiece(const TextSource& source, const SentencePieceTrainOptions& options,

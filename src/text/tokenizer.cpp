@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "drope/core/error.h"
+#include "drope/text/gguf_tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -22,8 +23,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   const auto ext = fs::path(path).extension().string();
   if (ext == ".model") return load_sentencepiece(path);
   if (ext == ".json") return load_hf_bpe(path);
-  fail("{}: unknown tokenizer file; expected a SentencePiece .model, an HF tokenizer.json, or a directory "
-       "holding one",
+  if (gguf::is_gguf_path(path)) return load_gguf_tokenizer(path);
+  fail("{}: unknown tokenizer file; expected a SentencePiece .model, an HF tokenizer.json, a GGUF model "
+       "file, or a directory holding one",
        path);
 }
 

@@ -29,6 +29,23 @@ class InputFile {
   uint64_t size_ = 0;
 };
 
+// A regular file mapped read-only (private) for its lifetime; an empty file maps to no bytes (data() is
+// a valid pointer to nothing). Refuses what InputFile refuses.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const uint8_t* data() const { return map_ ? map_ : &kEmpty; }
+  uint64_t size() const { return size_; }
+
+ private:
+  static constexpr uint8_t kEmpty = 0;
+  const uint8_t* map_ = nullptr;
+  uint64_t size_ = 0;
+};
+
 // Reads a whole regular file of at most `max_bytes`; throws drope::Error naming the path when it cannot
 // (missing, a directory, a FIFO or device, too large, unreadable).
 std::string read_file(const std::string& path, uint64_t max_bytes = kMaxReadBytes);

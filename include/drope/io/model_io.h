@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -36,6 +37,7 @@ struct ModelSource {
 };
 
 // Reads the config of a model directory: drope.yaml when present, else config.json; then applies `opt`.
+// A `*.gguf` file stands for a directory here and in load_model / load_weights (drope/io/gguf_import.h).
 ModelSource read_model_source(const std::string& dir, const ImportOptions& opt = {});
 // read_model_source(dir, opt).config.
 ModelConfig load_model_config_dir(const std::string& dir, const ImportOptions& opt = {});
@@ -52,6 +54,9 @@ struct SaveOptions {
   at::ScalarType dtype = at::kFloat;        // stored dtype of the weights
   bool replace_any = false;                 // replace an existing non-empty directory even if it is not a model of ours
   ModelFormat format = ModelFormat::kDrope; // drope-reference: the DroPE authors' config.json, no drope.yaml
+  // More files written into the directory with the model (name inside the directory → content), e.g. the
+  // tokenizer files of an imported GGUF.
+  std::vector<std::pair<std::string, std::string>> extra_files;
 };
 // Writes drope.yaml, model.safetensors and (when HF can express the model) config.json, atomically
 // as a directory; with format drope-reference, the authors' config.json and model.safetensors (with the

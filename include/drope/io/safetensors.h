@@ -11,6 +11,7 @@
 
 #include <ATen/ATen.h>
 
+#include "drope/core/files.h"
 #include "drope/io/safetensors_header.h"
 
 namespace drope::io {
@@ -19,9 +20,6 @@ namespace drope::io {
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);
-  ~SafetensorsFile();
-  SafetensorsFile(const SafetensorsFile&) = delete;
-  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
   const SafetensorsHeader& header() const { return header_; }
   bool contains(const std::string& name) const { return header_.tensors.count(name) > 0; }
@@ -31,8 +29,7 @@ class SafetensorsFile {
 
  private:
   std::string path_;
-  const char* map_ = nullptr;
-  uint64_t size_ = 0;
+  MappedFile file_;
   SafetensorsHeader header_;
 };
 

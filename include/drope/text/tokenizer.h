@@ -43,7 +43,8 @@ std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path);
 // tokens (<|endoftext|>, </s>, <|end_of_text|>, <eos> / <s>, <|begin_of_text|>, <bos>).
 std::unique_ptr<Tokenizer> load_hf_bpe(const std::string& tokenizer_json);
 
-// Chooses by file: `*.model` → SentencePiece; `*.json`, or a directory holding `tokenizer.json` → BPE;
+// Chooses by file: `*.model` → SentencePiece; `*.json`, or a directory holding `tokenizer.json` → BPE; `*.gguf` →
+// the tokenizer its metadata describes (drope/text/gguf_tokenizer.h);
 // a directory holding `tokenizer.model` → SentencePiece.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
