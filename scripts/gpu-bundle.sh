@@ -17,12 +17,13 @@ if [ -e "$DEST" ] && [ -n "$(ls -A "$DEST" 2>/dev/null)" ] && [ ! -f "$DEST/.dro
 fi
 grep -q '^CMAKE_CUDA_COMPILER:STRING=.\+' "$BUILD/CMakeCache.txt" ||
   { echo "error: $BUILD was configured without CUDA (no nvcc): nothing to bundle" >&2; exit 2; }
-BINS=("$BUILD/drope-bench" "$BUILD/drope-train" "$BUILD/drope-model" "$BUILD/tests/drope_gpu_tests")
+BINS=("$BUILD/drope-bench" "$BUILD/drope-train" "$BUILD/drope-model" "$BUILD/drope-data" "$BUILD/drope-eval"
+  "$BUILD/tests/drope_gpu_tests")
 for b in "${BINS[@]}"; do [ -x "$b" ] || { echo "error: $b not built" >&2; exit 2; }; done
 TMP="$(mktemp -d "${DEST%/}.tmp.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/build/tests" "$TMP/lib"
-cp "${BINS[@]:0:3}" "$TMP/build/"
+cp "${BINS[@]:0:5}" "$TMP/build/"
 cp "$BUILD/tests/drope_gpu_tests" "$BUILD/tests/drope_gpu_tests[1]_include.cmake" \
   "$BUILD/tests/drope_gpu_tests[1]_tests.cmake" "$TMP/build/tests/"
 echo 'subdirs("tests")' > "$TMP/build/CTestTestfile.cmake"

@@ -18,6 +18,9 @@
 #                          single-rank NCCL process group (DROPE_DIST_SINGLE_RANK_GROUP=1)
 #   greedy_gpu_vs_cpu      drope-bench generate on a random tiny model, float32, on the CPU and on CUDA: the
 #                          greedy tokens must be equal
+#   real_smollm2_drope     the real SmolLM2-135M-Instruct (GGUF) recalibrated with DroPE + QK-norm in bf16 at
+#                          C = 2048 on prose in its own tokenizer, temperature fitted, then NIAH at 4K..32K for the
+#                          model as released, with YaRN, and DroPE (loss curve in real/run/log.jsonl)
 # After every stage $OUT_DIR/summary.json and summary.md are rewritten (atomically) from what the stages left
 # there (scripts/drope_scripts/gpu_check.py). Extra arguments go to both drope-bench attention runs.
 # --dry-run prints every stage with its budget and command and writes a summary of "dry run" stages
@@ -88,7 +91,7 @@ run_stage() {
 }
 
 # ---- the stages (exported: `timeout` runs them in a child bash) ----------------------------------------------
-TARGETS="drope-bench drope-train drope-model drope_gpu_tests"
+TARGETS="drope-bench drope-train drope-model drope-data drope-eval drope_gpu_tests"
 describe_stage_setup() {
   if [ "$PREBUILT" = 1 ]; then
     echo "DROPE_GPU_CHECK_PREBUILT=1: no build; $BUILD_DIR must hold $TARGETS built elsewhere;" \
@@ -241,8 +244,43 @@ sys.exit(0 if same and a else 1)
 EOF
 }
 
+describe_stage_real() {
+  echo "SmolLM2-135M-Instruct GGUF (.cache/models, scripts/fetch_smollm2.sh) -> drope-train phase drope" \
+    "(+QK-norm, bf16, C=2048, ${DROPE_GPU_REAL_STEPS:-120} steps) on prose tokenised with its tokenizer ->" \
+    "fit-temperature -> NIAH 4K..32K: as released, YaRN x16, DroPE"
+}
+stage_real() {
+  local gguf="$ROOT/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf" text d="$OUT_DIR/real" ckpt
+  [ -s "$gguf" ] || { echo "error: $gguf missing (scripts/fetch_smollm2.sh; carry .cache to the GPU node)"; return 1; }
+  text="$(ls "$ROOT"/runs/corpus/*/docs.jsonl 2>/dev/null | head -n1 || true)"
+  [ -n "$text" ] || text="$ROOT/docs"
+  rm -rf "$d"  # ours, from an earlier check
+  mkdir -p "$d"
+  "$BUILD_DIR/drope-data" prepare --input "$text" --tokenizer "$gguf" --out "$d/data" || return 1
+  cat > "$d/drope.yaml" <<EOF
+# written by scripts/gpu-check.sh: DroPE recalibration of the real SmolLM2-135M-Instruct at C = 2048
+run: {name: gpu-check-real-drope, out_dir: $d/run, seed: 0, phase: drope, init: $gguf}
+drope: {qk_norm: qk}
+data: {dataset: $d/data, seq_len: 2048, batch_size: 32, micro_batch: 16}
+optim: {lr: 1.0e-3, betas: [0.9, 0.95], weight_decay: 0.1}
+schedule: {type: cosine, warmup: 20, min_lr_ratio: 0.1}
+train: {steps: ${DROPE_GPU_REAL_STEPS:-120}, log_every: 10, eval_every: 100, eval_batches: 4, checkpoint_every: 0,
+        keep_last: 1, clip: 1.0, dtype: bfloat16, device: cuda}
+EOF
+  "$BUILD_DIR/drope-train" "$d/drope.yaml" || return 1
+  ckpt="$(ls -d "$d"/run/checkpoints/step-* | tail -n1)"
+  "$BUILD_DIR/drope-eval" fit-temperature --model "$ckpt" --tokenizer "$gguf" --data "$d/data" \
+    --multipliers 2,4 --out "$d/fit" || return 1
+  "$BUILD_DIR/drope-eval" niah --model "$gguf" --lengths 4096,8192,16384,32768 --trials 2 \
+    --out "$d/niah-released" || return 1
+  "$BUILD_DIR/drope-eval" niah --model "$gguf" --rope-scaling yarn --factor 16 \
+    --lengths 4096,8192,16384,32768 --trials 2 --out "$d/niah-yarn" || return 1
+  "$BUILD_DIR/drope-eval" niah --model "$ckpt" --tokenizer "$gguf" --lengths 4096,8192,16384,32768 --trials 2 \
+    --out "$d/niah-drope" || return 1
+}
+
 export ROOT BUILD_DIR OUT_DIR CUDA_ARCHS PY TARGETS BENCH_ARGS_STR PREBUILT
-export -f check_prebuilt check_archs stage_setup stage_gpu stage_gpu_tests stage_bench stage_bench64 stage_bench128 stage_train stage_eager stage_nccl stage_greedy
+export -f check_prebuilt check_archs stage_setup stage_gpu stage_gpu_tests stage_bench stage_bench64 stage_bench128 stage_train stage_eager stage_nccl stage_greedy stage_real
 
 # ---- run -------------------------------------------------------------------------------------------------------
 [ "$DRY_RUN" = 1 ] && log "dry run: nothing is built or run; summary in $OUT_DIR"
@@ -255,6 +293,7 @@ run_stage train_step_qwen2_0_5b 60 stage_train
 run_stage train_step_qwen2_0_5b_eager 60 stage_eager
 run_stage nccl_smoke 30 stage_nccl
 run_stage greedy_gpu_vs_cpu 30 stage_greedy
+run_stage real_smollm2_drope 65 stage_real
 summarize
 log "summary: $OUT_DIR/summary.md"
 cat "$OUT_DIR/summary.md" 2>/dev/null

@@ -10,6 +10,7 @@ Layout of the output directory (gpu-check.sh writes it):
   nccl/log.jsonl, nccl.log          drope-train under torchrun, one rank, NCCL (nccl_smoke)
   greedy-cpu.json, greedy-cuda.json drope-bench generate on each device (greedy_gpu_vs_cpu)
   ctest-gpu.log                     ctest -L gpu (gpu_tests)
+  real/run/log.jsonl, real/niah-*.json  DroPE of the real SmolLM2-135M and its NIAH tables (real_smollm2_drope)
 
 Usage: python -m drope_scripts.gpu_check OUT_DIR STAGE [STAGE ...]   (the stages in the order they run)
 """
@@ -25,7 +26,7 @@ from .atomic import write_atomic
 
 # Every stage gpu-check.sh runs, in order (tests/py/test_gpu_check.py holds the script to this list).
 STAGES = ("setup", "gpu", "gpu_tests", "attention_bench_d64", "attention_bench_d128", "train_step_qwen2_0_5b",
-          "train_step_qwen2_0_5b_eager", "nccl_smoke", "greedy_gpu_vs_cpu")
+          "train_step_qwen2_0_5b_eager", "nccl_smoke", "greedy_gpu_vs_cpu", "real_smollm2_drope")
 BENCH_T = 8192  # the summary's attention row: the issue's reference length
 
 
@@ -122,6 +123,31 @@ def greedy_numbers(out: pathlib.Path) -> dict:
     return res
 
 
+def real_numbers(out: pathlib.Path) -> dict:
+    """The real-model DroPE run: loss curve (every logged step), tokens seen, fitted c, NIAH per method."""
+    steps = [j for j in _log_lines(out / "real" / "run" / "log.jsonl") if "loss" in j and "step" in j]
+    res: dict = {}
+    if steps:
+        res["loss_curve"] = [[j["step"], j["loss"]] for j in steps]
+        res["loss_first"], res["loss_last"] = steps[0]["loss"], steps[-1]["loss"]
+        if "tokens" in steps[-1]:
+            res["tokens_seen"] = steps[-1]["tokens"]
+    fit = _load(out / "real" / "fit.json")
+    if isinstance(fit, dict) and "c" in fit:
+        res["temperature_c"] = fit["c"]
+    niah = {}
+    for method in ("released", "yarn", "drope"):
+        doc = _load(out / "real" / f"niah-{method}.json")
+        if isinstance(doc, dict):
+            table: dict = {}
+            for r in doc.get("results", []):
+                table.setdefault(str(r.get("length")), []).append(r.get("score", 0.0))
+            niah[method] = {n: statistics.mean(v) for n, v in table.items() if v}
+    if niah:
+        res["niah"] = niah
+    return res
+
+
 def stage_numbers(out: pathlib.Path, name: str) -> dict:
     if name == "gpu_tests":
         return ctest_numbers(out)
@@ -144,6 +170,8 @@ def stage_numbers(out: pathlib.Path, name: str) -> dict:
         return res
     if name == "greedy_gpu_vs_cpu":
         return greedy_numbers(out)
+    if name == "real_smollm2_drope":
+        return real_numbers(out)
     return {}
 
 
@@ -190,6 +218,11 @@ def markdown(doc: dict) -> str:
                                                       f"differ from position {rec.get('first_difference')}"))
         if "tflops" in rec:
             nums.append(f"T={rec['T']}, D={rec['head_dim']}: see below")
+        if "loss_curve" in rec:
+            nums.append(f"loss {rec['loss_first']:.3f} -> {rec['loss_last']:.3f} over {len(rec['loss_curve'])} logs"
+                        + (f", {rec['tokens_seen']} tokens" if "tokens_seen" in rec else ""))
+        for method, table in rec.get("niah", {}).items():
+            nums.append(f"NIAH {method}: " + ", ".join(f"{n}: {v:.0f}" for n, v in table.items()))
         secs = f"{rec['seconds']:.0f} ({rec.get('budget_s', '-')})" if isinstance(rec.get("seconds"), (int, float)) else "-"
         lines.append(f"| {name} | {rec.get('status', 'not run')} | {secs} | {'; '.join(nums)} |")
     for name, rec in doc["stages"].items():

@@ -13,7 +13,7 @@ from drope_scripts import gpu_check
 SCRIPT = ROOT / "scripts" / "gpu-check.sh"
 # The stages of issue 20 item 4; removing one from the script (or from gpu_check.STAGES) fails here.
 EXPECTED = ["setup", "gpu", "gpu_tests", "attention_bench_d64", "attention_bench_d128", "train_step_qwen2_0_5b",
-            "train_step_qwen2_0_5b_eager", "nccl_smoke", "greedy_gpu_vs_cpu"]
+            "train_step_qwen2_0_5b_eager", "nccl_smoke", "greedy_gpu_vs_cpu", "real_smollm2_drope"]
 STAGE_LINE = re.compile(r"stage (\w+) \(budget (\d+)s\): (.*)")
 
 
@@ -47,6 +47,8 @@ def test_dry_run_prints_every_stage_with_budget_and_command(tmp):
     assert "torchrun --no-python --nproc_per_node=1" in cmd["nccl_smoke"]
     assert "DROPE_DIST_SINGLE_RANK_GROUP=1" in cmd["nccl_smoke"] and "cuda" in cmd["nccl_smoke"]
     assert "--device cpu" in cmd["greedy_gpu_vs_cpu"] and "--device cuda" in cmd["greedy_gpu_vs_cpu"]
+    assert "SmolLM2-135M" in cmd["real_smollm2_drope"] and "QK-norm" in cmd["real_smollm2_drope"]
+    assert "NIAH 4K..32K" in cmd["real_smollm2_drope"] and "YaRN" in cmd["real_smollm2_drope"]
     # Nothing was built or run, and the summary names every stage.
     assert not (tmp / "build-gpu" / "build.ninja").exists()
     doc = json.loads((tmp / "out" / "summary.json").read_text())
@@ -199,3 +201,21 @@ def test_single_rank_group_variable_is_validated(tmp):
     r = subprocess.run([str(BIN / "drope-train"), str(_train_cfg(tmp, "noport"))], capture_output=True, text=True,
                        timeout=120, env=_env(DROPE_DIST_SINGLE_RANK_GROUP="1"))
     expect_error(r, "DROPE_DIST_SINGLE_RANK_GROUP=1 needs MASTER_PORT")
+
+
+def test_real_model_stage_numbers(tmp):
+    """The real-model stage's summary: loss curve and tokens from the run's log, c, NIAH per method and length."""
+    real = tmp / "real"
+    (real / "run").mkdir(parents=True)
+    (real / "run" / "log.jsonl").write_text(
+        "\n".join(json.dumps({"step": s, "loss": 4.0 - s / 100, "tokens": s * 65536}) for s in (10, 20, 30)) + "\n")
+    (real / "fit.json").write_text(json.dumps({"c": 0.31}))
+    for method, score in (("released", 90.0), ("yarn", 70.0), ("drope", 40.0)):
+        rows = [{"task": t, "length": n, "score": score - (n > 8192) * 20} for t in ("a", "b") for n in (4096, 16384)]
+        (real / f"niah-{method}.json").write_text(json.dumps({"results": rows}))
+    rec = gpu_check.stage_numbers(tmp, "real_smollm2_drope")
+    assert rec["loss_curve"] == [[10, 3.9], [20, 3.8], [30, 3.7]] and rec["tokens_seen"] == 30 * 65536
+    assert rec["temperature_c"] == 0.31
+    assert rec["niah"]["released"] == {"4096": 90.0, "16384": 70.0} and rec["niah"]["drope"]["16384"] == 20.0
+    md = gpu_check.markdown({"gpu": "x", "stages": {"real_smollm2_drope": {"status": "ok", **rec}}})
+    assert "loss 3.900 -> 3.700 over 3 logs, 1966080 tokens" in md and "NIAH yarn: 4096: 70, 16384: 50" in md
