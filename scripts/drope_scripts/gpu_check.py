@@ -15,6 +15,7 @@ Usage: python -m drope_scripts.gpu_check OUT_DIR STAGE [STAGE ...]   (the stages
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import re
@@ -137,10 +138,8 @@ def stage_numbers(out: pathlib.Path, name: str) -> dict:
         return res
     if name == "nccl_smoke":
         res = train_numbers(out / "nccl" / "log.jsonl")
-        try:
+        with contextlib.suppress(OSError):
             res["backend_nccl"] = "backend nccl" in (out / "stages" / "nccl_smoke.log").read_text(errors="replace")
-        except OSError:
-            pass
         return res
     if name == "greedy_gpu_vs_cpu":
         return greedy_numbers(out)
@@ -190,7 +189,8 @@ def markdown(doc: dict) -> str:
                                                       f"differ from position {rec.get('first_difference')}"))
         if "tflops" in rec:
             nums.append(f"T={rec['T']}, D={rec['head_dim']}: see below")
-        secs = f"{rec['seconds']:.0f} ({rec.get('budget_s', '-')})" if isinstance(rec.get("seconds"), (int, float)) else "-"
+        timed = isinstance(rec.get("seconds"), (int, float))
+        secs = f"{rec['seconds']:.0f} ({rec.get('budget_s', '-')})" if timed else "-"
         lines.append(f"| {name} | {rec.get('status', 'not run')} | {secs} | {'; '.join(nums)} |")
     for name, rec in doc["stages"].items():
         if "tflops" not in rec:
@@ -202,7 +202,8 @@ def markdown(doc: dict) -> str:
                 be = cell.get("fwd_backend", "")
                 if cell.get("fwdbwd_backend", be) != be:
                     be = f"{be}/{cell['fwdbwd_backend']}"
-                lines.append(f"| {case} | {impl} | {_fmt(cell.get('fwd'))} | {_fmt(cell.get('fwdbwd'))} | {be or '-'} |")
+                lines.append(f"| {case} | {impl} | {_fmt(cell.get('fwd'))} | {_fmt(cell.get('fwdbwd'))} "
+                             f"| {be or '-'} |")
     return "\n".join(lines) + "\n"
 
 

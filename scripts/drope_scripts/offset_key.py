@@ -20,14 +20,26 @@ from __future__ import annotations
 
 import json
 import pathlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from . import results
 from .atomic import write_atomic
 from .driver import ALL, Driver, Method, Show, checkpoint, config_int, config_steps, train_state
-from .offset_key_report import (DROPE_0, DROPE_T, KIND, NOPE_T, NTK, PI, ROPE, YARN, aggregate, csv_text, markdown,
-                                summary_of)
+from .offset_key_report import (
+    DROPE_0,
+    DROPE_T,
+    KIND,
+    NOPE_T,
+    NTK,
+    PI,
+    ROPE,
+    YARN,
+    aggregate,
+    csv_text,
+    markdown,
+    summary_of,
+)
 
 ROPE_CONFIG = "configs/train/offset-key-rope.yaml"
 DROPE_CONFIG = "configs/train/offset-key-drope.yaml"

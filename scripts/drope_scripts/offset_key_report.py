@@ -8,8 +8,8 @@ from __future__ import annotations
 import csv
 import io
 import pathlib
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
 
 from . import results, stats
 
@@ -206,7 +206,7 @@ def _claim_c(t: Table) -> tuple[bool, str]:
     rope4, at_c = t.far(ROPE, 4), t.acc(ROPE)
     xs = {x: t.far(x, 4) for x in (NTK, YARN)}
     ok = all(rope4.mean < v.mean < at_c.mean for v in xs.values())
-    return ok, (f"far accuracy at 4C: " + ", ".join(f"{x} {v.text()}" for x, v in xs.items()) +
+    return ok, ("far accuracy at 4C: " + ", ".join(f"{x} {v.text()}" for x, v in xs.items()) +
                 f", RoPE {rope4.text()}; RoPE accuracy at C {at_c.text()}")
 
 
@@ -289,8 +289,9 @@ def markdown(doc: dict, where: str) -> str:
         lines.append(f"| {m['label']} | " + " | ".join(cells) + " |")
     lines += [f"\nPlot: `{where}/far.png` (far-needle accuracy vs length; mean over seeds, band min–max).\n",
               "```"] + [Claim(**cl).line() for cl in doc["claims"]] + ["```\n",
-              "Criteria (decided from the numbers by scripts/drope_scripts/offset_key_report.py; \"clearly below\" = below "
-              "by more than the sum of both interval half-widths, i.e. the intervals do not overlap; with one seed "
+              "Criteria (decided from the numbers by scripts/drope_scripts/offset_key_report.py; "
+              "\"clearly below\" = below by more than the sum of both interval half-widths, i.e. the intervals "
+              "do not overlap; with one seed "
               f"by more than {SINGLE_SEED_MARGIN:g} points):\n"]
     lines += [f"- ({cl['letter']}) {cl['criterion']}: {cl['evidence']}." for cl in doc["claims"]]
     return "\n".join(lines) + "\n"

@@ -4,7 +4,6 @@ import json
 import math
 import pathlib
 
-import numpy as np
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

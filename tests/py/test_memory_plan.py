@@ -39,7 +39,8 @@ def env():
 ])
 def test_plan_matches_tensor_peak(tmp_path, preset, seq, micro, world, shard, ac):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(CFG.format(out=tmp_path / "run", preset=preset, seq=seq, batch=micro * world, micro=micro, shard=shard,
+    cfg.write_text(CFG.format(out=tmp_path / "run", preset=preset, seq=seq, batch=micro * world, micro=micro,
+                              shard=shard,
                               ac=ac))
     plan = subprocess.run([str(BIN / "drope-train"), str(cfg), "--plan", "--json", "--world", str(world)], env=env(),
                           capture_output=True, text=True, check=True).stdout

@@ -1,5 +1,5 @@
-"""Offset-key retrieval over seeds (scripts/drope_scripts/offset_key_report.py and offset_key.py, issue 18): aggregation and 95 % t
-intervals against scipy and hand values, the claim verdicts (a)–(f) on constructed numbers (each agreeing and
+"""Offset-key retrieval over seeds (scripts/drope_scripts/offset_key_report.py and offset_key.py): aggregation and
+95 % t intervals against scipy and hand values, the claim verdicts (a)–(f) on constructed numbers (each agreeing and
 disagreeing), the merged per-(method, seed) results file, and the reproduction's knob."""
 import csv
 import io
