@@ -40,7 +40,7 @@ def test_model_config_parses(cfg):
 
 
 def test_gpu_configs_match_paper_table5():
-    """The paper-scale configs carry SPEC §4 / Table 5 hyperparameters."""
+    """The paper-scale configs carry the paper's training hyper-parameters (docs/design.md#training)."""
     def load(name):
         return yaml.safe_load(run_cli("drope-train", ROOT / "configs" / "train" / name, "--print-config").stdout)
 
