@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Sharded data parallelism benchmark (issue 17; a report, not a test): drope-train on 2 ranks under
+"""Sharded data parallelism benchmark (a report, not a test): drope-train on 2 ranks under
 `torchrun --no-python` (Gloo, one thread per rank) for every train.shard mode, activation checkpointing off
 and on, against one process with the same global batch. Per row: tokens/s over the steps after the warm-up,
 the peak bytes of live tensors of rank 0 (DROPE_TRACK_TENSOR_MEMORY), the memory plan's total for that mode,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Measure drope-train's peak memory on CPU runs and compare it with `drope-train --plan` (issue 17).
+"""Measure drope-train's peak memory on CPU runs and compare it with `drope-train --plan`.
 
 For each configuration (world 1, or 2 ranks under `torchrun --no-python`), a 2-step run with
 DROPE_TRACK_TENSOR_MEMORY=1: LibTorch's CPU allocator is wrapped and counts the bytes of live tensors, and rank 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The memory plan of every paper config on 8 x 80 GB, as the README's Markdown table (issue 17).
+"""The memory plan of every paper config on 8 x 80 GB, as the README's Markdown table.
 
 For each config in PAPER: `drope-train CONFIG --plan --json --world 8 --set run.init=configs/hf/<model>` (the
 model's public config.json, no weights), the total bytes per rank of every train.shard mode at the config's

@@ -27,7 +27,7 @@ from .atomic import write_atomic
 # Every stage gpu-check.sh runs, in order (tests/py/test_gpu_check.py holds the script to this list).
 STAGES = ("setup", "gpu", "gpu_tests", "attention_bench_d64", "attention_bench_d128", "train_step_qwen2_0_5b",
           "train_step_qwen2_0_5b_eager", "nccl_smoke", "greedy_gpu_vs_cpu")
-BENCH_T = 8192  # the summary's attention row: the reference length
+BENCH_T = 8192  # the summary's attention row: the reference length of docs/gpu.md
 
 
 def _load(path: pathlib.Path):

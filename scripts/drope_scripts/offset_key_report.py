@@ -1,4 +1,4 @@
-"""The offset-key experiment's table over seeds and its verdicts (issue 18): per method and length, accuracy and
+"""The offset-key experiment's table over seeds and its verdicts: per method and length, accuracy and
 far-needle accuracy over seeds (mean, 95 % t interval: stats.py), claims (a)–(f) decided from those numbers by
 the criteria below (never tuned), and the table as Markdown / CSV (results.{md,csv} of offset_key.run, the
 reproduction report's section 5). The per-(method, seed) inputs are offset-key results files
@@ -23,7 +23,7 @@ ROPE, PI, NTK, YARN = "RoPE", "RoPE+PI", "RoPE+NTK", "RoPE+YaRN"
 NOPE_T, DROPE_T, DROPE_0 = "NoPE+temp", "DroPE+temp", "DroPE c=0"
 SCALED = (PI, NTK, YARN)
 
-# The claims of issue 18 and how each is decided. "clearly below" = below by more than the sum of both 95 %
+# The experiment's claims and how each is decided. "clearly below" = below by more than the sum of both 95 %
 # interval half-widths (the intervals do not overlap), or by more than SINGLE_SEED_MARGIN with one seed. far(m, L):
 # mean far-needle accuracy of method m at length L; acc(m, C): mean accuracy at C. A claim whose cells were not
 # measured (method not run, no far needles) is inconclusive; otherwise it agrees or disagrees.

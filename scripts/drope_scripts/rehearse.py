@@ -1,4 +1,4 @@
-"""The DroPE pipeline rehearsed at a real model's shape on the CPU (issue 17, item 7; scripts/rehearse.sh runs it).
+"""The DroPE pipeline rehearsed at a real model's shape on the CPU (scripts/rehearse.sh runs it).
 
 From a random-weight HF directory written by transformers at the real config to an HF directory transformers
 loads again, with the real CLIs; one summary line per stage (name, ok / FAIL, seconds, the key numbers):
@@ -54,7 +54,7 @@ CORPUS = pathlib.Path("/usr/share/common-licenses")
 TOOLS = ("drope-data", "drope-model", "drope-train", "drope-eval")
 OUTPUTS = ("hf", "data", "dropped", "recal.yaml", "recal", "eval", "export", "parity", "logs", "summary.json")
 PARITY_TOL = 1e-4
-WORLD = 2  # the default number of ranks (the issue: torchrun --nproc_per_node=2)
+WORLD = 2  # the default number of ranks (torchrun --nproc_per_node=2)
 _DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
               "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")
 

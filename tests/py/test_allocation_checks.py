@@ -1,4 +1,4 @@
-"""Configs are checked before the model is allocated (issue 15, class 2): a config that asks for more
+"""Configs are checked before the model is allocated: a config that asks for more
 memory than there is, or a config.json that does not describe the weights beside it, is one clear error
 in well under a second, not an abort after allocating terabytes."""
 import json

@@ -1,4 +1,4 @@
-"""`drope-train --plan` against what runs really hold (issue 17 item 5): with DROPE_TRACK_TENSOR_MEMORY=1 the
+"""`drope-train --plan` against what runs really hold: with DROPE_TRACK_TENSOR_MEMORY=1 the
 trainer counts the bytes of live CPU tensors (LibTorch's allocator wrapped) and rank 0 logs their peak; the
 plan's total for the configured shard mode must be within 15 % of it, at world 1 and under torchrun at world
 2, with and without activation checkpointing. Also: the tracker's environment value is validated."""

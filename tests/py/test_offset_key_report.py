@@ -33,7 +33,7 @@ def write(path, doc):
     return path
 
 
-# Means of a pilot-like table (issue 18): accuracy at C, far accuracy at 2C, 4C, 8C (None: not evaluated at C).
+# Means of a pilot-like table: accuracy at C, far accuracy at 2C, 4C, 8C (None: not evaluated at C).
 PILOT = {okr.ROPE: (98, 89, 49, 16), okr.PI: (None, 70, 54, 44), okr.NTK: (None, 97, 88, 62),
          okr.YARN: (None, 91, 75, 70), okr.NOPE_T: (88, 84, 71, 58), okr.DROPE_T: (96, 95, 90, 89),
          okr.DROPE_0: (96, 79, 67, 50)}

@@ -1,4 +1,4 @@
-"""The paper's DroPE configs at 360M-7B (issue 17 item 6): the public recipe's hyper-parameters, the models'
+"""The paper's DroPE configs at 360M-7B: the public recipe's hyper-parameters, the models'
 public shapes (configs/hf/*/config.json against transformers), and shard modes that the memory plan says each
 config needs on 8 x 80 GB; the README shows the plan table that scripts/paper_plans.py prints.
 """
