@@ -2,6 +2,7 @@
 fails naming a C++ file that clang-format would change or a Python file with a ruff finding, and --fix
 rewrites them. Independent of whether the project's own tree is formatted."""
 import os
+import re
 import shutil
 import subprocess
 
@@ -34,6 +35,10 @@ def tools_env():
     for t in ("clang-format", "ruff"):
         if not shutil.which(t, path=env["PATH"]):
             pytest.skip(f"{t} is not installed (scripts/setup.sh installs it from requirements.txt)")
+    version = subprocess.run(["clang-format", "--version"], env=env, capture_output=True, text=True).stdout
+    major = re.search(r"version (\d+)", version)
+    if not major or int(major.group(1)) < 16:
+        pytest.skip(f"clang-format >= 16 needed, found: {version.strip()} (requirements.txt pins the wheel)")
     return env
 
 
