@@ -22,8 +22,9 @@ namespace {
 // blocks above its mmap threshold (at most 32 MiB) with fresh mmaps whose pages the kernel must zero on
 // first touch, and trims freed heap eagerly: with a 32K vocabulary the logits alone are hundreds of MB, and
 // a 50M-parameter training step spent a third of its time in page faults. Serve every block from the heap
-// and keep up to 1 GiB of freed memory for reuse, as PyTorch's caching allocators do on GPUs (measured:
-// +30 % tokens/s for small-50m, +15 % peak RSS). A user's own GLIBC_TUNABLES / MALLOC_*_ settings win.
+// and keep up to 1 GiB of freed memory for reuse, as PyTorch's caching allocators do on GPUs: more tokens/s
+// for a little more peak RSS (docs/benchmarks.md#defaults-chosen-by-measurement). A user's own
+// GLIBC_TUNABLES / MALLOC_*_ settings win.
 void tune_allocator() {
   if (std::getenv("GLIBC_TUNABLES") || std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_") ||
       std::getenv("MALLOC_MMAP_MAX_"))
@@ -35,8 +36,8 @@ void tune_allocator() {
 // OMP_NUM_THREADS / OMP_WAIT_POLICY once, when it is loaded, so the defaults must be in the environment the
 // process starts with. setenv() here does not survive (libc's own initialiser, which runs next, sets
 // environ to the original block), so when defaults are added the tool re-executes itself with them, before
-// LibTorch's static initialisation has run (measured: +0.1 s at start). The re-executed process finds the
-// variables set and goes on; if exec fails it goes on with libgomp's defaults.
+// LibTorch's static initialisation has run (a small cost at start, docs/benchmarks.md). The re-executed process finds
+// the variables set and goes on; if exec fails it goes on with libgomp's defaults.
 void preinit(int, char** argv, char** envp) {
   environ = envp;  // not yet set by libc at this point: getenv() would see an empty environment
   if (std::getenv("DROPE_OMP_REEXEC")) return;

@@ -34,9 +34,10 @@ def make_model(path, args):
 
 def vm_hwm_mb():
     """Peak RSS of this process. Not ru_maxrss: Linux carries it across execve from the parent."""
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return float("nan")
 
 
@@ -119,10 +120,11 @@ def main():
             hf = run([sys.executable, __file__, "--hf-worker", str(model_dir), str(c), str(args.new_tokens),
                       str(args.threads)])
             for r in (ours, hf):
-                print(f"| {c} | {r['impl']} | {r['prefill_tok_s']:.0f} | {r['decode_tok_s']:.1f} | {r['peak_rss_mb']:.0f} |",
-                      flush=True)
+                print(f"| {c} | {r['impl']} | {r['prefill_tok_s']:.0f} | {r['decode_tok_s']:.1f} | "
+                      f"{r['peak_rss_mb']:.0f} |", flush=True)
             print(f"| {c} | ratio | {ours['prefill_tok_s'] / hf['prefill_tok_s']:.2f}x | "
-                  f"{ours['decode_tok_s'] / hf['decode_tok_s']:.2f}x | {ours['peak_rss_mb'] / hf['peak_rss_mb']:.2f}x |",
+                  f"{ours['decode_tok_s'] / hf['decode_tok_s']:.2f}x | "
+                  f"{ours['peak_rss_mb'] / hf['peak_rss_mb']:.2f}x |",
                   flush=True)
             rows += [ours, hf]
     if args.out:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Sharded data parallelism benchmark (issue 17; a report, not a test): drope-train on 2 ranks under
+"""Sharded data parallelism benchmark (a report, not a test): drope-train on 2 ranks under
 `torchrun --no-python` (Gloo, one thread per rank) for every train.shard mode, activation checkpointing off
 and on, against one process with the same global batch. Per row: tokens/s over the steps after the warm-up,
 the peak bytes of live tensors of rank 0 (DROPE_TRACK_TENSOR_MEMORY), the memory plan's total for that mode,
@@ -45,7 +45,8 @@ def main():
     if a.batch % a.world or a.warmup >= a.steps:
         sys.exit("--batch must be a multiple of --world and --warmup smaller than --steps")
     train = str(pathlib.Path(a.bin) / "drope-train")
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    env = {k: v for k, v in os.environ.items() if k not in launcher}
     env["DROPE_TRACK_TENSOR_MEMORY"] = "1"
     rows = []
     # (ranks, shard, checkpointing, label, extra environment)
@@ -81,12 +82,15 @@ def main():
             peak = max(l["tensor_bytes"]["peak"] for l in log if "tensor_bytes" in l)
             rows.append((world, label, ac, tps, peak, plan, rss))
             print(rows[-1], flush=True)
-    print(f"\n{a.preset}, seq {a.seq_len}, global batch {a.batch}, {a.steps} steps ({a.warmup} warm-up), 2 threads in all")
-    print("| ranks | shard | act. ckpt | tokens/s | vs 1 process | tensor peak MiB (rank 0) | plan MiB | peak RSS MiB (largest process) |")
+    print(f"\n{a.preset}, seq {a.seq_len}, global batch {a.batch}, {a.steps} steps ({a.warmup} warm-up), "
+          "2 threads in all")
+    print("| ranks | shard | act. ckpt | tokens/s | vs 1 process | tensor peak MiB (rank 0) | plan MiB "
+          "| peak RSS MiB (largest process) |")
     print("|---:|---|---|---:|---:|---:|---:|---:|")
     base = rows[0][3]
     for world, shard, ac, tps, peak, plan, rss in rows:
-        print(f"| {world} | {shard} | {ac} | {tps:.0f} | {tps / base:.2f}× | {peak / 2**20:.0f} | {plan / 2**20:.0f} | {rss:.0f} |")
+        print(f"| {world} | {shard} | {ac} | {tps:.0f} | {tps / base:.2f}× | {peak / 2**20:.0f} | "
+              f"{plan / 2**20:.0f} | {rss:.0f} |")
 
 
 if __name__ == "__main__":

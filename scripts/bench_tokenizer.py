@@ -146,7 +146,8 @@ def main():
                   f"{mb / hf['seconds']:.2f} | {hf['seconds'] / ours_s:.2f}x | {'yes' if same else 'NO'} "
                   f"({len(ours_ids)} tokens) |", flush=True)
             if not same:
-                first = next((i for i, (a, b) in enumerate(zip(hf_ids, ours_ids)) if a != b), min(len(hf_ids), len(ours_ids)))
+                first = next((i for i, (a, b) in enumerate(zip(hf_ids, ours_ids)) if a != b),
+                             min(len(hf_ids), len(ours_ids)))
                 sys.exit(f"ids differ at token {first} (HF {len(hf_ids)} tokens, drope {len(ours_ids)})")
 
 

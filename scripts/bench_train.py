@@ -37,9 +37,10 @@ PASS_THROUGH = ("DROPE_", "ATEN_CPU_CAPABILITY", "ONEDNN_", "DNNL_", "MKL_", "GL
 
 def vm_hwm_mb():
     """Peak RSS of this process. Not ru_maxrss: Linux carries it across execve from the parent."""
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return float("nan")
 
 
@@ -58,7 +59,7 @@ def eager_worker(model_dir, seq, batch, steps, warmup, threads, bf16):
                             lr=1e-3, betas=(0.9, 0.95))
     g = torch.Generator().manual_seed(0)
     times = []
-    for s in range(steps):
+    for _ in range(steps):
         x = torch.randint(0, cfg.vocab_size, (batch, seq + 1), generator=g)
         t0 = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -100,7 +101,8 @@ def main():
         # The model shape from our preset, as an HF config.json for the eager side (byte vocabulary: our run
         # trains on this machine's text bytes).
         model_cfg = tmp / "model.yaml"
-        model_cfg.write_text(f"model:\n  preset: {args.preset}\n  vocab_size: {args.vocab}\n  max_position: {args.seq_len}\n")
+        model_cfg.write_text(f"model:\n  preset: {args.preset}\n  vocab_size: {args.vocab}\n"
+                             f"  max_position: {args.seq_len}\n")
         subprocess.run([binp / "drope-model", "init", "--config", model_cfg, "--out", tmp / "m"], check=True,
                        capture_output=True)
         run_cfg = tmp / "run.yaml"
@@ -143,14 +145,16 @@ train:
         # eager side measures it: tokens of the timed steps / their total time.
         at = {l["step"]: l for l in log if "elapsed_s" in l}
         t0, t1 = at[args.warmup], at[args.steps]
-        ours = {"impl": "drope-train", "tokens_per_s": (t1["tokens"] - t0["tokens"]) / (t1["elapsed_s"] - t0["elapsed_s"]),
+        ours = {"impl": "drope-train",
+                "tokens_per_s": (t1["tokens"] - t0["tokens"]) / (t1["elapsed_s"] - t0["elapsed_s"]),
                 "peak_rss_mb": rss}
         # The eager loop twice: as users run it, and with the glibc malloc settings drope's tools apply at start
         # (every block on the heap, freed memory kept: apps/app_common.cpp), so that the ratio shows what is
         # left once the allocator is equal.
         eagers = []
         for label, extra_env in (("", {}), (", malloc as drope", {"GLIBC_TUNABLES": MALLOC_AS_DROPE})):
-            e = subprocess.run([sys.executable, __file__, "--eager-worker", str(tmp / "m"), "--seq-len", str(args.seq_len),
+            e = subprocess.run([sys.executable, __file__, "--eager-worker", str(tmp / "m"), "--seq-len",
+                                str(args.seq_len),
                                 "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
                                 "--threads", str(args.threads)] + (["--bf16"] if args.bf16 else []),
                                capture_output=True, text=True, env={**base_env, **extra_env})
@@ -159,7 +163,8 @@ train:
             eager = json.loads(e.stdout.strip().splitlines()[-1])
             eager["impl"] += label
             eagers.append(eager)
-    print(f"{args.preset} (vocab {args.vocab}), seq {args.seq_len}, batch {args.batch}, {args.steps} steps ({args.warmup} warm-up), "
+    print(f"{args.preset} (vocab {args.vocab}), seq {args.seq_len}, batch {args.batch}, "
+          f"{args.steps} steps ({args.warmup} warm-up), "
           f"{args.threads} threads, {'bf16 autocast' if args.bf16 else 'float32'}, "
           f"ISA {args.isa}{' (' + ', '.join(f'{k}={v}' for k, v in isa_env.items()) + ')' if isa_env else ''}; "
           f"eager ATen ran at {eagers[0].get('aten_isa', '?')}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Measure drope-train's peak memory on CPU runs and compare it with `drope-train --plan` (issue 17).
+"""Measure drope-train's peak memory on CPU runs and compare it with `drope-train --plan`.
 
 For each configuration (world 1, or 2 ranks under `torchrun --no-python`), a 2-step run with
 DROPE_TRACK_TENSOR_MEMORY=1: LibTorch's CPU allocator is wrapped and counts the bytes of live tensors, and rank 0
@@ -48,7 +48,8 @@ def run(cmd, env, run_dir, world):
     if r.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{r.stderr[-2000:]}")
     rss = int(r.stderr.strip().splitlines()[-1]) * 1024
-    peaks = [json.loads(l).get("tensor_bytes", {}).get("peak") for l in (run_dir / "log.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    peaks = [r.get("tensor_bytes", {}).get("peak") for r in records]
     peaks = [p for p in peaks if p is not None]
     return rss, (max(peaks) if peaks else None)
 
@@ -66,7 +67,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         base_cfg = tmp / "base.yaml"
-        base_cfg.write_text(CFG.format(out=tmp / "base", preset="micro", seq=32, batch=1, micro=1, steps=1, shard="none",
+        base_cfg.write_text(CFG.format(out=tmp / "base", preset="micro", seq=32, batch=1, micro=1, steps=1,
+                                       shard="none",
                                        ac="none"))
         base, _ = run([train, str(base_cfg), "--quiet"], env, tmp / "base", 1)
         for i, (preset, seq, micro, world, shard, ac) in enumerate(CASES):
@@ -79,10 +81,13 @@ def main():
             rss, tensors = run([train, str(cfg), "--quiet"], env, tmp / f"c{i}", world)
             rows.append((preset, seq, micro, world, shard, ac, plan, tensors, rss - base))
             print(rows[-1][:6], plan["total"], tensors, rss - base, flush=True)
-    mib = lambda b: f"{b / 2**20:.0f}"
+
+    def mib(b):
+        return f"{b / 2**20:.0f}"
+
     lines = [f"Runtime baseline subtracted from RSS (micro model, 1 step): {mib(base)} MiB. Rank 0's counters.", "",
-             "| model | seq | micro-batch | world | shard | act. ckpt | plan MiB | tensor peak MiB | plan / tensor peak − 1 "
-             "| peak RSS − baseline MiB | plan / RSS − 1 |",
+             "| model | seq | micro-batch | world | shard | act. ckpt | plan MiB | tensor peak MiB "
+             "| plan / tensor peak − 1 | peak RSS − baseline MiB | plan / RSS − 1 |",
              "|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|"]
     for p, s, m, w, sh, ac, plan, t, r in rows:
         lines.append(f"| {p} | {s} | {m} | {w} | {sh} | {ac} | {mib(plan['total'])} | {mib(t)} | "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything in drope that needs an NVIDIA GPU, in one call (issue 20; docs/gpu.md). Stages, in order, each
+# Everything in drope that needs an NVIDIA GPU, in one call (docs/gpu.md). Stages, in order, each
 # under its own time budget (seconds; DROPE_GPU_CHECK_BUDGET_<STAGE> overrides one); a failing stage is
 # recorded and the next one runs:
 #   setup                  scripts/setup.sh into a separate build dir ($DROPE_BUILD_DIR, default build-gpu) for

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The memory plan of every paper config on 8 x 80 GB, as the README's Markdown table (issue 17).
+"""The memory plan of every paper config on 8 x 80 GB, as the README's Markdown table.
 
 For each config in PAPER: `drope-train CONFIG --plan --json --world 8 --set run.init=configs/hf/<model>` (the
 model's public config.json, no weights), the total bytes per rank of every train.shard mode at the config's
@@ -38,7 +38,10 @@ def plan(bin_dir, name):
     train = str(pathlib.Path(bin_dir) / "drope-train")
     cfg = ROOT / "configs" / "train" / f"{name}.yaml"
     init = ["--set", f"run.init={ROOT / 'configs' / 'hf' / PAPER[name]}"]
-    run = lambda *a: subprocess.run([train, str(cfg), *init, *a], capture_output=True, text=True, check=True).stdout
+
+    def run(*a):
+        return subprocess.run([train, str(cfg), *init, *a], capture_output=True, text=True, check=True).stdout
+
     modes = {j["shard"]: j for j in map(json.loads, run("--plan", "--json", "--world", str(WORLD),
                                                           "--gpu-mem-gb", str(GPU_GB)).splitlines())}
     header = run("--plan", "--world", str(WORLD)).splitlines()[1]
@@ -49,8 +52,11 @@ def plan(bin_dir, name):
 def table(bin_dir):
     import yaml
 
-    gib = lambda b: f"{b / 2**30:.1f}"
-    rows = [f"| config | parameters | seq × micro-batch | act. ckpt | "
+
+    def gib(b):
+        return f"{b / 2**30:.1f}"
+
+    rows = ["| config | parameters | seq × micro-batch | act. ckpt | "
             + " | ".join(f"{m} GiB" for m in MODES) + " | chosen | largest micro-batch |",
             "|---|---:|---:|---|" + "---:|" * len(MODES) + "---|---:|"]
     for name in PAPER:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The DroPE pipeline rehearsed at a real model's shape on the CPU (issue 17, item 7): a random-weight HF
+# The DroPE pipeline rehearsed at a real model's shape on the CPU: a random-weight HF
 # directory written by transformers at the real config (SmolLM-360M, or Llama-2-7B's width with 2 layers) →
 # drope-data prepare with its own tokenizer → drope-model drop --qk-norm qk → drope-train recalibration
 # (shard params + activation checkpointing, torchrun --no-python, 2 ranks, Gloo) → drope-eval ppl and niah →

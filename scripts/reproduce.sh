@@ -2,7 +2,7 @@
 # The paper's claims at small scale, in one Markdown report with plots (runs/reproduce/REPORT.md): Fig. 3
 # (positional-bias gradients at initialisation), Table 7 (RoPE vs NoPE vs DroPE perplexity at equal budget
 # over seeds), Table 1 (NIAH at 2× the training context, with eval-time RoPE scaling, ALiBi, RNoPE-SWA),
-# perplexity vs length up to 8× and the fitted temperature c, and offset-key retrieval (issue 18: RoPE,
+# perplexity vs length up to 8× and the fitted temperature c, and offset-key retrieval (RoPE,
 # RoPE+PI/NTK/YaRN, NoPE, DroPE at C-8C over 3 seeds, mean ± 95 % CI, plot, one verdict line per claim).
 #
 #   bash scripts/reproduce.sh                             # DROPE_REPRO_SCALE=full: target ≤ 45 min on 2 idle cores

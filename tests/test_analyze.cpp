@@ -1,5 +1,5 @@
-// Positional-bias analysis (SPEC §6): A^c closed forms, gradients vs float64 central differences, the
-// paper's RoPE > NoPE gradient finding at initialisation, and Proposition 3.1.
+// Positional-bias analysis (docs/design.md#positional-bias): A^c closed forms, gradients vs float64 central
+// differences, the paper's RoPE > NoPE gradient finding at initialisation, and Proposition 3.1.
 #include <cmath>
 
 #include <gtest/gtest.h>

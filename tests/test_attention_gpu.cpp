@@ -5,7 +5,6 @@
 // LibTorch's own computation in the same dtype (reference_attention run on the GPU in bf16/fp16 and
 // differentiated by autograd), plus a small floor.
 #include <cmath>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "attention_cases.h"
 #include "drope/ops/attention.h"
 #include "drope/ops/attention_backends.h"
 #include "drope/ops/attention_plan.h"
@@ -28,31 +28,7 @@ namespace {
 #define SKIP_WITHOUT_CUDA() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
 
-struct Case {
-  int64_t B = 1, H = 4, Hkv = 4, T = 128, S = 128, D = 64;
-  bool causal = true;
-  int64_t window = 0;
-  bool alibi = false;
-  double scale = 0.0;
-  int64_t q_offset = -1;
-
-  std::string str() const {
-    std::ostringstream o;
-    o << "B=" << B << " H=" << H << " Hkv=" << Hkv << " T=" << T << " S=" << S << " D=" << D << " causal=" << causal
-      << " window=" << window << " alibi=" << alibi << " scale=" << scale << " q_offset=" << q_offset;
-    return o.str();
-  }
-
-  ops::AttentionParams params(torch::Device dev) const {
-    ops::AttentionParams p;
-    p.causal = causal;
-    p.window = window;
-    p.scale = scale;
-    p.q_offset = q_offset;
-    if (alibi) p.alibi_slopes = torch::tensor(ops::alibi_slopes(H), torch::kFloat).to(dev);
-    return p;
-  }
-};
+using Case = test::AttentionCase;
 
 struct Result {
   torch::Tensor out, dq, dk, dv;
@@ -93,8 +69,8 @@ bool check_case(const Case& c, torch::Dtype dtype, bool backward = true, int for
   auto k = torch::randn({c.B, c.Hkv, c.S, c.D}, torch::kDouble).to(dtype);
   auto v = torch::randn({c.B, c.Hkv, c.S, c.D}, torch::kDouble).to(dtype);
   auto g = torch::randn({c.B, c.H, c.T, c.D}, torch::kDouble);
-  const auto p_cpu = c.params(torch::kCPU);
-  const auto p_gpu = c.params(dev);
+  const auto p_cpu = c.params(torch::kFloat, torch::kCPU);
+  const auto p_gpu = c.params(torch::kFloat, dev);
   // Exact: float64 reference on the CPU from the rounded inputs.
   const auto exact = run(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble), g, p_cpu, true);
   const auto qd = q.to(dev), kd = k.to(dev), vd = v.to(dev);

@@ -20,13 +20,13 @@
 // autograd through the emulated forward.
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "attention_cases.h"
 #include "drope/ops/attention_backends.h"
 #include "drope/ops/attention.h"
 #include "drope/ops/attention_plan.h"
@@ -209,35 +209,7 @@ const be::BackendOps& emulated_ops() {
   return ops;
 }
 
-struct Case {
-  int64_t B = 2, H = 4, Hkv = 4, T = 16, S = 16, D = 8;
-  bool causal = true;
-  int64_t window = 0;
-  bool alibi = false;
-  double scale = 0.0;
-  int64_t q_offset = -1;
-  std::vector<int64_t> key_start;  // left padding (one per batch row) or empty
-  int64_t capacity = 0;            // > S: k/v are a KV cache (B, Hkv, capacity, D) narrowed to S
-
-  std::string str() const {
-    std::ostringstream o;
-    o << "B=" << B << " H=" << H << " Hkv=" << Hkv << " T=" << T << " S=" << S << " D=" << D << " causal=" << causal
-      << " window=" << window << " alibi=" << alibi << " scale=" << scale << " q_offset=" << q_offset
-      << " key_start=" << key_start.size() << " capacity=" << capacity;
-    return o.str();
-  }
-
-  ops::AttentionParams params() const {
-    ops::AttentionParams p;
-    p.causal = causal;
-    p.window = window;
-    p.scale = scale;
-    p.q_offset = q_offset;
-    if (alibi) p.alibi_slopes = torch::tensor(ops::alibi_slopes(H), torch::kDouble);
-    if (!key_start.empty()) p.key_start = torch::tensor(key_start, torch::kLong);
-    return p;
-  }
-};
+using Case = test::AttentionCase;
 
 // The option grid of tests/test_fused_attention.cpp (CPU kernel) and tests/test_attention_gpu.cpp (shapes of
 // the CUDA kernels, head dims 64/128), with the head dims FA2 takes (multiples of 8) and one it does not (12).

@@ -235,7 +235,7 @@ TEST(Generate, StopsAtEosAndStopCheck) {
   test::expect_error([&] { eval::generate_tokens(m, {{1, 999}}, opt, -1); }, {"999", "outside the vocabulary"});
 }
 
-// Sliding windows (SPEC §5.1), recomputed here token by token from full-window log-probabilities.
+// Sliding windows (docs/design.md#perplexity), recomputed here token by token from full-window log-probabilities.
 TEST(Perplexity, SlidingWindowMatchesPerTokenDefinition) {
   auto m = make(cfg_for("rope"));
   const auto stream = random_tokens(100, 256, 51);

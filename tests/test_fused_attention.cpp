@@ -1,10 +1,10 @@
 #include <cmath>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
+#include "attention_cases.h"
 #include "drope/kernels/attention_cpu.h"
 #include "drope/kernels/attention_math.h"
 #include "drope/model/transformer.h"
@@ -15,31 +15,7 @@ using namespace drope;
 
 namespace {
 
-struct Case {
-  int64_t B = 2, H = 4, Hkv = 4, T = 16, S = 16, D = 8;
-  bool causal = true;
-  int64_t window = 0;
-  bool alibi = false;
-  double scale = 0.0;
-  int64_t q_offset = -1;
-
-  std::string str() const {
-    std::ostringstream o;
-    o << "B=" << B << " H=" << H << " Hkv=" << Hkv << " T=" << T << " S=" << S << " D=" << D << " causal=" << causal
-      << " window=" << window << " alibi=" << alibi << " scale=" << scale << " q_offset=" << q_offset;
-    return o.str();
-  }
-
-  ops::AttentionParams params() const {
-    ops::AttentionParams p;
-    p.causal = causal;
-    p.window = window;
-    p.scale = scale;
-    p.q_offset = q_offset;
-    if (alibi) p.alibi_slopes = torch::tensor(ops::alibi_slopes(H), torch::kDouble);
-    return p;
-  }
-};
+using Case = test::AttentionCase;
 
 struct Inputs {
   torch::Tensor q, k, v, g;  // g: weights of the scalar loss sum(out · g)

@@ -25,7 +25,8 @@ struct ConstantSeqResult {
   double bias_wq_grad = 0, bias_wk_grad = 0;  // ‖∂A/∂W_Q‖, ‖∂A/∂W_K‖
 };
 
-// Diagonal-head weights c (SPEC §6): c_ii = 1, c_ij = −1/(i−1) for j < i (1-based i), row 1 zero.
+// Diagonal-head weights c (docs/design.md#positional-bias): c_ii = 1, c_ij = −1/(i−1) for j < i (1-based i),
+// row 1 zero.
 torch::Tensor diagonal_weights(int64_t T) {
   auto c = torch::zeros({T, T}, torch::kDouble);
   for (int64_t i = 1; i < T; ++i) {

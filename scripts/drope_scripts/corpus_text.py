@@ -13,7 +13,8 @@ import os
 import re
 import struct
 import zlib
-from typing import Iterable, Iterator, TextIO
+from collections.abc import Iterable, Iterator
+from typing import TextIO
 
 MIN_CHARS = 200  # shorter documents are headings or empty menus
 

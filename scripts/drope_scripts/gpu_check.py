@@ -16,6 +16,7 @@ Usage: python -m drope_scripts.gpu_check OUT_DIR STAGE [STAGE ...]   (the stages
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import re
@@ -27,7 +28,7 @@ from .atomic import write_atomic
 # Every stage gpu-check.sh runs, in order (tests/py/test_gpu_check.py holds the script to this list).
 STAGES = ("setup", "gpu", "gpu_tests", "attention_bench_d64", "attention_bench_d128", "train_step_qwen2_0_5b",
           "train_step_qwen2_0_5b_eager", "nccl_smoke", "greedy_gpu_vs_cpu", "real_smollm2_drope")
-BENCH_T = 8192  # the summary's attention row: the issue's reference length
+BENCH_T = 8192  # the summary's attention row: the reference length of docs/gpu.md
 
 
 def _load(path: pathlib.Path):
@@ -163,10 +164,8 @@ def stage_numbers(out: pathlib.Path, name: str) -> dict:
         return res
     if name == "nccl_smoke":
         res = train_numbers(out / "nccl" / "log.jsonl")
-        try:
+        with contextlib.suppress(OSError):
             res["backend_nccl"] = "backend nccl" in (out / "stages" / "nccl_smoke.log").read_text(errors="replace")
-        except OSError:
-            pass
         return res
     if name == "greedy_gpu_vs_cpu":
         return greedy_numbers(out)
@@ -223,7 +222,8 @@ def markdown(doc: dict) -> str:
                         + (f", {rec['tokens_seen']} tokens" if "tokens_seen" in rec else ""))
         for method, table in rec.get("niah", {}).items():
             nums.append(f"NIAH {method}: " + ", ".join(f"{n}: {v:.0f}" for n, v in table.items()))
-        secs = f"{rec['seconds']:.0f} ({rec.get('budget_s', '-')})" if isinstance(rec.get("seconds"), (int, float)) else "-"
+        timed = isinstance(rec.get("seconds"), (int, float))
+        secs = f"{rec['seconds']:.0f} ({rec.get('budget_s', '-')})" if timed else "-"
         lines.append(f"| {name} | {rec.get('status', 'not run')} | {secs} | {'; '.join(nums)} |")
     for name, rec in doc["stages"].items():
         if "tflops" not in rec:
@@ -235,7 +235,8 @@ def markdown(doc: dict) -> str:
                 be = cell.get("fwd_backend", "")
                 if cell.get("fwdbwd_backend", be) != be:
                     be = f"{be}/{cell['fwdbwd_backend']}"
-                lines.append(f"| {case} | {impl} | {_fmt(cell.get('fwd'))} | {_fmt(cell.get('fwdbwd'))} | {be or '-'} |")
+                lines.append(f"| {case} | {impl} | {_fmt(cell.get('fwd'))} | {_fmt(cell.get('fwdbwd'))} "
+                             f"| {be or '-'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,10 +1,10 @@
-"""Offset-key retrieval (issue 18), the experiment quickstart and reproduce share: per seed, pretrain RoPE at
-C = 128 (configs/train/offset-key-rope.yaml), recalibrate its step-600 checkpoint as DroPE for the remaining
-200 steps (offset-key-drope.yaml: equal budget), optionally NoPE from scratch (the RoPE config with
-model.positional.type=nope); fit the temperature c of β = 1 + c·ln s on held-out offset-key sequences
+"""Offset-key retrieval (docs/design.md#offset-key-retrieval), the experiment quickstart and reproduce share: per
+seed, pretrain RoPE at C = 128 (configs/train/offset-key-rope.yaml), recalibrate its step-600 checkpoint as DroPE
+for the remaining 200 steps (offset-key-drope.yaml: equal budget), optionally NoPE from scratch (the RoPE config
+with model.positional.type=nope); fit the temperature c of β = 1 + c·ln s on held-out offset-key sequences
 (drope-eval fit-temperature --task offset-key); score every method at C, 2C, 4C, 8C (drope-eval offset-key:
 accuracy overall, and on "far" needles, farther than C from the query); aggregate over seeds (mean, 95 % t
-interval: stats.py); decide the issue's claims (a)–(f) from the numbers (offset_key_report.py); draw far
+interval: stats.py); decide the experiment's claims (a)–(f) from the numbers (offset_key_report.py); draw far
 accuracy vs length per method (drope-eval compare --plot far).
 
 Layout of the experiment directory (quickstart and reproduce: <run>/offset-key/):
@@ -20,14 +20,26 @@ from __future__ import annotations
 
 import json
 import pathlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from . import results
 from .atomic import write_atomic
 from .driver import ALL, Driver, Method, Show, checkpoint, config_int, config_steps, train_state
-from .offset_key_report import (DROPE_0, DROPE_T, KIND, NOPE_T, NTK, PI, ROPE, YARN, aggregate, csv_text, markdown,
-                                summary_of)
+from .offset_key_report import (
+    DROPE_0,
+    DROPE_T,
+    KIND,
+    NOPE_T,
+    NTK,
+    PI,
+    ROPE,
+    YARN,
+    aggregate,
+    csv_text,
+    markdown,
+    summary_of,
+)
 
 ROPE_CONFIG = "configs/train/offset-key-rope.yaml"
 DROPE_CONFIG = "configs/train/offset-key-drope.yaml"

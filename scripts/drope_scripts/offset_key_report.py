@@ -1,4 +1,4 @@
-"""The offset-key experiment's table over seeds and its verdicts (issue 18): per method and length, accuracy and
+"""The offset-key experiment's table over seeds and its verdicts: per method and length, accuracy and
 far-needle accuracy over seeds (mean, 95 % t interval: stats.py), claims (a)–(f) decided from those numbers by
 the criteria below (never tuned), and the table as Markdown / CSV (results.{md,csv} of offset_key.run, the
 reproduction report's section 5). The per-(method, seed) inputs are offset-key results files
@@ -8,8 +8,8 @@ from __future__ import annotations
 import csv
 import io
 import pathlib
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
 
 from . import results, stats
 
@@ -23,7 +23,7 @@ ROPE, PI, NTK, YARN = "RoPE", "RoPE+PI", "RoPE+NTK", "RoPE+YaRN"
 NOPE_T, DROPE_T, DROPE_0 = "NoPE+temp", "DroPE+temp", "DroPE c=0"
 SCALED = (PI, NTK, YARN)
 
-# The claims of issue 18 and how each is decided. "clearly below" = below by more than the sum of both 95 %
+# The experiment's claims and how each is decided. "clearly below" = below by more than the sum of both 95 %
 # interval half-widths (the intervals do not overlap), or by more than SINGLE_SEED_MARGIN with one seed. far(m, L):
 # mean far-needle accuracy of method m at length L; acc(m, C): mean accuracy at C. A claim whose cells were not
 # measured (method not run, no far needles) is inconclusive; otherwise it agrees or disagrees.
@@ -206,7 +206,7 @@ def _claim_c(t: Table) -> tuple[bool, str]:
     rope4, at_c = t.far(ROPE, 4), t.acc(ROPE)
     xs = {x: t.far(x, 4) for x in (NTK, YARN)}
     ok = all(rope4.mean < v.mean < at_c.mean for v in xs.values())
-    return ok, (f"far accuracy at 4C: " + ", ".join(f"{x} {v.text()}" for x, v in xs.items()) +
+    return ok, ("far accuracy at 4C: " + ", ".join(f"{x} {v.text()}" for x, v in xs.items()) +
                 f", RoPE {rope4.text()}; RoPE accuracy at C {at_c.text()}")
 
 
@@ -289,8 +289,9 @@ def markdown(doc: dict, where: str) -> str:
         lines.append(f"| {m['label']} | " + " | ".join(cells) + " |")
     lines += [f"\nPlot: `{where}/far.png` (far-needle accuracy vs length; mean over seeds, band min–max).\n",
               "```"] + [Claim(**cl).line() for cl in doc["claims"]] + ["```\n",
-              "Criteria (decided from the numbers by scripts/drope_scripts/offset_key_report.py; \"clearly below\" = below "
-              "by more than the sum of both interval half-widths, i.e. the intervals do not overlap; with one seed "
+              "Criteria (decided from the numbers by scripts/drope_scripts/offset_key_report.py; "
+              "\"clearly below\" = below by more than the sum of both interval half-widths, i.e. the intervals "
+              "do not overlap; with one seed "
               f"by more than {SINGLE_SEED_MARGIN:g} points):\n"]
     lines += [f"- ({cl['letter']}) {cl['criterion']}: {cl['evidence']}." for cl in doc["claims"]]
     return "\n".join(lines) + "\n"

@@ -4,7 +4,7 @@ Builds the small corpus (Jane Austen from a pinned Debian package, SentencePiece
 tiny RoPE model at context C = 256 for 400 steps (drope-train), DroPE-recalibrates its step-300 checkpoint
 with QK-norm for the remaining 100 steps (drope-train, phase drope: the same budget as RoPE), then
 evaluates RoPE, RoPE+PI, RoPE+NTK, RoPE+YaRN (eval-time, factor 2) and DroPE on perplexity at C and 2C
-(drope-eval ppl); then the offset-key retrieval experiment (offset_key.py, issue 18) with one
+(drope-eval ppl); then the offset-key retrieval experiment (offset_key.py) with one
 seed: RoPE at C = 128 for 800 steps, DroPE from its step 600 for 200 steps, the fitted temperature, accuracy
 at C–8C for RoPE, RoPE+PI / NTK / YaRN (factor L/C), DroPE with and without the temperature, and the claim
 verdicts; prints the side-by-side tables (drope-eval compare) and the offset-key table.
@@ -108,7 +108,7 @@ def quickstart() -> int:
     print(f"plot: {run}/eval/ppl.png")
     mark("ppl")
 
-    d.stage(f"5/5 offset-key retrieval (issue 18): {offset_key.describe(OFFSET_KEY)}")
+    d.stage(f"5/5 offset-key retrieval: {offset_key.describe(OFFSET_KEY)}")
     offset_key.run(d, run / "offset-key", OFFSET_KEY, lambda stage, _: mark(stage))
 
     d.compare(ppl_json, run / "results-ppl",

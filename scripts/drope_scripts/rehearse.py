@@ -1,4 +1,4 @@
-"""The DroPE pipeline rehearsed at a real model's shape on the CPU (issue 17, item 7; scripts/rehearse.sh runs it).
+"""The DroPE pipeline rehearsed at a real model's shape on the CPU (scripts/rehearse.sh runs it).
 
 From a random-weight HF directory written by transformers at the real config to an HF directory transformers
 loads again, with the real CLIs; one summary line per stage (name, ok / FAIL, seconds, the key numbers):
@@ -30,13 +30,14 @@ are skipped), 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import math
 import os
 import pathlib
 import platform
 import shlex
-import shutil
 import statistics
 import sys
 import time
@@ -53,7 +54,7 @@ CORPUS = pathlib.Path("/usr/share/common-licenses")
 TOOLS = ("drope-data", "drope-model", "drope-train", "drope-eval")
 OUTPUTS = ("hf", "data", "dropped", "recal.yaml", "recal", "eval", "export", "parity", "logs", "summary.json")
 PARITY_TOL = 1e-4
-WORLD = 2  # the default number of ranks (the issue: torchrun --nproc_per_node=2)
+WORLD = 2  # the default number of ranks (torchrun --nproc_per_node=2)
 _DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
               "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")
 
@@ -146,7 +147,7 @@ class Rehearsal:
             status, text, numbers = "FAIL", str(e), e.numbers
         except ToolError as e:
             status, text, numbers = "FAIL", f"{e} (log: {self.log_path()})", {}
-        except Exception as e:  # noqa: BLE001 - any failure of a stage is reported; the summary is still written
+        except Exception as e:  # any failure of a stage is reported; the summary is still written
             with open(self.log_path(), "a", encoding="utf-8") as f:
                 traceback.print_exc(file=f)
             status, text, numbers = "FAIL", f"{type(e).__name__}: {e} (log: {self.log_path()})", {}
@@ -268,7 +269,8 @@ class Rehearsal:
         later = [j["tokens_per_s"] for j in steps[1:]] or [first["tokens_per_s"]]  # step 1 is the warm-up
         nums = {"loss_first": first["loss"], "loss_last": last["loss"], "tokens_per_s": statistics.median(later),
                 "seconds_per_step": statistics.median(j2["elapsed_s"] - j1["elapsed_s"]
-                                                      for j1, j2 in zip(steps, steps[1:])) if len(steps) > 1 else None,
+                                                      for j1, j2 in itertools.pairwise(steps))
+                                    if len(steps) > 1 else None,
                 "val_loss": next((j["val_loss"] for j in log if "val_loss" in j), None)}
         peaks = [j["tensor_bytes"]["peak"] for j in log if "tensor_bytes" in j]
         if peaks:
@@ -421,10 +423,8 @@ def machine() -> dict:
     except OSError:
         pass
     mem = None
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         mem = int(pathlib.Path("/proc/meminfo").read_text().split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_bytes": mem}
 
 

@@ -11,10 +11,10 @@ from . import offset_key_report, results, stats
 PAPER_TABLE1 = ("Paper Table 1 (0.5B, multi-query / multi-key / multi-value): RoPE 0/0/0, PI 0/0/0, "
                 "NTK 21.1/19.4/16.5, YaRN 17.8/0.5/14.6, ALiBi 5.2/0/1.1, NoPE 9.2/36.2/21.4, RNoPE-SWA 5.2/25.6/20.6, "
                 "DroPE 28.0/41.6/23.3.")
-PILOT_OFFSET_KEY = ("Issue 18's pilot (PyTorch, GELU MLP, one seed, 1,024 queries per cell, ±3 points), far needles "
-                    "at 2C / 4C / 8C: RoPE 89/49/16 (100 at C), PI 70/54/44, NTK 99/88/62, YaRN 91/75/70, NoPE + β "
-                    "84/71/58 (88 at C), DroPE + β 95/90/89 (96 at C; c = 0.2, 0.4 at 8C), DroPE without β 79/67 at "
-                    "2C/4C; its DroPE had 1,000 steps against RoPE's 800.")
+PILOT_OFFSET_KEY = ("The experiment's PyTorch pilot (GELU MLP, one seed, 1,024 queries per cell, ±3 points), "
+                    "far needles at 2C / 4C / 8C: RoPE 89/49/16 (100 at C), PI 70/54/44, NTK 99/88/62, YaRN 91/75/70, "
+                    "NoPE + β 84/71/58 (88 at C), DroPE + β 95/90/89 (96 at C; c = 0.2, 0.4 at 8C), DroPE without β "
+                    "79/67 at 2C/4C; its DroPE had 1,000 steps against RoPE's 800.")
 
 
 @dataclass(frozen=True)
@@ -93,10 +93,10 @@ def table7_section(run: pathlib.Path, drop_at: int) -> list[str]:
 
 
 def offset_key_section(run: pathlib.Path) -> list[str]:
-    """Offset-key retrieval (issue 18): the table over seeds, the plot, the claim verdicts with their criteria."""
+    """Offset-key retrieval: the table over seeds, the plot, the claim verdicts with their criteria."""
     doc = results.load(run / "offset-key" / "results.json", offset_key_report.AGGREGATE_KIND)
     b = doc["budget"]
-    return ["## 5. Offset-key retrieval: far needles beyond C (issue 18)\n",
+    return ["## 5. Offset-key retrieval: far needles beyond C\n",
             "A synthetic long-range retrieval task (`drope-eval offset-key`; models and training in "
             f"`configs/train/offset-key-*.yaml`, C = {doc['train_length']}): RoPE {b['rope_steps']} steps; DroPE = "
             f"RoPE's step-{b['rope_steps'] - b['recalibration_steps']} checkpoint without RoPE, with QK-norm, "

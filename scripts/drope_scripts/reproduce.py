@@ -5,7 +5,7 @@
   3. Table 1  NIAH multi-query / multi-key / multi-value at 2× the training context for RoPE, RoPE+PI,
               RoPE+NTK, RoPE+YaRN (eval-time, factor 2), NoPE, ALiBi, RNoPE-SWA, DroPE
   4.          perplexity vs length up to 8× for the same models; the fitted temperature c (DroPE, NoPE)
-  5.          offset-key retrieval (issue 18, offset_key.py): RoPE, RoPE+PI/NTK/YaRN (factor L/C), NoPE and
+  5.          offset-key retrieval (offset_key.py): RoPE, RoPE+PI/NTK/YaRN (factor L/C), NoPE and
               DroPE (fitted temperature, and c = 0) at C–8C over DROPE_REPRO_OK_SEEDS seeds (mean, 95 % t
               interval), far accuracy vs length, and the verdicts on claims (a)–(f)
 Every model of 1–4: configs/train/repro-tiny.yaml (tiny, C = 256, vocab 4096) on the full Debian corpus; of 5:
@@ -201,7 +201,7 @@ def reproduce() -> int:
 
     plan = offset_key.Plan(seeds=tuple(range(s.ok_seeds)), queries=OFFSET_KEY_QUERIES, nope=True,
                            train_show=re.compile(r"^(step|done)"))
-    d.stage(f"5/5 offset-key retrieval (issue 18): {offset_key.describe(plan)}")
+    d.stage(f"5/5 offset-key retrieval: {offset_key.describe(plan)}")
 
     def ok_mark(stage: str, computed: bool) -> None:
         times.work |= computed

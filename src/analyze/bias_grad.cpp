@@ -186,9 +186,9 @@ std::string bias_grad_json(const std::vector<BiasGradReport>& reports) {
   }
   json out = eval::new_results("bias-grad");
   out["description"] =
-      "Attention positional bias A^c (SPEC §6) per layer: statistics over (sequence, seed) samples of the mean "
-      "over heads; grad_* are norms of the gradient of A^c w.r.t. W_Q (q_proj.weight), W_K (k_proj.weight) and "
-      "all parameters";
+      "Attention positional bias A^c (docs/design.md#positional-bias) per layer: statistics over (sequence, seed) "
+      "samples of the mean over heads; grad_* are norms of the gradient of A^c w.r.t. W_Q (q_proj.weight), "
+      "W_K (k_proj.weight) and all parameters";
   out["models"] = models;
   return out.dump(2) + "\n";
 }

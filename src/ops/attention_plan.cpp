@@ -201,9 +201,9 @@ AttnPlan plan_attention(const AttnCall& c) {
   };
   if (c.dtype == AttnDType::kFloat64) return pick(AttnBackend::kReference, "float64: the reference");
   if (const char* why = common_reject(c, p.geometry)) return pick(AttnBackend::kReference, why);
-  // Hopper: cuDNN's fused attention is what LibTorch's SDPA itself picks there, and it measured 1.5–1.9× FA2's
-  // TFLOP/s at T = 8K (causal and GQA, D = 64/128, forward and backward; docs/gpu.md). Only calls it takes
-  // without a dense bias (GQA K/V are expanded per call, transiently: the backward re-expands them).
+  // Hopper: cuDNN's fused attention is what LibTorch's SDPA itself picks there, and it is faster than FA2 there
+  // (causal and GQA, D = 64/128, forward and backward; docs/gpu.md). Only calls it takes without a dense bias (GQA K/V
+  // are expanded per call, transiently: the backward re-expands them).
   if (c.sm >= 90 && p.cudnn.ok && !p.cudnn.bias) return pick(AttnBackend::kCudnn, "cuDNN attention (sm90+)");
   if (p.flash.ok) return pick(AttnBackend::kFlash, "FlashAttention-2 maps the call");
   if (p.mem_eff.ok && p.mem_eff.bias_bytes <= kMaxDenseBiasBytes)

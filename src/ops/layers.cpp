@@ -316,9 +316,8 @@ bool onednn_linear_enabled() {
 }
 
 bool onednn_linear_default(const char* env, bool intel_cpu) {
-  // Unset: on, except on Intel CPUs, where LibTorch's own GEMM (MKL's sgemm) was faster (docs/benchmarks.md:
-  // drope-train +16 % tokens/s at tiny-256, +3 % at small-50m on a 2-core AVX-512 Xeon); on AMD CPUs MKL
-  // takes slower paths and oneDNN was 2x faster.
+  // Unset: on, except on Intel CPUs, where LibTorch's own GEMM (MKL's sgemm) is faster; on AMD CPUs MKL takes
+  // its AVX2 paths and oneDNN is faster (docs/benchmarks.md#defaults-chosen-by-measurement).
   return parse_switch("DROPE_ONEDNN_LINEAR", env, "oneDNN except on Intel CPUs").value_or(!intel_cpu);
 }
 

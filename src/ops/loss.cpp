@@ -30,8 +30,8 @@ Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
   const auto gemm = at::autocast::is_autocast_enabled(dev) ? at::autocast::get_autocast_dtype(dev) : hidden.scalar_type();
   at::Tensor w = weight.to(gemm);
   // Auto: chunks of 64M logits (256 MB in float32). Smaller chunks save more memory but re-read the weight and
-  // re-accumulate its gradient once per chunk: on the CPU, 256-row chunks of a 32K vocabulary made a 50M
-  // model's training step 5 % slower, one 2048-row chunk was as fast as the full logits (and 200 MB smaller).
+  // re-accumulate its gradient once per chunk, which slows the step; chunks this large run as fast as the full
+  // logits (docs/benchmarks.md#defaults-chosen-by-measurement).
   if (chunk_rows <= 0) chunk_rows = std::max<int64_t>((int64_t(64) << 20) / std::max<int64_t>(V, 1), 64);
 
   Sums out;

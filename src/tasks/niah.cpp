@@ -1,5 +1,5 @@
-// Needle-in-a-haystack prompts and scoring (SPEC.md §5.2). The task facts (needle sentence, template,
-// answer prefix, singular rewrite, presets, depth grid, string_match_all) follow RULER's
+// Needle-in-a-haystack prompts and scoring (docs/design.md#needle-in-a-haystack). The task facts (needle
+// sentence, template, answer prefix, singular rewrite, presets, depth grid, string_match_all) follow RULER's
 // scripts/data/synthetic/niah.py, constants.py and synthetic.yaml; the code is our own.
 // This file: the task presets and their names; the prompt text is in niah_prompt.cpp, seeds and draws in
 // niah_random.cpp, the essay haystack in niah_essay.cpp, RULER samples in niah_samples.cpp, the size

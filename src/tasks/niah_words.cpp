@@ -6,6 +6,7 @@
 namespace drope::tasks {
 
 const std::vector<std::string>& niah_adjectives() {
+  // clang-format off: a word list reads best filled line by line
   static const std::vector<std::string> words = {
     "able", "absent", "abundant", "acidic", "active", "actual", "adorable", "adventurous", "afraid", "agile",
     "agreeable", "alert", "alive", "amber", "ambitious", "ample", "ancient", "angry", "annual", "anxious",
@@ -53,10 +54,12 @@ const std::vector<std::string>& niah_adjectives() {
     "whimsical", "white", "whole", "wicked", "wide", "wild", "windy", "wise", "witty", "wooden", "worried",
     "yellow", "young", "youthful", "zany", "zealous", "zesty",
   };
+  // clang-format on
   return words;
 }
 
 const std::vector<std::string>& niah_nouns() {
+  // clang-format off: a word list reads best filled line by line
   static const std::vector<std::string> words = {
     "acorn", "actor", "airport", "album", "anchor", "angle", "ankle", "answer", "apple", "apron", "arch",
     "arm", "army", "arrow", "artist", "atlas", "attic", "aunt", "avenue", "badge", "bakery", "balloon",
@@ -95,6 +98,7 @@ const std::vector<std::string>& niah_nouns() {
     "wheel", "whistle", "willow", "window", "wing", "winter", "wizard", "wolf", "workshop", "yacht", "yard",
     "zebra",
   };
+  // clang-format on
   return words;
 }
 

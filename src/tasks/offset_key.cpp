@@ -1,4 +1,4 @@
-// Offset-key retrieval (issue 18): sequences, loss masks and scoring. See offset_key.h for the layout.
+// Offset-key retrieval (docs/design.md#offset-key-retrieval): sequences, loss masks and scoring. See offset_key.h for the layout.
 #include "drope/tasks/offset_key.h"
 
 #include <array>

@@ -36,7 +36,8 @@ def expect_model_dir_error(model_dir, tmp, *needles):
     tj = pathlib.Path(tmp) / "error-tokens.json"
     tj.write_text("[[1, 2, 3]]")
     for cmd in (["drope-model", "info", "--model", model_dir],
-                ["drope-eval", "logits", "--model", model_dir, "--tokens", tj, "--out", pathlib.Path(tmp) / "l.safetensors"]):
+                ["drope-eval", "logits", "--model", model_dir, "--tokens", tj, "--out",
+                 pathlib.Path(tmp) / "l.safetensors"]):
         expect_error(run_cli(*cmd, check=False), *needles)
 
 

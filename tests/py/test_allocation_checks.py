@@ -1,10 +1,9 @@
-"""Configs are checked before the model is allocated (issue 15, class 2): a config that asks for more
+"""Configs are checked before the model is allocated: a config that asks for more
 memory than there is, or a config.json that does not describe the weights beside it, is one clear error
 in well under a second, not an abort after allocating terabytes."""
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import time
 
@@ -55,7 +54,8 @@ def test_config_json_that_does_not_match_the_weights(tmp_path):
 
 
 def test_size_flags_are_bounded_before_anything_runs(tmp_path):
-    bench = [BIN / "drope-bench", "attention", "--cases", "causal", "--impls", "ours", "--repeats", "1", "--warmup", "0",
+    bench = [BIN / "drope-bench", "attention", "--cases", "causal", "--impls", "ours", "--repeats", "1", "--warmup",
+             "0",
              "--quiet"]
     for extra, needle in [(["--lengths", "1000000000"], "--lengths"),
                           (["--lengths", "64", "--heads", "1000000000"], "--heads"),

@@ -77,8 +77,10 @@ def test_model_dir_errors(tmp, model_dir):
 
 def test_config_errors(tmp):
     cases = {
-        "unknown.yaml": ("model:\n  preset: tiny\n  num_layer: 3\n", ["unknown.yaml:3", "model.num_layer", "num_layers"]),
-        "type.yaml": ("model:\n  preset: tiny\n  tie_embeddings: maybe\n", ["type.yaml:3", "tie_embeddings", "true or false"]),
+        "unknown.yaml": ("model:\n  preset: tiny\n  num_layer: 3\n",
+                         ["unknown.yaml:3", "model.num_layer", "num_layers"]),
+        "type.yaml": ("model:\n  preset: tiny\n  tie_embeddings: maybe\n",
+                      ["type.yaml:3", "tie_embeddings", "true or false"]),
         "malformed.yaml": ("model:\n  preset: tiny\n   bad: [\n", ["malformed.yaml", "malformed YAML"]),
         "preset.yaml": ("model:\n  preset: huge\n", ["preset.yaml:2", "unknown model preset 'huge'"]),
         "scaling.yaml": ("model:\n  preset: tiny\n  positional:\n    scaling: {type: longrope}\n",
@@ -122,7 +124,8 @@ def test_non_finite_and_overflowing_flags_are_refused(tmp, model_dir):
         (("drope-analyze", "rope-scaling", "--theta", "inf"), ["--theta", "finite"]),
         # A negative number wrapped into an unsigned seed.
         (("drope-model", "init", "--preset", "micro", "--seed", "-1", "--out", tmp / "o"), ["--seed", "non-negative"]),
-        (("drope-data", "prepare", "-i", text, "--out", tmp / "d", "--val-fraction", "nan"), ["--val-fraction", "finite"]),
+        (("drope-data", "prepare", "-i", text, "--out", tmp / "d", "--val-fraction", "nan"),
+         ["--val-fraction", "finite"]),
     ]
     for args, needles in cases:
         one_clear_line(run_cli(*args, check=False), *needles)
@@ -133,20 +136,25 @@ def test_hostile_yaml_is_refused_with_file_and_line(tmp):
     cases = {
         "dupkey.yaml": (b"model:\n  preset: micro\n  num_layers: 2\n  num_layers: 8\n",
                         ["dupkey.yaml:4", "duplicate key 'num_layers'", "line 3"]),
-        "dupsection.yaml": (b"model:\n  preset: micro\nmodel:\n  preset: tiny\n", ["dupsection.yaml:3", "duplicate key 'model'"]),
-        "twodocs.yaml": (b"model:\n  preset: micro\n---\nmodel:\n  preset: tiny\n", ["twodocs.yaml:4", "second YAML document"]),
+        "dupsection.yaml": (b"model:\n  preset: micro\nmodel:\n  preset: tiny\n",
+                            ["dupsection.yaml:3", "duplicate key 'model'"]),
+        "twodocs.yaml": (b"model:\n  preset: micro\n---\nmodel:\n  preset: tiny\n",
+                         ["twodocs.yaml:4", "second YAML document"]),
         "latin1.yaml": (b"model:\n  preset: micro\n  arch: llam\xe1\n", ["latin1.yaml:3", "not valid UTF-8"]),
         "null.yaml": (b"model:\n  preset: micro\n  rms_eps:\n", ["null.yaml:3", "rms_eps", "got null"]),
-        "theta.yaml": (b"model:\n  preset: micro\n  positional: {rope_theta: .inf}\n", ["theta.yaml", "rope_theta", "finite"]),
+        "theta.yaml": (b"model:\n  preset: micro\n  positional: {rope_theta: .inf}\n",
+                       ["theta.yaml", "rope_theta", "finite"]),
         "factor.yaml": (b"model:\n  preset: micro\n  positional: {scaling: {type: yarn, factor: .nan}}\n",
                         ["factor.yaml", "scaling.factor", "finite"]),
         "overflow.yaml": (b"model:\n  preset: micro\n  vocab_size: 99999999999999999999\n",
                           ["overflow.yaml:3", "vocab_size", "out of range"]),
-        "deep.yaml": (b"model:\n  preset: micro\n  x: " + b"[" * 200 + b"]" * 200 + b"\n", ["deep.yaml", "nested more than 128"]),
+        "deep.yaml": (b"model:\n  preset: micro\n  x: " + b"[" * 200 + b"]" * 200 + b"\n",
+                      ["deep.yaml", "nested more than 128"]),
     }
     for name, (text, needles) in cases.items():
         (tmp / name).write_bytes(text)
-        one_clear_line(run_cli("drope-model", "init", "--config", tmp / name, "--out", tmp / "o", check=False), *needles)
+        one_clear_line(run_cli("drope-model", "init", "--config", tmp / name, "--out", tmp / "o", check=False),
+                       *needles)
         assert not (tmp / "o").exists()
 
 
@@ -182,7 +190,8 @@ def test_fifos_are_refused_not_waited_on(tmp, model_dir):
     st.rename(tmp / "weights")
     os.mkfifo(st)
     try:
-        r = subprocess.run([str(BIN / "drope-model"), "info", "--model", str(model_dir)], capture_output=True, text=True,
+        r = subprocess.run([str(BIN / "drope-model"), "info", "--model", str(model_dir)], capture_output=True,
+                           text=True,
                            timeout=30)
     except subprocess.TimeoutExpired:
         pytest.fail("drope-model blocked on a FIFO model.safetensors")

@@ -59,7 +59,7 @@ def test_bad_isa_override_is_refused_at_start(value, needle):
 
 
 def test_isa_override_is_used_or_refused_when_the_cpu_lacks_it():
-    flags = open("/proc/cpuinfo").read()
+    flags = pathlib.Path("/proc/cpuinfo").read_text()
     for level, has in (("baseline", True), ("avx2", " avx2" in flags and " fma" in flags),
                        ("avx512", all(f" {f}" in flags for f in ("avx512f", "avx512dq", "avx512bw", "avx512vl")))):
         r = bench_header({"DROPE_CPU_ISA": level})

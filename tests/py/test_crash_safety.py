@@ -12,7 +12,6 @@ import subprocess
 import time
 
 import numpy as np
-import pytest
 from safetensors.numpy import load_file
 
 from conftest import BIN, expect_error
@@ -23,7 +22,7 @@ data: {{text: /usr/share/common-licenses/GPL-3, seq_len: 32, batch_size: 8}}
 optim: {{lr: 3.0e-3}}
 schedule: {{type: cosine, warmup: 2}}
 train: {{steps: {steps}, log_every: {log_every}, eval_every: 10, eval_batches: 2, checkpoint_every: {ckpt}, keep_last: 2}}
-"""
+"""  # noqa: E501
 TIMING = ("tokens_per_s", "elapsed_s", "mfu")
 TRAIN = str(BIN / "drope-train")
 
@@ -136,7 +135,7 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted(tmp):
             target = rng.randint(1, 4)
             base = None
 
-            def cond():
+            def cond(target=target):
                 nonlocal base
                 n = logged_steps(run_dir)
                 if base is None:
@@ -148,7 +147,7 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted(tmp):
             hit = poll(p, lambda: bool(temp_entries(ckpt_dir)), period=0)  # busy: the window is milliseconds
         elif mode == "after-ckpt":  # right after a new checkpoint appears: keep-last pruning
             before = {c.name for c in checkpoints(run_dir)}
-            hit = poll(p, lambda: bool({c.name for c in checkpoints(run_dir)} - before))
+            hit = poll(p, lambda: bool({c.name for c in checkpoints(run_dir)} - before))  # noqa: B023
         else:  # during start-up / resume (loading, log truncation)
             time.sleep(rng.uniform(0, 0.6))
             hit = p.poll() is None
@@ -175,7 +174,7 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted(tmp):
     assert_same_run(tmp / "ref", run_dir)
     # Resuming a finished run changes nothing.
     before = (run_dir / "log.jsonl").read_text()
-    r = train(cfg, "--resume")
+    train(cfg, "--resume")
     assert (run_dir / "log.jsonl").read_text() == before
     assert_same_run(tmp / "ref", run_dir)
 
@@ -200,7 +199,7 @@ def test_sigterm_finishes_the_step_saves_and_exits_zero(tmp):
             break
         base = [None]
 
-        def cond(target=rng.randint(1, 3)):
+        def cond(target=rng.randint(1, 3), base=base):  # noqa: B008 - a new target per try
             n = logged_steps(run_dir)
             if base[0] is None:
                 base[0] = n

@@ -22,7 +22,7 @@ data: {{text: /usr/share/common-licenses/GPL-3, seq_len: 32, batch_size: 8}}
 optim: {{lr: 3.0e-3}}
 schedule: {{type: cosine, warmup: 2, steps: {steps}}}
 train: {{steps: {steps}, log_every: 1, eval_batches: 2, checkpoint_every: {ckpt}, keep_last: 2, dist_timeout_s: {timeout}}}
-"""
+"""  # noqa: E501
 TRAIN = str(BIN / "drope-train")
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
              "TORCHELASTIC_RESTART_COUNT", "DROPE_FAULT_NAN_AT_STEP", "DROPE_FAULT_NAN_WEIGHTS_AT_STEP")
@@ -148,7 +148,7 @@ def test_torchrun_restarts_a_killed_worker_and_resumes(tmp):
     workers = [c for c in children(p.pid) if pathlib.Path(f"/proc/{c}/exe").resolve().name == "drope-train"]
     assert len(workers) == 2, workers
     os.kill(workers[1], signal.SIGKILL)
-    out, err = p.communicate(timeout=240)
+    _, err = p.communicate(timeout=240)
     assert p.returncode == 0, err[-3000:]
     # The agent saw the killed worker (the survivor exited with our message) and the restart succeeded.
     assert "exitcode: -9" in err and "failed: another rank died" in err, err[-3000:]
@@ -156,7 +156,10 @@ def test_torchrun_restarts_a_killed_worker_and_resumes(tmp):
     assert sorted(losses) == list(range(1, steps + 1))
     for s in ref:
         assert abs(ref[s] - losses[s]) < 1e-5, (s, ref[s], losses[s])
-    last = lambda d: sorted((d / "checkpoints").glob("step-*"))[-1] / "model.safetensors"
+
+    def last(d):
+        return sorted((d / "checkpoints").glob("step-*"))[-1] / "model.safetensors"
+
     wa, wb = load_file(str(last(tmp / "single"))), load_file(str(last(run_dir)))
     for k in wa:
         np.testing.assert_allclose(wb[k], wa[k], atol=2e-5, rtol=0, err_msg=k)

@@ -16,7 +16,8 @@ from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from conftest import expect_error, expect_model_dir_error, our_logits, run_cli
-from drope_scripts.drope_reference import ARCH, load as load_reference, logits, model_from_config, rel_err
+from drope_scripts.drope_reference import ARCH, logits, model_from_config, rel_err
+from drope_scripts.drope_reference import load as load_reference
 
 BASE = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)

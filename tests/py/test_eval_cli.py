@@ -4,7 +4,6 @@ import json
 import math
 import pathlib
 
-import numpy as np
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -48,7 +47,8 @@ def setup(tmp_path_factory):
 
 
 def hf_sliding_ppl(model, ids, L, stride):
-    """SPEC §5.1 written out: windows of L every `stride`, each scoring its new tokens; exp(mean of means)."""
+    """The sliding-window protocol (docs/design.md#perplexity) written out: windows of L every `stride`, each
+    scoring its new tokens; exp(mean of means)."""
     means, prev_end = [], 0
     for begin in range(0, len(ids), stride):
         end = min(begin + L, len(ids))

@@ -294,7 +294,8 @@ HOSTILE = {
     "partial_block": (pad(header(n_tensors=1) + tensor_info("w", [33], 8, 0)) + b"\0" * 64, "not whole Q8_0 blocks"),
     "out_of_file": (pad(header(n_tensors=1) + tensor_info("w", [1024, 1024], 0, 0)) + b"\0" * 64,
                     "runs past the end of the file"),
-    "misaligned": (pad(header(n_tensors=1) + tensor_info("w", [4], 0, 8)) + b"\0" * 64, "not a multiple of the alignment"),
+    "misaligned": (pad(header(n_tensors=1) + tensor_info("w", [4], 0, 8)) + b"\0" * 64,
+                   "not a multiple of the alignment"),
     "overlap": (pad(header(n_tensors=2) + tensor_info("a", [16], 0, 0) + tensor_info("b", [16], 0, 32)) + b"\0" * 128,
                 "overlap"),
     "duplicate_tensor": (pad(header(n_tensors=2) + tensor_info("a", [8], 0, 0) + tensor_info("a", [8], 0, 32)) +
@@ -388,7 +389,8 @@ def test_sentencepiece_vocabulary_from_metadata_matches_the_model_it_came_from(t
     write_gguf(path, {}, meta)
     texts = tmp / "texts.json"
     texts.write_text(json.dumps(["alpha beta gamma", "  two spaces\tand a tab", "naïve café 東京 42", "zzz ☃ unseen"]))
-    want = json.loads(run_cli("drope-data", "encode", "--tokenizer", tmp / "ds" / "tokenizer.model", "--texts", texts).stdout)
+    original = tmp / "ds" / "tokenizer.model"
+    want = json.loads(run_cli("drope-data", "encode", "--tokenizer", original, "--texts", texts).stdout)
     got = json.loads(run_cli("drope-data", "encode", "--tokenizer", path, "--texts", texts).stdout)
     assert got == want and any(len(ids) > 3 for ids in want)
     # a score that is not a number is refused, naming the key

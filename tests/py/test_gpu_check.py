@@ -1,4 +1,4 @@
-"""scripts/gpu-check.sh on the CPU: --dry-run lists every stage the issue asks for, with its budget and
+"""scripts/gpu-check.sh on the CPU: --dry-run lists every stage of docs/gpu.md, with its budget and
 command, through the same code path a real run takes, and writes a summary naming every stage; the summary
 module (drope_scripts.gpu_check) turns the stages' artifacts into numbers and verdicts."""
 import json
@@ -11,7 +11,7 @@ from conftest import ROOT
 from drope_scripts import gpu_check
 
 SCRIPT = ROOT / "scripts" / "gpu-check.sh"
-# The stages of issue 20 item 4; removing one from the script (or from gpu_check.STAGES) fails here.
+# The stages of docs/gpu.md; removing one from the script (or from gpu_check.STAGES) fails here.
 EXPECTED = ["setup", "gpu", "gpu_tests", "attention_bench_d64", "attention_bench_d128", "train_step_qwen2_0_5b",
             "train_step_qwen2_0_5b_eager", "nccl_smoke", "greedy_gpu_vs_cpu", "real_smollm2_drope"]
 STAGE_LINE = re.compile(r"stage (\w+) \(budget (\d+)s\): (.*)")
@@ -33,7 +33,7 @@ def test_dry_run_prints_every_stage_with_budget_and_command(tmp):
     assert list(gpu_check.STAGES) == EXPECTED
     cmd = {m.group(1): m.group(3) for m in stages}
     budget = {m.group(1): int(m.group(2)) for m in stages}
-    # The issue's 8 minutes on one H100, for everything after the build.
+    # 8 minutes on one H100 for everything after the build (docs/gpu.md).
     assert sum(v for k, v in budget.items() if k != "setup") <= 480, budget
     assert "DROPE_CUDA_ARCHS=80;90" in cmd["setup"] and "sm_90" in cmd["setup"] and "drope_gpu_tests" in cmd["setup"]
     assert "ctest -L gpu" in cmd["gpu_tests"]

@@ -1,6 +1,5 @@
 """Parity with HF transformers (random weights, no downloads): logits of Llama/Qwen2-shaped models for
 every rope_scaling type, sharded and bf16 checkpoints, and export round trips that transformers loads."""
-import json
 
 import numpy as np
 import pytest
@@ -32,7 +31,8 @@ CASES = {
     "qwen2_untied": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=False)),
     "qwen2_tied_yarn": (Qwen2Config, Qwen2ForCausalLM,
                         dict(tie_word_embeddings=True,
-                             rope_scaling={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 24})),
+                             rope_scaling={"rope_type": "yarn", "factor": 2.0,
+                                           "original_max_position_embeddings": 24})),
 }
 
 
@@ -85,7 +85,8 @@ def test_export_round_trip_loads_in_transformers(name, tmp):
 def test_our_init_loads_in_transformers(tmp):
     cfg = tmp / "m.yaml"
     cfg.write_text("model:\n  preset: micro\n  tie_embeddings: false\n  init_std: 0.2\n"
-                   "  positional:\n    rope_theta: 50000\n    scaling: {type: yarn, factor: 2, original_max_position: 32}\n")
+                   "  positional:\n    rope_theta: 50000\n"
+                   "    scaling: {type: yarn, factor: 2, original_max_position: 32}\n")
     run_cli("drope-model", "init", "--config", cfg, "--seed", 5, "--out", tmp / "ours")
     hf = AutoModelForCausalLM.from_pretrained(tmp / "ours", dtype=torch.float32, attn_implementation="eager").eval()
     assert hf.config.rope_parameters["rope_type"] == "yarn"

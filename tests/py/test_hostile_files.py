@@ -72,7 +72,8 @@ def test_file_size_limit_is_a_write_error_in_every_tool(tmp):
     clean_error(r, "model.safetensors", "File too large")
     assert not out.exists() and not our_temps(tmp)
     # drope-data (its own main, torch-free): the trained tokenizer exceeds 1 KiB.
-    r = run_limited(["drope-data", "prepare", "-i", "/usr/share/common-licenses/GPL-3", "--paragraphs", "--out", tmp / "ds",
+    r = run_limited(["drope-data", "prepare", "-i", "/usr/share/common-licenses/GPL-3", "--paragraphs", "--out",
+                     tmp / "ds",
                      "--train-tokenizer", "--vocab-size", 1000], 1 << 10)
     clean_error(r, str(tmp / "ds" / "tokenizer.model"), "File too large")
     assert not (tmp / "ds").exists() and not our_temps(tmp)
@@ -225,7 +226,8 @@ def field(num, payload):
 
 
 def test_crafted_sentencepiece_models_are_refused(tmp):
-    run_cli("drope-data", "prepare", "-i", "/usr/share/common-licenses/GPL-3", "--paragraphs", "--out", tmp / "ds", "--train-tokenizer",
+    run_cli("drope-data", "prepare", "-i", "/usr/share/common-licenses/GPL-3", "--paragraphs", "--out", tmp / "ds",
+            "--train-tokenizer",
             "--vocab-size", 1000)
     good = (tmp / "ds" / "tokenizer.model").read_bytes()
     text = tmp / "t.txt"

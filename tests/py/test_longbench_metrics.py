@@ -28,7 +28,8 @@ warnings.filterwarnings("ignore")  # fuzzywuzzy's "slow pure-python SequenceMatc
 
 # --- the oracle: metrics.py's definitions over the real packages -------------------------------------
 
-CN_PUNCT = ("！？｡。＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠｢｣､、〃》「」『』【】〔〕〖〗〘〙〚〛〜〝〞〟〰〾〿"
+CN_PUNCT = ("！？｡。＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠｢｣､、"
+            "〃》「」『』【】〔〕〖〗〘〙〚〛〜〝〞〟〰〾〿"
             "–—‘’‛“”„‟…‧﹏.")
 
 
@@ -169,13 +170,14 @@ def scorer_e(dataset, predictions, answers, lengths, all_classes):
 
 def read_pred_file(path):
     preds, answers, lengths, all_classes = [], [], [], None
-    for line in open(path, encoding="utf-8"):
-        d = json.loads(line)
-        preds.append(d["pred"])
-        answers.append(d["answers"])
-        all_classes = d["all_classes"]  # eval.py keeps the last record's
-        if "length" in d:
-            lengths.append(d["length"])
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            preds.append(d["pred"])
+            answers.append(d["answers"])
+            all_classes = d["all_classes"]  # eval.py keeps the last record's
+            if "length" in d:
+                lengths.append(d["length"])
     return preds, answers, lengths, all_classes
 
 
@@ -411,15 +413,19 @@ def test_malformed_prediction_file_fails_with_file_and_line(tmp):
     assert (tmp / "res.json").read_text() == before
 
     (d / "lcc.jsonl").write_text('{"pred": "x", "all_classes": null}\n', encoding="utf-8")
-    expect_error(run_cli("drope-eval", "longbench-score", "--pred", d, check=False), "lcc.jsonl:1: missing key 'answers'")
+    expect_error(run_cli("drope-eval", "longbench-score", "--pred", d, check=False),
+                 "lcc.jsonl:1: missing key 'answers'")
     (d / "lcc.jsonl").write_text('{"pred": 3, "answers": [], "all_classes": null}\n', encoding="utf-8")
-    expect_error(run_cli("drope-eval", "longbench-score", "--pred", d, check=False), "lcc.jsonl:1: key 'pred' must be a string")
+    expect_error(run_cli("drope-eval", "longbench-score", "--pred", d, check=False),
+                 "lcc.jsonl:1: key 'pred' must be a string")
     (d / "lcc.jsonl").unlink()
     write_preds(d, "mystery", [("x", ["x"], None, 1)])
-    expect_error(run_cli("drope-eval", "longbench-score", "--pred", d, check=False), "'mystery' is not a LongBench task")
+    expect_error(run_cli("drope-eval", "longbench-score", "--pred", d, check=False),
+                 "'mystery' is not a LongBench task")
     (d / "mystery.jsonl").unlink()
     (d / "qasper.jsonl").write_text('{"pred": "x", "answers": ["x"], "all_classes": null}\n', encoding="utf-8")
-    expect_error(run_cli("drope-eval", "longbench-score", "--pred", d, "--e", check=False), "qasper.jsonl:1: missing key 'length'")
+    expect_error(run_cli("drope-eval", "longbench-score", "--pred", d, "--e", check=False),
+                 "qasper.jsonl:1: missing key 'length'")
     write_preds(d, "passage_retrieval_en", [("1", ["no paragraph"], None, 1)])
     expect_error(run_cli("drope-eval", "longbench-score", "--pred", d, check=False), "passage_retrieval_en.jsonl",
                  "holds no 'Paragraph <number>'")
@@ -431,7 +437,8 @@ def test_longbench_rejects_bad_data_before_loading_a_model(tmp):
     data.mkdir()
     rec = {"input": "q", "context": "c", "answers": ["a"], "length": 5, "all_classes": None}
     (data / "qasper.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps({**rec, "answers": "a"}) + "\n")
-    r = run_cli("drope-eval", "longbench", "--model", tmp / "no-model", "--data", data, "--tasks", "qasper", check=False)
+    r = run_cli("drope-eval", "longbench", "--model", tmp / "no-model", "--data", data, "--tasks", "qasper",
+                check=False)
     expect_error(r, f"{data / 'qasper.jsonl'}:2: key 'answers' must be a list of strings")
     r = run_cli("drope-eval", "longbench", "--model", tmp / "no-model", "--data", data, "--tasks", "qasper,bogus",
                 check=False)
@@ -475,7 +482,8 @@ def test_longbench_end_to_end_on_a_tiny_model(tmp, tiny_model):
     data.mkdir()
     ctx = texts[0][:5000]
     rows = {
-        "lcc": [{"input": "", "context": ctx + f"\ndef f{i}(x):\n", "answers": ["    return x"], "length": 3000 + i * 3000,
+        "lcc": [{"input": "", "context": ctx + f"\ndef f{i}(x):\n", "answers": ["    return x"],
+                 "length": 3000 + i * 3000,
                  "all_classes": None, "_id": f"l{i}"} for i in range(3)],
         "trec": [{"input": "What is X?", "context": ctx[:400], "answers": ["Entity"], "length": 100,
                   "all_classes": TREC}],

@@ -1,4 +1,4 @@
-"""`drope-train --plan` against what runs really hold (issue 17 item 5): with DROPE_TRACK_TENSOR_MEMORY=1 the
+"""`drope-train --plan` against what runs really hold: with DROPE_TRACK_TENSOR_MEMORY=1 the
 trainer counts the bytes of live CPU tensors (LibTorch's allocator wrapped) and rank 0 logs their peak; the
 plan's total for the configured shard mode must be within 15 % of it, at world 1 and under torchrun at world
 2, with and without activation checkpointing. Also: the tracker's environment value is validated."""
@@ -39,7 +39,8 @@ def env():
 ])
 def test_plan_matches_tensor_peak(tmp_path, preset, seq, micro, world, shard, ac):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(CFG.format(out=tmp_path / "run", preset=preset, seq=seq, batch=micro * world, micro=micro, shard=shard,
+    cfg.write_text(CFG.format(out=tmp_path / "run", preset=preset, seq=seq, batch=micro * world, micro=micro,
+                              shard=shard,
                               ac=ac))
     plan = subprocess.run([str(BIN / "drope-train"), str(cfg), "--plan", "--json", "--world", str(world)], env=env(),
                           capture_output=True, text=True, check=True).stdout

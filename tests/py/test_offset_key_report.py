@@ -1,5 +1,5 @@
-"""Offset-key retrieval over seeds (scripts/drope_scripts/offset_key_report.py and offset_key.py, issue 18): aggregation and 95 % t
-intervals against scipy and hand values, the claim verdicts (a)–(f) on constructed numbers (each agreeing and
+"""Offset-key retrieval over seeds (scripts/drope_scripts/offset_key_report.py and offset_key.py): aggregation and
+95 % t intervals against scipy and hand values, the claim verdicts (a)–(f) on constructed numbers (each agreeing and
 disagreeing), the merged per-(method, seed) results file, and the reproduction's knob."""
 import csv
 import io
@@ -33,7 +33,7 @@ def write(path, doc):
     return path
 
 
-# Means of a pilot-like table (issue 18): accuracy at C, far accuracy at 2C, 4C, 8C (None: not evaluated at C).
+# Means of a pilot-like table: accuracy at C, far accuracy at 2C, 4C, 8C (None: not evaluated at C).
 PILOT = {okr.ROPE: (98, 89, 49, 16), okr.PI: (None, 70, 54, 44), okr.NTK: (None, 97, 88, 62),
          okr.YARN: (None, 91, 75, 70), okr.NOPE_T: (88, 84, 71, 58), okr.DROPE_T: (96, 95, 90, 89),
          okr.DROPE_0: (96, 79, 67, 50)}

@@ -1,15 +1,14 @@
-"""The paper's DroPE configs at 360M-7B (issue 17 item 6): the public recipe's hyper-parameters, the models'
+"""The paper's DroPE configs at 360M-7B: the public recipe's hyper-parameters, the models'
 public shapes (configs/hf/*/config.json against transformers), and shard modes that the memory plan says each
 config needs on 8 x 80 GB; the README shows the plan table that scripts/paper_plans.py prints.
 """
 import json
-import pathlib
 
 import pytest
 import yaml
+from paper_plans import GPU_GB, HEADROOM, MODES, PAPER, WORLD, plan, table
 
 from conftest import BIN, ROOT, run_cli
-from paper_plans import GPU_GB, HEADROOM, MODES, PAPER, WORLD, plan, table
 
 # config -> (qk_norm, seq_len, batch, steps, lr, schedule type, warmup): SakanaAI/DroPE cfgs/run_cfg/*.yaml over
 # trainer_cfg/base_trainer.yaml (SmolLM-360M: the paper's Table 5 instead, as configs/train/smollm-360m-drope.yaml).

@@ -19,7 +19,8 @@ CASES = {
     # transformers' default plan: every 4th layer NoPE (SmolLM3-3B's pattern), rope_theta 2e6 by default.
     "interval_default": dict(),
     "interval_2_untied": dict(no_rope_layer_interval=2, tie_word_embeddings=False),
-    "explicit_list_bias": dict(no_rope_layers=[0, 1, 0, 1], attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1e4}),
+    "explicit_list_bias": dict(no_rope_layers=[0, 1, 0, 1], attention_bias=True,
+                               rope_parameters={"rope_type": "default", "rope_theta": 1e4}),
     # NoPE layers slide when use_sliding_window and sliding_window are set and layer_types is not given.
     "sliding_nope_layers": dict(no_rope_layers=[1, 0, 1, 0], use_sliding_window=True, sliding_window=8),
     # layer_types given explicitly: RoPE and NoPE layers with and without the window.
@@ -157,7 +158,8 @@ def test_init_positional_in_the_run_yaml(tmp):
     text = tmp / "corpus.txt"
     text.write_text("".join(chr(97 + (i * 7) % 26) + (" " if i % 5 == 4 else "") for i in range(4000)))
     run_yaml = tmp / "run.yaml"
-    run_yaml.write_text(f"run: {{name: t, out_dir: {tmp / 'run'}, phase: pretrain, init: {ckpt}, init_positional: nope}}\n"
+    run_yaml.write_text(f"run: {{name: t, out_dir: {tmp / 'run'}, phase: pretrain, init: {ckpt}, "
+                        "init_positional: nope}\n"
                         f"data: {{text: {text}, seq_len: 16, batch_size: 2}}\n"
                         "train: {steps: 1, log_every: 1, eval_every: 0, checkpoint_every: 1}\n")
     run_cli("drope-train", run_yaml)

@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from test_tokenizer_parity import MULTILINGUAL, save, train_bpe
 from tokenizers import pre_tokenizers
 
 from conftest import expect_error, run_cli
-from test_tokenizer_parity import MULTILINGUAL, save, train_bpe
 
 LICENSES = pathlib.Path("/usr/share/common-licenses")
 

@@ -1,4 +1,4 @@
-"""scripts/rehearse.sh (issue 17, item 7) at the `tiny` shape, end to end with the real tools: transformers'
+"""scripts/rehearse.sh at the `tiny` shape, end to end with the real tools: transformers'
 random-weight HF directory → drope-data → drope-model drop --qk-norm qk → drope-train (torchrun, 2 ranks,
 shard params, activation checkpointing) → drope-eval ppl / niah → export to the authors' HF format →
 transformers' logits within 1e-4 of ours. Plus bad input (one clear line, exit 2, nothing written) and a

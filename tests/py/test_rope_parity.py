@@ -13,7 +13,8 @@ from conftest import run_cli
 def hf_rope(rope_type, params, head_dim=64, theta=1e4, max_pos=2048, seq_len=None):
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    cfg = LlamaConfig(hidden_size=head_dim * 4, num_attention_heads=4, head_dim=head_dim, max_position_embeddings=max_pos,
+    cfg = LlamaConfig(hidden_size=head_dim * 4, num_attention_heads=4, head_dim=head_dim,
+                      max_position_embeddings=max_pos,
                       rope_scaling={"rope_type": rope_type, "rope_theta": theta, **params})
     if rope_type == "default":
         inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2).float() / head_dim))

@@ -78,7 +78,7 @@ def test_tool_output_filters_and_failure(tools, tmp_path, capsys, monkeypatch):
     with pytest.raises(driver.ToolError, match="drope-eval exited 3") as e:
         d.tool("drope-eval", "x", show=driver.NONE)
     assert e.value.returncode == 3
-    with pytest.raises(driver.ToolError, match="^drope-train exited 3$"):  # also when run through stdbuf
+    with pytest.raises(driver.ToolError, match=r"^drope-train exited 3$"):  # also when run through stdbuf
         d.train("cfg.yaml", tmp_path / "r", 10, show=driver.NONE)
     assert driver.run_pipeline("test", lambda: d.tool("drope-train", show=driver.NONE)) == 3
     assert "test: drope-train exited 3" in capsys.readouterr().err
@@ -112,7 +112,7 @@ def test_config_steps(tmp_path):
     assert driver.config_steps(p) == 40
     for bad in ("train: {}\n", "train:\n  steps: 0\n", "train:\n  steps: many\n", "- 1\n"):
         p.write_text(bad)
-        with pytest.raises(ValueError, match="train.steps must be a positive integer"):
+        with pytest.raises(ValueError, match=r"train\.steps must be a positive integer"):
             driver.config_steps(p)
 
 

@@ -108,7 +108,7 @@ def test_whole_report(run):
     assert "RoPE's step-600 checkpoint without RoPE, with QK-norm, recalibrated for 200 steps" in text
     assert "| method | C = 128 (all) | 4C = 512 (far) |\n|---|---:|---:|\n| RoPE | 99.0 | 40.0 |\n" \
            "| DroPE+temp | 98.0 | 85.0 |\n" in text
-    assert "Plot: `offset-key/far.png`" in text and "Issue 18's pilot" in text
+    assert "Plot: `offset-key/far.png`" in text and "The experiment's PyTorch pilot" in text
     assert "\nclaim (a) RoPE collapses beyond C on far needles: inconclusive\n" in text  # no 8C here
     assert "\nclaim (e) DroPE recovers RoPE's in-context accuracy with 25 % (200 of 800 steps recalibrating) of " \
            "the budget: agrees\n" in text

@@ -4,7 +4,6 @@ killed while writing a checkpoint, and refuses bad input with one clear message.
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 
@@ -127,7 +126,6 @@ def test_optimizer_memory_is_one_over_world(tmp):
     assert abs(b3["optimizer"] - b1["optimizer"] / 3) <= 4 * 2 * 3 * 4
     # params mode: the blocks' weights are stored as 1/world; two whole blocks at most are gathered at a time
     # (the one running and the next, prefetched)
-    from safetensors.numpy import load_file
     w = weights(one)
     blocks = sum(v.size for k, v in w.items() if k.startswith("model.layers.")) * 4
     rest = sum(v.size for k, v in w.items() if not k.startswith("model.layers.")) * 4
@@ -201,7 +199,8 @@ def fails(r, *needles):
 
 def test_bad_inputs(tmp):
     c = cfg(tmp, "bad", shard="params", steps=2, ckpt=0)
-    fails(train(c, extra=["--set", "train.shard=zero3"], check=False), "train.shard", "zero3", "none, optimizer, grads, params")
+    fails(train(c, extra=["--set", "train.shard=zero3"], check=False), "train.shard", "zero3",
+          "none, optimizer, grads, params")
     fails(train(c, extra=["--set", "train.activation_checkpointing=half"], check=False),
           "train.activation_checkpointing", "none, full or a positive integer")
     fails(train(c, extra=["--set", "train.activation_checkpointing=0"], check=False), "train.activation_checkpointing")

@@ -145,7 +145,8 @@ def run_with_address_limit(args, gib=64):
 def test_allocation_failure_is_a_clean_error(tmp):
     d = huge_model(tmp)
     (tmp / "tokens.json").write_text("[[1, 2, 3]]")
-    for args in (["drope-eval", "logits", "--model", d, "--tokens", tmp / "tokens.json", "--out", tmp / "l.safetensors"],
+    for args in (["drope-eval", "logits", "--model", d, "--tokens", tmp / "tokens.json", "--out",
+                  tmp / "l.safetensors"],
                  ["drope-analyze", "constant-seq", "--model", d]):
         r = run_with_address_limit(args)
         expect_error(r)

@@ -13,9 +13,9 @@ import pytest
 from conftest import BIN, expect_error, run_cli
 
 pytest.importorskip("tensorboard")
-from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
-from tensorboard.compat.proto import event_pb2  # noqa: E402
-from tensorboard.compat.tensorflow_stub import errors, pywrap_tensorflow  # noqa: E402
+from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.compat.proto import event_pb2
+from tensorboard.compat.tensorflow_stub import errors, pywrap_tensorflow
 
 CFG = """run: {{name: tb, out_dir: {out}, seed: 3}}
 model: {{preset: micro, max_position: 32}}

@@ -4,7 +4,6 @@ import json
 import pathlib
 import random
 
-import pytest
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from conftest import run_cli

@@ -1,4 +1,4 @@
-// Offset-key retrieval (issue 18): determinism, layout invariants, the distributions of the draws
+// Offset-key retrieval: determinism, layout invariants, the distributions of the draws
 // (chi-square at a fixed 1e-4 false-alarm level), the loss mask and batch filler, the scorer and bad input.
 #include <algorithm>
 #include <cmath>

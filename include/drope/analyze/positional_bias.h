@@ -1,4 +1,4 @@
-// Positional-bias analysis (SPEC §6, paper §3 and appendix C): the attention positional bias A^c, its
+// Positional-bias analysis (docs/design.md#positional-bias, paper §3): the attention positional bias A^c, its
 // gradients at initialisation for RoPE vs NoPE (Figure 3), the constant-sequence check of
 // Proposition 3.1, attention maps of single heads, and RoPE-scaling factors γ_m (Figure 6). Results come
 // as plain structs, JSON/CSV text and plot::Figure / plot::Heatmap values for drope-analyze to save.

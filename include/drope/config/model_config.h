@@ -11,7 +11,7 @@
 
 namespace drope {
 
-// RoPE frequency scaling (SPEC §3). One struct for every method; unused fields are ignored.
+// RoPE frequency scaling (docs/design.md#rope-scaling). One struct for every method; unused fields are ignored.
 struct RopeScalingConfig {
   RopeScalingType type = RopeScalingType::kNone;
   double factor = 1.0;                // s = extension factor (scaling_factor_range())
@@ -79,7 +79,7 @@ struct ModelConfig {
   void validate(const std::string& source) const;
 };
 
-// Named presets (SPEC §1 and tiny CPU models).
+// Named presets: the paper's model shapes (docs/design.md#model) and tiny CPU models.
 ModelConfig model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 

@@ -2,7 +2,8 @@
 // Containers cap CPU time with a cgroup quota (cpu.max) or an affinity mask smaller than the machine; the
 // OpenMP runtime sizes its team from the affinity mask only and spin-waits for ~300k iterations between
 // parallel regions, so on an oversubscribed or shared machine threads burn the time slices of the threads
-// they wait for (measured: a training run 2.5x slower beside two busy processes).
+// they wait for, and a training run beside two busy processes slows down several times
+// (docs/benchmarks.md#shared-cpu).
 #pragma once
 
 #include <cstdint>
@@ -27,11 +28,11 @@ double parse_cpu_max(const char* text);
 int threads_for(int affinity, double quota);
 
 // Sets OMP_NUM_THREADS to cpu_budget().threads and OMP_WAIT_POLICY=PASSIVE (idle workers sleep instead of
-// spinning; measured with scripts/bench_busy.py: -4 % idle, +24-26 % beside 1-2 busy processes, where a
-// spin count of 10000 changed nothing), each only when the user has not set it (nor GOMP_SPINCOUNT, for the
-// wait policy), and not at all with DROPE_OMP_DEFAULTS=0. Returns whether it changed the environment.
-// libgomp reads these once, when it is loaded, so the tools call this before that and re-execute
-// themselves when it returns true (apps/app_common.cpp).
+// spinning: a little slower idle, much faster beside busy processes, where a lower spin count does not help;
+// scripts/bench_busy.py, docs/benchmarks.md#shared-cpu), each only when the user has not set it (nor GOMP_SPINCOUNT,
+// for the wait policy), and not at all with DROPE_OMP_DEFAULTS=0. Returns whether it changed the environment. libgomp
+// reads these once, when it is loaded, so the tools call this before that and re-execute themselves when it returns
+// true (apps/app_common.cpp).
 bool configure_openmp_env();
 
 // Bytes this process can still allocate without swapping or being killed: MemAvailable of /proc/meminfo,

@@ -1,4 +1,4 @@
-// drope-eval offset-key: accuracy of a model on the offset-key retrieval task (tasks/offset_key.h, issue 18)
+// drope-eval offset-key: accuracy of a model on the offset-key retrieval task (tasks/offset_key.h)
 // per sequence length, overall and on far needles (distance to the query > the far threshold, normally the
 // training length C), as a library run.
 #pragma once

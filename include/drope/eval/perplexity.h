@@ -1,4 +1,4 @@
-// Perplexity vs context length (SPEC §5.1): the sliding-window protocol of the YaRN/PI papers and HF's
+// Perplexity vs context length (docs/design.md#perplexity): the sliding-window protocol of the YaRN/PI papers and HF's
 // perplexity guide, and the truncate protocol (first L tokens of each document in one window).
 #pragma once
 
@@ -47,9 +47,9 @@ void check_fits_in_memory(const ModelConfig& c, int64_t tokens, int64_t kv_token
 // `first` ≥ 1.
 double window_nll(DecoderLM& model, const torch::Tensor& ids, int64_t first);
 
-// Temperature fitting (paper §D, following YaRN): for each target length L > C_train, the attention logit
-// scale β minimising held-out perplexity, then c of β = 1 + c·ln(L / C_train) by least squares through
-// the origin.
+// Temperature fitting (docs/design.md#softmax-temperature): for each target length L > C_train, the
+// attention logit scale β minimising held-out perplexity, then c of β = 1 + c·ln(L / C_train) by least
+// squares through the origin.
 struct TemperatureFit {
   std::vector<int64_t> lengths;
   std::vector<double> best_beta;            // per length

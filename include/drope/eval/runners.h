@@ -30,7 +30,7 @@ struct EvalData {
 std::vector<int64_t> resolve_lengths(const std::vector<int64_t>& lengths, const std::vector<double>& mult,
                                      int64_t train_len);
 
-// ---- perplexity (SPEC §5.1) ------------------------------------------------------------------------------
+// ---- perplexity (docs/design.md#perplexity) --------------------------------------------------------------
 
 struct PplRun {
   MethodSpec method;
@@ -60,7 +60,7 @@ struct TemperatureFitRun {
 };
 void run_fit_temperature(const TemperatureFitRun& r);
 
-// ---- needle in a haystack (SPEC §5.2) ---------------------------------------------------------------------
+// ---- needle in a haystack (docs/design.md#needle-in-a-haystack) ---------------------------------------------
 
 struct NiahRunCommon {
   MethodSpec method;
@@ -88,7 +88,7 @@ struct NiahGridRun {
 };
 void run_niah_grid(const NiahGridRun& r);
 
-// ---- LongBench (SPEC §5.3) --------------------------------------------------------------------------------
+// ---- LongBench (docs/design.md#longbench) -------------------------------------------------------------------
 
 struct LongBenchRun {
   MethodSpec method;

@@ -93,7 +93,7 @@ class ForceAttentionBackend {
   int previous_;
 };
 
-// ALiBi slopes for any head count (Press et al.; SPEC §2).
+// ALiBi slopes for any head count (Press et al.; docs/design.md#alibi).
 std::vector<double> alibi_slopes(int64_t num_heads);
 
 }  // namespace drope::ops

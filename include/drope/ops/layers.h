@@ -19,16 +19,16 @@ at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
 
 // x (…, K) · weightᵀ (+ bias): weight (N, K), bias (N) or undefined → (…, N). float32 on a non-Intel CPU
 // runs forward and backward GEMMs on oneDNN (LibTorch's mkldnn::_linear_pointwise, which picks the widest
-// ISA of the machine; MKL's sgemm takes AVX2 paths on AMD CPUs: 2× slower on an AVX-512 EPYC); on Intel
-// CPUs, and for everything else (CUDA, bfloat16, autocast, float64), it is torch::linear (MKL on Intel was
-// faster than oneDNN). DROPE_ONEDNN_LINEAR=1 / 0 forces oneDNN on / off.
+// ISA of the machine; MKL's sgemm takes AVX2 paths on AMD CPUs); on Intel CPUs, and for everything else
+// (CUDA, bfloat16, autocast, float64), it is torch::linear (MKL on Intel is faster than oneDNN; numbers in
+// docs/benchmarks.md#defaults-chosen-by-measurement). DROPE_ONEDNN_LINEAR=1 / 0 forces oneDNN on / off.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 
 // The projections of one input by several weights, as separate linear() calls would give them: x (…, K),
 // weights (O_i, K), biases none or one per weight (each may be undefined) → one (…, O_i) per weight. On the
 // CPU in float32/float64 without autocast, several weights are one GEMM over the weights stacked by rows (and
-// two in the backward), and the outputs are views of one (…, ΣO_i) tensor: the q/k/v projections' fwd+bwd
-// took 1.05–1.16× less time so (docs/benchmarks.md). Otherwise, separate linear() calls.
+// two in the backward), and the outputs are views of one (…, ΣO_i) tensor, which makes the q/k/v projections'
+// fwd+bwd faster (docs/benchmarks.md). Otherwise, separate linear() calls.
 std::vector<at::Tensor> linear_split(const at::Tensor& x, at::TensorList weights, at::TensorList biases = {});
 
 // The SwiGLU MLP's hidden activation silu(x·gateᵀ + b_g) · (x·upᵀ + b_u), biases possibly undefined. On the

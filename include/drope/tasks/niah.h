@@ -1,7 +1,7 @@
-// Needle-in-a-haystack prompts (SPEC.md §5.2): RULER's NIAH tasks (single, multi-key, multi-value,
-// multi-query over noise / essay / distractor-needle haystacks) and a Kamradt-style length × depth grid,
-// with contexts sized by search on the number of haystack units to fit a token budget, and RULER's
-// string_match_all score. Torch-free: tokens are counted through a callback, so the same code serves a
+// Needle-in-a-haystack prompts (docs/design.md#needle-in-a-haystack): RULER's NIAH tasks (single,
+// multi-key, multi-value, multi-query over noise / essay / distractor-needle haystacks) and a Kamradt-style
+// length × depth grid, with contexts sized by search on the number of haystack units to fit a token budget,
+// and RULER's string_match_all score. Torch-free: tokens are counted through a callback, so the same code serves a
 // real tokenizer in drope-eval and a whitespace counter in tests.
 //
 // Determinism: every random choice comes from std::mt19937_64 (its output is fixed by the C++ standard)

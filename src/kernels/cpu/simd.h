@@ -4,7 +4,7 @@
 // baseline SSE2), chosen at run time (cpu_isa()), so the library needs no special compiler flags. SIMD code
 // uses GCC/Clang vector extensions whose width VB (bytes) is a template parameter: each entry point uses its
 // target's register width (64, 32 or 16 bytes). A vector wider than the target's registers has no machine
-// mode: GCC keeps it in memory and splits every operation, which made the AVX2 path 20x slower.
+// mode: GCC keeps it in memory and splits every operation, many times slower (docs/cpu-isa.md).
 #pragma once
 
 #include <cmath>
