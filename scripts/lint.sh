@@ -4,6 +4,7 @@
 # (requirements.txt; scripts/setup.sh installs them), else from PATH.
 #   bash scripts/lint.sh                  check format and ruff
 #   bash scripts/lint.sh --fix            rewrite the files instead (clang-format -i, ruff check --fix)
+#   bash scripts/lint.sh --python-only    ruff alone (what scripts/test.sh runs until the C++ tree is formatted)
 #   bash scripts/lint.sh --tidy [FILE...] also clang-tidy (.clang-tidy) over FILEs (default: every tracked
 #                                         .cpp under src/ and apps/); needs a configured build
 #                                         (DROPE_BUILD_DIR, default build/) and takes about a minute a file
@@ -11,12 +12,13 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-fix=0 tidy=0 tidy_files=()
+fix=0 tidy=0 python_only=0 tidy_files=()
 while (($#)); do
   case "$1" in
     --fix) fix=1 ;;
     --tidy) tidy=1 ;;
-    -h | --help) sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --python-only) python_only=1 ;;
+    -h | --help) sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "lint.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) ((tidy)) || { echo "lint.sh: file arguments only follow --tidy" >&2; exit 2; }; tidy_files+=("$1") ;;
   esac
@@ -39,6 +41,7 @@ fi
 status=0
 mapfile -t cxx < <(git ls-files -- '*.cpp' '*.h' '*.cu' '*.cuh' ':!:third_party/**')
 mapfile -t py < <(git ls-files -- '*.py' ':!:third_party/**')
+((python_only)) && cxx=()
 
 if ((${#cxx[@]})); then
   if ((fix)); then
