@@ -122,7 +122,7 @@ def main(argv):
     build, gguf_file, out = pathlib.Path(a.build), pathlib.Path(a.gguf).resolve(), pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    trials, windows = (1, 1) if a.quick else (4, 2)
+    trials, windows = (1, 1) if a.quick else (2, 2)
     niah_lengths = [2048, 4096] if a.quick else [2048, 4096, 8192]
     ppl_lengths = [512, 2048] if a.quick else [512, 1024, 2048, 4096, 8192]
 
