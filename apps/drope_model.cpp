@@ -48,11 +48,17 @@ void print_info(drope::DecoderLM& m) {
   fmt::print("parameters: {} ({:.2f}M)\n", m->num_parameters(), m->num_parameters() / 1e6);
 }
 
-void save(drope::DecoderLM& m, const std::string& out, const std::string& dtype, const std::string& format, bool force) {
+drope::io::SaveOptions save_options(const std::string& input, const std::string& dtype, const std::string& format,
+                                    bool force) {
   drope::io::SaveOptions o;
   o.dtype = parse_dtype(dtype);
   o.replace_any = force;
   o.format = drope::parse_name<drope::ModelFormat>(format, "--format");
+  if (!input.empty()) o.inputs = {{"--model", input}};
+  return o;
+}
+
+void save(drope::DecoderLM& m, const std::string& out, const drope::io::SaveOptions& o) {
   const bool hf = drope::io::save_model(m, out, o);
   if (o.format == drope::ModelFormat::kDropeReference)
     fmt::print("saved {} (DroPE reference config.json, model_type {}_drope + model.safetensors)\n", out, m->config().arch);
@@ -137,19 +143,23 @@ int main(int argc, char** argv) {
         drope::DecoderLM m(config_from(config, preset));
         print_info(m);
       }
-    } else if (*init) {
+      return 0;
+    }
+    const auto so = save_options(model_dir, dtype, format, force);
+    drope::io::check_model_output(out, so);  // before loading anything
+    if (*init) {
       drope::DecoderLM m(config_from(config, preset));
       m->reset_parameters(seed);
       print_info(m);
-      save(m, out, dtype, format, force);
+      save(m, out, so);
     } else if (*convert) {
       auto m = drope::io::load_model(model_dir, import_options(positional));
-      save(m, out, dtype, format, force);
+      save(m, out, so);
     } else if (*drop) {
       auto m = drope::io::load_model(model_dir);
       auto d = drope::drop_positional(m, {drope::parse_name<drope::QkNorm>(qk_norm, "--qk-norm"), per_head});
       print_info(d);
-      save(d, out, dtype, format, force);
+      save(d, out, so);
     }
     return 0;
   });

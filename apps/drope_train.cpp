@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   cli.add_flag("--resume", resume, "Continue from the newest checkpoint in run.out_dir (automatic after a torchrun restart)");
   cli.add_flag("--quiet", quiet, "Only errors on the console");
   cli.add_flag("--print-config", print_config, "Print the resolved config and exit");
+  bool force = false;
+  cli.add_flag("--force", force, "Write into run.out_dir even if it is a non-empty directory that is not a drope-train run");
   bool plan = false;
   int64_t plan_world = 0;
   double gpu_mem_gb = 80;
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
     if (plan_world > 0 || plan_json) drope::fail("--world, --gpu-mem-gb and --json go with --plan");
     opt.resume = resume || drope::train::read_dist_env().restart_count > 0;
     opt.quiet = quiet;
+    opt.force = force;
     drope::train::install_tensor_memory_tracker_from_env();  // before the model's tensors exist
     drope::train::run_training(cfg, opt);
     return 0;

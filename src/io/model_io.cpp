@@ -237,10 +237,17 @@ bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptio
   return !config_json.empty();
 }
 
+void check_model_output(const std::string& dir, const SaveOptions& opt) {
+  check_output_dir(dir, {"--out", "model directory", {"drope.yaml"}, opt.inputs, opt.replace_any,
+                         "pass --force to replace it anyway"});
+}
+
 bool save_model(DecoderLM& model, const std::string& dir, const SaveOptions& opt) {
   bool hf = false;
   if (opt.format == ModelFormat::kDropeReference) drope_reference_config_json(model->config());  // refuse early
-  if (!opt.replace_any) check_replaceable_dir(dir, "drope.yaml", "model directory", "pass --force to replace it anyway");
+  check_model_output(dir, opt);
+  const DirLock lock(dir, DirLock::Where::kBeside);
+  check_model_output(dir, opt);  // again under the lock: another process may have written it meanwhile
   write_dir_atomic(dir, [&](const std::string& tmp) { hf = write_model_files(model, tmp, opt); });
   return hf;
 }

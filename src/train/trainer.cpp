@@ -183,6 +183,10 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   const bool main_rank = dist.is_main();
   const bool say = main_rank && !opt.quiet;
   const int W = dist.world();
+  // Rank 0 holds the run directory for the whole run: a second drope-train on it is refused.
+  const DirLock run_lock = main_rank ? claim_run_dir(cfg.out_dir, {{"run.init", cfg.init}, {"data.dataset", cfg.data.dataset},
+                                                                   {"data.text", cfg.data.text}}, opt.force)
+                                     : DirLock();
 
   // Batch geometry: batch = accum · micro · world.
   const int64_t B = cfg.data.batch_size, T = cfg.data.seq_len;
