@@ -130,7 +130,9 @@ def test_only_our_stale_temporaries_are_removed(tmp):
     (stale[1] / "model.safetensors").write_text("half")
     cfg = tmp / "run.yaml"
     cfg.write_text(TRAIN_CFG.format(out=run_dir))
-    r = train(cfg)
+    r = train(cfg)  # a directory holding files we did not create: only with --force
+    assert r.returncode == 1 and "--force" in r.stderr, r.stderr
+    r = train(cfg, "--force")
     assert r.returncode == 0, r.stderr
     for f in user_files:
         assert f.read_text() == "user data", f
