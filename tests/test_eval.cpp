@@ -269,6 +269,19 @@ TEST(Perplexity, SlidingWindowMatchesPerTokenDefinition) {
   EXPECT_EQ(eval::perplexity_sliding(m, stream, o).windows, 2);
 }
 
+TEST(Perplexity, ANonFiniteLossIsAnErrorNotNan) {
+  auto m = make(cfg_for("rope"));
+  {
+    torch::NoGradGuard ng;
+    m->named_parameters()["model.norm.weight"].fill_(NAN);
+  }
+  eval::PerplexityOptions o;
+  o.length = 32;
+  o.stride = 16;
+  test::expect_error([&] { eval::perplexity_sliding(m, random_tokens(100, 256, 5), o); },
+                     {"perplexity", "window 1 of", "non-finite loss"});
+}
+
 TEST(Perplexity, TruncateScoresFirstLTokensOfLongDocuments) {
   auto m = make(cfg_for("nope"));
   std::vector<std::vector<int32_t>> docs = {random_tokens(20, 256, 61), random_tokens(5, 256, 62), random_tokens(16, 256, 63)};

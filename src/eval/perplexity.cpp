@@ -76,7 +76,12 @@ PerplexityResult finish(const std::vector<double>& nlls, int64_t scored) {
   if (nlls.empty()) fail("perplexity: no window to score (the input is shorter than the window)");
   PerplexityResult r;
   double sum = 0;
-  for (double x : nlls) sum += x;
+  for (size_t i = 0; i < nlls.size(); ++i) {
+    if (!std::isfinite(nlls[i]))
+      fail("perplexity: window {} of {} has a non-finite loss ({}): the model's logits overflow or are NaN", i + 1,
+           nlls.size(), nlls[i]);
+    sum += nlls[i];
+  }
   r.mean_nll = sum / double(nlls.size());
   r.ppl = std::exp(r.mean_nll);
   r.windows = int64_t(nlls.size());

@@ -143,6 +143,12 @@ void load_weights_from(DecoderLM& model, const WeightSet& ws, const std::string&
       fail("{}: tensor '{}' has shape {} but the model expects {}", it->second->path(), kv.key(),
            c10::str(at::IntArrayRef(e.shape)), c10::str(kv.value().sizes()));
     kv.value().copy_(it->second->get(kv.key()).to(kv.value().scalar_type()));
+    if (kv.value().is_floating_point()) {
+      const int64_t bad = kv.value().numel() - torch::isfinite(kv.value()).sum().item<int64_t>();
+      if (bad > 0)
+        fail("{} in {} has {} non-finite value{} (NaN or infinity)", kv.key(), it->second->path(), bad,
+             bad == 1 ? "" : "s");
+    }
     used.insert(kv.key());
   }
   const bool tied = model->config().tie_embeddings;

@@ -128,8 +128,9 @@ class AutocastGuard {
 
 // Keeps the JSON-lines log consistent with a resumed run: lines after `step` are dropped.
 void truncate_log(const std::string& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return;
+  std::istringstream in(read_file(path));  // refuses a FIFO or device instead of blocking on it
   std::string line, kept;
   while (std::getline(in, line)) {
     try {
