@@ -12,6 +12,7 @@
 #include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/numbers.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/ops/layers.h"
 
@@ -54,6 +55,8 @@ int run(const std::function<int()>& body) {
   try {
     kernels::cpu_isa();             // a bad DROPE_CPU_ISA is refused before any work starts
     ops::onednn_linear_enabled();   // and a bad DROPE_ONEDNN_LINEAR
+    drope::env_switch("DROPE_COMPOSITE_LAYERS", "0, the fused CPU layers");
+    drope::env_switch("DROPE_OMP_DEFAULTS", "1, drope's OpenMP defaults");
     return body();
   } catch (const drope::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "drope/core/numbers.h"
+
 namespace drope {
 
 namespace {
@@ -140,8 +142,9 @@ CpuBudget cpu_budget() {
 }
 
 bool configure_openmp_env() {
-  const char* off = std::getenv("DROPE_OMP_DEFAULTS");
-  if (off && std::strcmp(off, "0") == 0) return false;
+  // Runs before main: an invalid value changes nothing here and is refused by the tool's main.
+  const SwitchValue v = switch_value(std::getenv("DROPE_OMP_DEFAULTS"));
+  if (v == SwitchValue::kOff || v == SwitchValue::kInvalid) return false;
   bool changed = false;
   if (!env_set("OMP_NUM_THREADS")) {
     char n[32];
