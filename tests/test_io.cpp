@@ -167,6 +167,17 @@ TEST(ModelIO, HfConfigErrors) {
   test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"rope_scaling\": {\"type\": \"su\"}}", "c.json"); },
                      {"c.json", "su"});
   test::expect_error([] { io::parse_hf_config("[1,", "c.json"); }, {"c.json", "JSON"});
+  // Keys of the wrong kind are refused, not read as "absent".
+  for (const char* v : {"\"linear\"", "[1, 2]", "4"})
+    test::expect_error([&] { io::parse_hf_config(std::string("{\"model_type\": \"llama\", \"rope_scaling\": ") + v + "}", "c.json"); },
+                       {"c.json: rope_scaling must be an object or null, got " + std::string(v)});
+  test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"rope_parameters\": \"x\"}", "c.json"); },
+                     {"c.json: rope_parameters must be an object or null"});
+  test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"bos_token_id\": -5}", "c.json"); },
+                     {"c.json: bos_token_id must be a token id >= 0 or null, got -5"});
+  test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"eos_token_id\": [-2, 3]}", "c.json"); },
+                     {"c.json: eos_token_id must be a token id >= 0 or null"});
+  EXPECT_NO_THROW(io::parse_hf_config("{\"model_type\": \"llama\", \"bos_token_id\": [], \"rope_scaling\": null}", "c.json"));
 }
 
 namespace {

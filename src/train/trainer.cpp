@@ -254,6 +254,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     fail("{}: the run directory already holds checkpoints (newest {}); pass --resume to continue it, or choose "
          "another run.out_dir",
          cfg.out_dir, *newest);
+  check_activation_checkpointing(cfg.train.activation_checkpointing, model->config().num_layers, cfg.source);
   model->to(device);
   if (!ckpt) {
     std::vector<torch::Tensor> ps;
