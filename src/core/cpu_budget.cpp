@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "drope/core/error.h"
 #include "drope/core/numbers.h"
 
 namespace drope {
@@ -154,6 +155,13 @@ bool configure_openmp_env() {
   if (!env_set("GOMP_SPINCOUNT") && !env_set("OMP_WAIT_POLICY"))
     changed |= setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0;
   return changed;
+}
+
+void check_memory_estimate(double bytes, const std::string& what, const std::string& advice) {
+  const double have = double(available_memory_bytes());
+  if (!(bytes <= 0.9 * have) && have > 0)
+    fail("{} needs about {:.1f} GiB; only {:.1f} GiB of memory is available ({})", what, bytes / double(1 << 30),
+         have / double(1 << 30), advice);
 }
 
 uint64_t available_memory_bytes() {
