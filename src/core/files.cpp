@@ -211,8 +211,10 @@ DirLock::DirLock(const std::string& dir, Where where) {
     ::close(fd);
     if (attempt == 100) fail("{}: cannot lock {} (the lock file keeps being replaced)", dir, path_);
   }
+  // A pid left in the file by a holder that is gone: it died holding the lock (a clean release empties or
+  // removes the file).
   const int64_t before = read_lock_pid(fd_);
-  if (before > 0 && before != ::getpid()) {
+  if (before > 0 && before != ::getpid() && process_gone(static_cast<pid_t>(before))) {
     stale_owner_ = before;
     fmt::print(stderr, "info: {}: taking over the lock of process {}, which ended without releasing it\n", dir, before);
   }

@@ -2,6 +2,7 @@
 refused (also with --resume), a lock left by a killed run is taken over and named; an output is never its
 input, inside it or around it (however spelled); drope-train does not write into a user's directory without
 --force; a log.jsonl that is a FIFO is refused on resume instead of blocking it."""
+import fcntl
 import hashlib
 import os
 import signal
@@ -158,3 +159,33 @@ def test_a_fifo_log_is_refused_on_resume(tmp):
     os.mkfifo(log)
     r = train(cfg, "--resume", "--set", "train.steps=4", timeout=60)
     clean_error(r, str(log), "FIFO")
+
+
+def test_outputs_written_whole_are_locked_beside_them(tmp):
+    """drope-model, drope-data and drope-eval lock '.<name>.drope-lock' next to their output while they write
+    it; here this test process holds that lock, as a second tool would."""
+    run_cli("drope-model", "init", "--preset", "micro", "--out", tmp / "m0")
+    text = tmp / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog.\n\n" * 40)
+    cases = [
+        (tmp / "m", ("drope-model", "init", "--preset", "micro", "--out", tmp / "m")),
+        (tmp / "m", ("drope-model", "drop", "--model", tmp / "m0", "--out", tmp / "m")),
+        (tmp / "ds", ("drope-data", "prepare", "-i", text, "--paragraphs", "--train-tokenizer", "--vocab-size", 300,
+                      "--out", tmp / "ds")),
+        (tmp / "res" / "ppl", ("drope-eval", "ppl", "--model", tmp / "m0", "--data", text, "--lengths", 16,
+                               "--out", tmp / "res" / "ppl")),
+    ]
+    for out, cmd in cases:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out.parent / f".{out.name}.drope-lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            clean_error(run_cli(*cmd, check=False), f"{out} is in use by process {os.getpid()}")
+            assert not out.exists() and not list(out.parent.glob(f"{out.name}.*")), os.listdir(out.parent)
+        finally:
+            os.close(fd)
+        # Released (this process's lock file now names a live process, but holds no lock): the tool runs.
+        r = run_cli(*cmd, check=False)
+        assert r.returncode == 0, r.stderr
+        assert not (out.parent / f".{out.name}.drope-lock").exists()
