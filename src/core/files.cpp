@@ -145,11 +145,13 @@ void check_output_dir(const std::string& dir, const OutputDirRule& rule) {
 
 namespace {
 
-// "<pid> (<command name>)" of a live process, or "<pid>" when /proc does not say.
+// "<pid> (<program>)" of a live process, or "<pid>" when /proc does not say. The program is argv[0]'s file
+// name: /proc/<pid>/comm would say "exe" for our tools, which re-execute themselves through /proc/self/exe.
 std::string describe_process(int64_t pid) {
-  std::ifstream comm(fmt::format("/proc/{}/comm", pid));
-  std::string name;
-  if (comm && std::getline(comm, name) && !name.empty()) return fmt::format("{} ({})", pid, name);
+  std::ifstream cmdline(fmt::format("/proc/{}/cmdline", pid));
+  std::string argv0;
+  if (cmdline && std::getline(cmdline, argv0, '\0') && !argv0.empty())
+    return fmt::format("{} ({})", pid, fs::path(argv0).filename().string());
   return std::to_string(pid);
 }
 
