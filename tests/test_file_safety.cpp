@@ -172,6 +172,24 @@ TEST(FileSafety, DirLockRefusesASecondProcessAndTakesOverAfterItDies) {
   }
 }
 
+TEST(FileSafety, DirLockRemovesOnlyTheEmptyDirectoriesItCreated) {
+  const auto root = fs::path(tmp_dir("file_safety_lock_dirs"));
+  for (const auto where : {drope::DirLock::Where::kInside, drope::DirLock::Where::kBeside}) {
+    { drope::DirLock l((root / "a" / "b" / "out").string(), where); }  // a refused run: nothing was written
+    EXPECT_FALSE(fs::exists(root / "a"));
+    {
+      drope::DirLock l((root / "a" / "b" / "out").string(), where);
+      fs::create_directories(root / "a" / "b" / "out");
+      touch(root / "a" / "b" / "out" / "result.json");
+    }
+    EXPECT_TRUE(fs::exists(root / "a" / "b" / "out" / "result.json"));
+    // kInside: the lock file stays as the mark of a directory of ours; kBeside: it goes.
+    EXPECT_EQ(fs::exists(root / "a" / "b" / "out" / drope::kDirLockName), where == drope::DirLock::Where::kInside);
+    EXPECT_FALSE(fs::exists(root / "a" / "b" / ".out.drope-lock"));
+    fs::remove_all(root / "a");
+  }
+}
+
 TEST(FileSafety, DirLockRefusesALockFileThatIsAFifo) {
   const auto dir = fs::path(tmp_dir("file_safety_lock_fifo"));
   fs::create_directories(dir / "run");

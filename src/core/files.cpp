@@ -179,6 +179,10 @@ DirLock::DirLock(const std::string& dir, Where where) {
   const fs::path d = plain_dir(dir);
   const fs::path home = where == Where::kInside ? d : d.parent_path();
   std::error_code ec;
+  for (fs::path p = home; !p.empty() && !fs::exists(fs::symlink_status(p, ec)); p = p.parent_path()) {
+    created_.push_back(p.string());  // deepest first; removed again on release while empty
+    if (!p.has_relative_path()) break;
+  }
   fs::create_directories(home, ec);
   if (ec) fail("{}: cannot create directory {} ({})", dir, home.string(), ec.message());
   path_ = where == Where::kInside ? (d / kDirLockName).string()
@@ -231,16 +235,32 @@ DirLock::DirLock(const std::string& dir, Where where) {
 void DirLock::release() noexcept {
   if (fd_ < 0) return;
   // Still holding the lock: a process that opened the file meanwhile sees it removed (and retries) or empty.
-  if (remove_) ::unlink(path_.c_str());
+  // A directory this lock created holding nothing but the lock file goes too: a refused run leaves nothing.
+  bool remove = remove_;
+  if (!remove && !created_.empty()) {
+    std::error_code ec;
+    fs::directory_iterator it(fs::path(path_).parent_path(), ec);
+    if (!ec && it != fs::directory_iterator() && it->path() == fs::path(path_)) {
+      it.increment(ec);
+      remove = !ec && it == fs::directory_iterator();
+    }
+  }
+  if (remove) ::unlink(path_.c_str());
   else if (::ftruncate(fd_, 0) != 0) errno = 0;  // the kernel drops the lock at close all the same
   ::close(fd_);
   fd_ = -1;
+  for (const auto& d : created_) ::rmdir(d.c_str());  // only the empty ones go
+  created_.clear();
 }
 
 DirLock::~DirLock() { release(); }
 
 DirLock::DirLock(DirLock&& o) noexcept
-    : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)), remove_(o.remove_), stale_owner_(o.stale_owner_) {}
+    : fd_(std::exchange(o.fd_, -1)),
+      path_(std::move(o.path_)),
+      remove_(o.remove_),
+      stale_owner_(o.stale_owner_),
+      created_(std::move(o.created_)) {}
 
 DirLock& DirLock::operator=(DirLock&& o) noexcept {
   if (this != &o) {
@@ -249,6 +269,7 @@ DirLock& DirLock::operator=(DirLock&& o) noexcept {
     path_ = std::move(o.path_);
     remove_ = o.remove_;
     stale_owner_ = o.stale_owner_;
+    created_ = std::move(o.created_);
   }
   return *this;
 }

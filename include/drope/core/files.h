@@ -68,7 +68,8 @@ void check_output_dir(const std::string& dir, const OutputDirRule& rule);
 // drops the lock when its holder exits, however it exits, so the lock file alone never blocks: a lock file
 // left by a process that died holding it is taken over, with an info line on stderr naming that process.
 // kInside keeps ".drope-lock" inside the directory (emptied on release; for directories written in place,
-// such as run directories, where it also marks the directory as ours). kBeside locks ".<name>.drope-lock"
+// such as run directories, where it also marks the directory as ours). Directories the lock had to create
+// are removed on release while they hold nothing else, so a run refused after locking leaves nothing. kBeside locks ".<name>.drope-lock"
 // next to it (removed on release), for directories replaced whole by write_dir_atomic.
 class DirLock {
  public:
@@ -91,6 +92,7 @@ class DirLock {
   std::string path_;
   bool remove_ = false;
   int64_t stale_owner_ = 0;
+  std::vector<std::string> created_;  // directories the constructor created, deepest first
 };
 
 // The name of the lock file DirLock keeps inside a directory (Where::kInside).
