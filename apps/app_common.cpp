@@ -6,12 +6,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <new>
+#include <string>
 
 #include <c10/util/Exception.h>
 
 #include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/numbers.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/ops/layers.h"
 
@@ -47,6 +50,26 @@ void preinit(int, char** argv, char** envp) {
 }
 __attribute__((section(".preinit_array"), used)) void (*preinit_entry)(int, char**, char**) = preinit;
 
+constexpr const char* kOutOfMemory =
+    "out of memory: an allocation failed (a size from the flags, config or input files is more than this machine "
+    "can hold)";
+
+// One line for an error from LibTorch or the standard library: an allocator failure in the user's terms (not
+// the allocator's enforce text), otherwise the message's first line (no internal context lines).
+std::string library_error_line(const std::string& what) {
+  static const std::string tried = "tried to allocate ";
+  if (what.find("can't allocate memory") != std::string::npos || what.find("not enough memory") != std::string::npos) {
+    const size_t at = what.find(tried);
+    const double bytes = at == std::string::npos ? 0 : std::strtod(what.c_str() + at + tried.size(), nullptr);
+    if (bytes > 0)
+      return fmt::format("out of memory: an allocation of {:.2f} GiB failed (a size from the flags, config or input "
+                         "files is more than this machine can hold)",
+                         bytes / double(1 << 30));
+    return kOutOfMemory;
+  }
+  return what.substr(0, what.find('\n'));
+}
+
 }  // namespace
 
 int run(const std::function<int()>& body) {
@@ -55,13 +78,17 @@ int run(const std::function<int()>& body) {
   try {
     kernels::cpu_isa();             // a bad DROPE_CPU_ISA is refused before any work starts
     ops::onednn_linear_enabled();   // and a bad DROPE_ONEDNN_LINEAR
+    drope::env_switch("DROPE_COMPOSITE_LAYERS", "0, the fused CPU layers");
+    drope::env_switch("DROPE_OMP_DEFAULTS", "1, drope's OpenMP defaults");
     return body();
   } catch (const drope::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
+    std::fprintf(stderr, "error: %s\n", library_error_line(e.what_without_backtrace()).c_str());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: %s\n", kOutOfMemory);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", library_error_line(e.what()).c_str());
   }
   return 1;
 }

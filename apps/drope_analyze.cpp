@@ -13,6 +13,7 @@
 #include "app_common.h"
 #include "cli_numbers.h"
 #include "drope/analyze/positional_bias.h"
+#include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/numbers.h"
@@ -41,6 +42,16 @@ std::string stem_of(const std::string& path) {
   auto p = fs::path(path);
   if (!p.has_filename()) p = p.parent_path();
   return p.stem().string();
+}
+
+// Refuses an analysis over `tokens` tokens whose memory would not fit: a forward and backward that keeps
+// every layer's activations and (H, T, T) attention probabilities, `elt`-byte elements (an estimate).
+void check_analysis_fits(const drope::ModelConfig& c, int64_t tokens, double elt, const std::string& what) {
+  const double T = double(tokens), D = double(c.resolved_head_dim());
+  const double per_layer = T * (6.0 * double(c.hidden_size) + 2.0 * double(c.num_heads) * D +
+                                3.0 * double(c.intermediate_size)) + double(c.num_heads) * T * T;
+  drope::check_memory_estimate(2.0 * elt * double(c.num_layers) * per_layer,
+                               fmt::format("{} of {} tokens", what, tokens), "use a shorter sequence");
 }
 
 drope::DecoderLM build(const ModelSpec& s) {
@@ -244,7 +255,8 @@ int main(int argc, char** argv) {
 
   return drope::app::run([&] {
     if (rs->parsed()) {
-      if (head_dim <= 2 || head_dim % 2) drope::fail("--head-dim must be an even number > 2, got {}", head_dim);
+      if (head_dim <= 2 || head_dim % 2 || head_dim > (1 << 16))
+        drope::fail("--head-dim must be an even number in (2, 65536], got {}", head_dim);
       drope::check_number(theta, "--theta", drope::Interval::above(1));
       drope::check_number(s.beta_fast, "--beta-fast", drope::Interval::positive());
       drope::check_number(s.beta_slow, "--beta-slow", drope::Interval::positive());
@@ -299,6 +311,8 @@ int main(int argc, char** argv) {
         for (size_t j = 0; j < i; ++j)
           if (specs[j].name == specs[i].name) specs[i].name += fmt::format("-{}", i);
       std::vector<an::BiasGradReport> reports;
+      for (const auto& sp : specs)
+        check_analysis_fits(sp.dir.empty() ? sp.config : drope::io::load_model_config_dir(sp.dir), bg_len, 4, "bias-grad");
       for (const auto& sp : specs) {
         auto model = build(sp);  // loads (and validates) before any work
         an::BiasGradOptions o;
@@ -326,6 +340,8 @@ int main(int argc, char** argv) {
     if (spec.dir.empty()) model->reset_parameters(seed);
 
     if (cs->parsed()) {
+      drope::app::check_size_flag("--seq-len", cs_len, 2, drope::app::kMaxTokensFlag);
+      check_analysis_fits(model->config(), cs_len, 8, "constant-seq");
       model->to(torch::kDouble);
       auto r = an::constant_sequence_check(model, token, cs_len);
       fmt::print("{}", an::constant_sequence_text(r, spec.name));
@@ -336,7 +352,7 @@ int main(int argc, char** argv) {
     // attention
     an::check_layer_head(model->config(), layer, head);
     if (text.empty() == tokens.empty()) drope::fail("give exactly one of --text FILE and --tokens JSON");
-    if (max_tokens < 1) drope::fail("--max-tokens must be >= 1, got {}", max_tokens);
+    drope::app::check_size_flag("--max-tokens", max_tokens, 1, drope::app::kMaxTokensFlag);
     torch::Tensor ids;  // (1, T)
     std::vector<std::string> labels;
     if (!text.empty()) {
@@ -348,6 +364,7 @@ int main(int argc, char** argv) {
       auto batch = drope::eval::read_token_batch(tokens, model->config().vocab_size);  // (B, T)
       ids = batch.slice(0, 0, 1).slice(1, 0, max_tokens).contiguous();
     }
+    check_analysis_fits(model->config(), ids.size(1), 4, "attention");
     auto map = an::attention_map(model, ids, layer, head);  // (T, T)
     auto heat = an::attention_heatmap(map, labels, fmt::format("{}: layer {}, head {}", spec.name, layer, head), log_color);
     for (const char* ext : {"png", "svg"}) {

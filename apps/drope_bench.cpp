@@ -21,6 +21,7 @@
 #include "app_common.h"
 #include "cli_numbers.h"
 #include "drope/bench/attention_bench.h"
+#include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/eval/generate.h"
@@ -114,9 +115,27 @@ int main(int argc, char** argv) {
 
   if (lay->parsed())
     return drope::app::run([&] {
-      if (lo.batch < 1 || lo.seq < 1 || lo.hidden < 1 || lo.heads < 1 || lo.kv_heads < 1 || lo.ffn < 1 ||
-          lo.head_dim < 2 || lo.head_dim % 2 || lo.repeats < 1)
-        drope::fail("drope-bench layers: sizes and --repeats must be >= 1, --head-dim even");
+      using drope::app::check_size_flag;
+      check_size_flag("--batch", lo.batch, 1, 1 << 20);
+      check_size_flag("--seq", lo.seq, 1, drope::app::kMaxTokensFlag);
+      check_size_flag("--hidden", lo.hidden, 1, 1 << 20);
+      check_size_flag("--heads", lo.heads, 1, 1 << 12);
+      check_size_flag("--kv-heads", lo.kv_heads, 1, lo.heads);
+      check_size_flag("--head-dim", lo.head_dim, 2, 1 << 14);
+      if (lo.head_dim % 2) drope::fail("--head-dim: expected an even number, got {}", lo.head_dim);
+      check_size_flag("--ffn", lo.ffn, 1, 1 << 22);
+      check_size_flag("--repeats", lo.repeats, 1, 1 << 20);
+      check_size_flag("--threads", lo.threads, 0, 1 << 12);
+      {
+        // The cases' inputs, and during one case its outputs and gradients (the SwiGLU's gate|up the largest).
+        const double elt = lo.dtype == "float64" ? 8 : 4, bt = double(lo.batch) * double(lo.seq);
+        const double hd = double(lo.head_dim), proj = double(lo.heads + 2 * lo.kv_heads) * hd;
+        const double inputs = 3 * bt * double(lo.hidden) + bt * double(lo.heads) * hd + 2 * double(lo.ffn) * double(lo.hidden) +
+                              proj * double(lo.hidden);
+        const double per_case = 3 * bt * std::max({double(lo.hidden), double(lo.heads) * hd, proj}) + 4 * bt * double(lo.ffn);
+        drope::check_memory_estimate(elt * (2 * inputs + per_case), "drope-bench layers with these sizes",
+                                     "use a smaller --batch, --seq, --hidden or --ffn");
+      }
       if (lo.threads > 0) at::set_num_threads(lo.threads);
       const auto opt = torch::TensorOptions().dtype(lo.dtype == "float64" ? torch::kDouble : torch::kFloat);
       torch::manual_seed(0);
@@ -198,8 +217,12 @@ int main(int argc, char** argv) {
 
   if (gen->parsed())
     return drope::app::run([&] {
-      if (g.context < 1 || g.new_tokens < 1 || g.repeats < 1)
-        drope::fail("--context, --new-tokens and --repeats must be >= 1");
+      using drope::app::check_size_flag;
+      check_size_flag("--context", g.context, 1, drope::app::kMaxTokensFlag);
+      check_size_flag("--new-tokens", g.new_tokens, 1, drope::app::kMaxTokensFlag);
+      check_size_flag("--prefill-chunk", g.chunk, 1, drope::app::kMaxTokensFlag);
+      check_size_flag("--repeats", g.repeats, 1, 1 << 20);
+      check_size_flag("--threads", g.threads, 0, 1 << 12);
       if (g.threads > 0) at::set_num_threads(g.threads);
       if (g.device == "cuda" && !torch::cuda::is_available())
         drope::fail("drope-bench generate: --device cuda, but no CUDA device is available on this machine");

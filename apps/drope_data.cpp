@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <new>
 #include <string_view>
 
 #include <CLI/CLI.hpp>
@@ -44,11 +45,14 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 // Runs `body`; an error prints one "error: ..." line and exits 1 (drope::app::run without LibTorch).
 int run(const std::function<int()>& body) {
   drope::ignore_file_size_signal();
+  const char* clear = ::isatty(STDERR_FILENO) == 1 ? "\r\033[K" : "";  // a progress line the error interrupted
   try {
     return body();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%serror: out of memory: an allocation failed (an input is more than this machine can hold)\n",
+                 clear);
   } catch (const std::exception& e) {
-    // On a terminal, first clear a progress line that the error interrupted.
-    std::fprintf(stderr, "%serror: %s\n", ::isatty(STDERR_FILENO) == 1 ? "\r\033[K" : "", e.what());
+    std::fprintf(stderr, "%serror: %s\n", clear, e.what());
   }
   return 1;
 }

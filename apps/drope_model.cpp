@@ -1,4 +1,5 @@
 // drope-model: create, inspect, convert and DroPE-transform model directories.
+#include <filesystem>
 #include <map>
 #include <utility>
 #include <vector>
@@ -76,6 +77,9 @@ std::vector<std::pair<std::string, std::string>> gguf_extras(const std::string& 
 // `drope-model gguf`: a GGUF file's metadata and tensor table; with `out`, every tensor dequantised to float32
 // (GGUF names, row-major shapes) in one safetensors file.
 void gguf_info(const std::string& path, const std::string& out) {
+  std::error_code ec;
+  if (!out.empty() && std::filesystem::equivalent(path, out, ec))
+    drope::fail("--dequantize {}: that is the input file", out);
   const drope::gguf::File f(path);
   const auto& h = f.header();
   fmt::print("GGUF v{}  {} metadata keys  {} tensors  alignment {}\n", h.version, h.meta.size(), h.tensors.size(),
@@ -101,13 +105,17 @@ void gguf_info(const std::string& path, const std::string& out) {
   }
 }
 
-void save(drope::DecoderLM& m, const std::string& out, const std::string& dtype, const std::string& format, bool force,
-          std::vector<std::pair<std::string, std::string>> extra_files = {}) {
+drope::io::SaveOptions save_options(const std::string& input, const std::string& dtype, const std::string& format,
+                                    bool force) {
   drope::io::SaveOptions o;
-  o.extra_files = std::move(extra_files);
   o.dtype = parse_dtype(dtype);
   o.replace_any = force;
   o.format = drope::parse_name<drope::ModelFormat>(format, "--format");
+  if (!input.empty()) o.inputs = {{"--model", input}};
+  return o;
+}
+
+void save(drope::DecoderLM& m, const std::string& out, const drope::io::SaveOptions& o) {
   const bool hf = drope::io::save_model(m, out, o);
   if (o.format == drope::ModelFormat::kDropeReference)
     fmt::print("saved {} (DroPE reference config.json, model_type {}_drope + model.safetensors)\n", out, m->config().arch);
@@ -194,7 +202,9 @@ int main(int argc, char** argv) {
   return drope::app::run([&] {
     if (*gg) {
       gguf_info(gguf_file, dequantize_out);
-    } else if (*info) {
+      return 0;
+    }
+    if (*info) {
       if (!model_dir.empty()) {
         auto m = drope::io::load_model(model_dir, import_options(positional));
         print_info(m);
@@ -203,29 +213,30 @@ int main(int argc, char** argv) {
         drope::DecoderLM m(config_from(config, preset));
         print_info(m);
       }
-    } else if (*init) {
+      return 0;
+    }
+    if (*convert && !from.empty()) {
+      if (from[0] != "gguf") drope::fail("--from: unknown format '{}' (expected: --from gguf FILE)", from[0]);
+      if (!drope::gguf::is_gguf_path(from[1])) drope::fail("--from gguf: '{}' is not a .gguf file", from[1]);
+      model_dir = from[1];
+    }
+    if (*convert && model_dir.empty()) drope::fail("convert: give --model DIR|FILE.gguf or --from gguf FILE");
+    auto so = save_options(model_dir, dtype, format, force);
+    drope::io::check_model_output(out, so);  // before loading anything
+    if ((*convert || *drop) && drope::gguf::is_gguf_path(model_dir)) so.extra_files = gguf_extras(model_dir);
+    if (*init) {
       drope::DecoderLM m(config_from(config, preset));
       m->reset_parameters(seed);
       print_info(m);
-      save(m, out, dtype, format, force);
+      save(m, out, so);
     } else if (*convert) {
-      if (!from.empty()) {
-        if (from[0] != "gguf") drope::fail("--from: unknown format '{}' (expected: --from gguf FILE)", from[0]);
-        if (!drope::gguf::is_gguf_path(from[1])) drope::fail("--from gguf: '{}' is not a .gguf file", from[1]);
-        model_dir = from[1];
-      }
-      if (model_dir.empty()) drope::fail("convert: give --model DIR|FILE.gguf or --from gguf FILE");
-      std::vector<std::pair<std::string, std::string>> extras;
-      if (drope::gguf::is_gguf_path(model_dir)) extras = gguf_extras(model_dir);
       auto m = drope::io::load_model(model_dir, import_options(positional));
-      save(m, out, dtype, format, force, std::move(extras));
+      save(m, out, so);
     } else if (*drop) {
-      std::vector<std::pair<std::string, std::string>> extras;
-      if (drope::gguf::is_gguf_path(model_dir)) extras = gguf_extras(model_dir);
       auto m = drope::io::load_model(model_dir);
       auto d = drope::drop_positional(m, {drope::parse_name<drope::QkNorm>(qk_norm, "--qk-norm"), per_head});
       print_info(d);
-      save(d, out, dtype, format, force, std::move(extras));
+      save(d, out, so);
     }
     return 0;
   });

@@ -11,6 +11,7 @@
 #include "drope/io/model_io.h"
 #include "drope/train/distributed.h"
 #include "drope/train/memory_plan.h"
+#include "drope/train/recompute.h"
 #include "drope/train/tensor_memory.h"
 #include "drope/train/run_config.h"
 #include "drope/train/trainer.h"
@@ -25,15 +26,19 @@ int main(int argc, char** argv) {
   cli.add_flag("--resume", resume, "Continue from the newest checkpoint in run.out_dir (automatic after a torchrun restart)");
   cli.add_flag("--quiet", quiet, "Only errors on the console");
   cli.add_flag("--print-config", print_config, "Print the resolved config and exit");
+  bool force = false;
+  cli.add_flag("--force", force, "Write into run.out_dir even if it is a non-empty directory that is not a drope-train run");
   bool plan = false;
   int64_t plan_world = 0;
   double gpu_mem_gb = 80;
   cli.add_flag("--plan", plan, "Print the memory plan per rank for every train.shard mode (and the largest micro-batch "
                                "that fits --gpu-mem-gb) and exit; nothing is allocated");
-  cli.add_option("--world", plan_world, "With --plan: data-parallel world size (default: WORLD_SIZE, else 1)");
-  cli.add_option("--gpu-mem-gb", gpu_mem_gb, "With --plan: device memory per rank in GB (default 80)");
+  auto* world_opt =
+      cli.add_option("--world", plan_world, "With --plan: data-parallel world size (default: WORLD_SIZE, else 1)");
+  auto* gpu_mem_opt = cli.add_option("--gpu-mem-gb", gpu_mem_gb, "With --plan: device memory per rank in GB (default 80)");
   bool plan_json = false;
-  cli.add_flag("--json", plan_json, "With --plan: one JSON object per shard mode (bytes) instead of the table");
+  auto* json_opt =
+      cli.add_flag("--json", plan_json, "With --plan: one JSON object per shard mode (bytes) instead of the table");
   std::string plot_dir, plot_out;
   auto* plot = cli.add_subcommand("plot", "Loss and learning-rate curves of a run (from RUN_DIR/log.jsonl) as PNG "
                                           "and SVG; a config file named plot: ./plot");
@@ -64,9 +69,11 @@ int main(int argc, char** argv) {
       fmt::print("{}", opt.run_yaml);
       return 0;
     }
+    if (!plan && (world_opt->count() > 0 || gpu_mem_opt->count() > 0 || json_opt->count() > 0))
+      drope::fail("--world, --gpu-mem-gb and --json go with --plan");
     if (plan) {
-      const int world = plan_world > 0 ? int(plan_world) : drope::train::read_dist_env().world;
-      drope::app::check_size_flag("--world", world, 1, 1 << 20);
+      if (world_opt->count() > 0) drope::app::check_size_flag("--world", plan_world, 1, 1 << 20);
+      const int world = world_opt->count() > 0 ? int(plan_world) : drope::train::read_dist_env().world;
       if (!(gpu_mem_gb > 0 && gpu_mem_gb <= 1e6)) drope::fail("--gpu-mem-gb: expected a number in (0, 1e6], got {}", gpu_mem_gb);
       drope::train::PlanInput in;
       in.model = cfg.init.empty() ? cfg.model : drope::io::load_model_config_dir(cfg.init);
@@ -75,7 +82,11 @@ int main(int argc, char** argv) {
       if (cfg.data.batch_size % world != 0)
         drope::fail("{}: data.batch_size {} is not a multiple of the world size {}", cfg.source, cfg.data.batch_size, world);
       in.micro_batch = cfg.data.micro_batch > 0 ? cfg.data.micro_batch : cfg.data.batch_size / world;
+      if (cfg.data.batch_size % (in.micro_batch * world) != 0)
+        drope::fail("{}: data.batch_size {} is not a multiple of micro_batch ({}) x world size ({})", cfg.source,
+                    cfg.data.batch_size, in.micro_batch, world);
       in.activation_checkpointing = cfg.train.activation_checkpointing;
+      drope::train::check_activation_checkpointing(in.activation_checkpointing, in.model.num_layers, cfg.source);
       in.bf16 = cfg.train.dtype == "bfloat16";
       in.chunked_loss = cfg.train.chunked_loss;
       in.allreduce_bucket_mb = cfg.train.allreduce_bucket_mb;
@@ -94,9 +105,9 @@ int main(int argc, char** argv) {
                  drope::train::plan_table(in, gpu_mem_gb));
       return 0;
     }
-    if (plan_world > 0 || plan_json) drope::fail("--world, --gpu-mem-gb and --json go with --plan");
     opt.resume = resume || drope::train::read_dist_env().restart_count > 0;
     opt.quiet = quiet;
+    opt.force = force;
     drope::train::install_tensor_memory_tracker_from_env();  // before the model's tensors exist
     drope::train::run_training(cfg, opt);
     return 0;

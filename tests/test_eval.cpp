@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/eval/generate.h"
 #include "drope/eval/perplexity.h"
@@ -269,6 +270,19 @@ TEST(Perplexity, SlidingWindowMatchesPerTokenDefinition) {
   EXPECT_EQ(eval::perplexity_sliding(m, stream, o).windows, 2);
 }
 
+TEST(Perplexity, ANonFiniteLossIsAnErrorNotNan) {
+  auto m = make(cfg_for("rope"));
+  {
+    torch::NoGradGuard ng;
+    m->named_parameters()["model.norm.weight"].fill_(NAN);
+  }
+  eval::PerplexityOptions o;
+  o.length = 32;
+  o.stride = 16;
+  test::expect_error([&] { eval::perplexity_sliding(m, random_tokens(100, 256, 5), o); },
+                     {"perplexity", "window 1 of", "non-finite loss"});
+}
+
 TEST(Perplexity, TruncateScoresFirstLTokensOfLongDocuments) {
   auto m = make(cfg_for("nope"));
   std::vector<std::vector<int32_t>> docs = {random_tokens(20, 256, 61), random_tokens(5, 256, 62), random_tokens(16, 256, 63)};
@@ -318,13 +332,17 @@ TEST(Perplexity, RefusesLengthsBeyondMemory) {
   // micro: C = 64, F = 128, H = 4, D = 16, Hkv = 2, 4 layers → per token 6·64 + 2·4·16 + 3·128 = 896 activation
   // floats and 2·4·2·16 = 256 KV floats.
   EXPECT_DOUBLE_EQ(eval::forward_memory_bytes(c, 10, 10, 3), 4.0 * 30 * (896 + 256));
-  ASSERT_GT(eval::available_memory_bytes(), 0);
+  ASSERT_GT(available_memory_bytes(), 0u);
   auto m = make(c, torch::kFloat);
   eval::PerplexityOptions o;
   o.length = int64_t(1) << 40;
   test::expect_error([&] { eval::perplexity_sliding(m, random_tokens(50, 256, 1), o); },
                      {"perplexity at length 1099511627776", "GiB", "use shorter lengths"});
   eval::GenerateOptions g;
-  g.max_new_tokens = int64_t(1) << 40;
-  test::expect_error([&] { eval::generate_tokens(m, {{1, 2}}, g, -1); }, {"generation", "GiB"});
+  g.max_new_tokens = int64_t(1) << 40;  // bounded before it is added to the prompt length
+  test::expect_error([&] { eval::generate_tokens(m, {{1, 2}}, g, -1); }, {"--max-new-tokens", "[0, 4194304]"});
+  g.max_new_tokens = int64_t(1) << 22;  // 64 rows of 4M cached tokens: 256 GiB
+  g.batch_size = 64;
+  test::expect_error([&] { eval::generate_tokens(m, std::vector<std::vector<int32_t>>(64, {1, 2}), g, -1); },
+                     {"generation", "GiB"});
 }

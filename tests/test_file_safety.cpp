@@ -1,9 +1,11 @@
 // Never delete what we did not create: our temporaries have a name only we produce (with our pid), only
-// those of dead processes are cleaned, and a non-empty directory that is not ours is never replaced.
-// Also the strict parts of a checkpoint's state.json. Torch-free.
+// those of dead processes are cleaned, a non-empty directory that is not ours is never replaced, an output
+// is never an input, and a directory being written is locked against a second process. Also the strict parts of a checkpoint's state.json. Torch-free.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -65,24 +67,135 @@ TEST(FileSafety, OnlyOurStaleTemporariesAreRemoved) {
   EXPECT_EQ(drope::read_file((dir / "out.json").string()), "{}\n");
 }
 
+// The model-output rule as drope-model uses it.
+drope::OutputDirRule model_rule(std::vector<std::pair<std::string, std::string>> inputs = {}, bool force = false) {
+  return {"--out", "model directory", {"drope.yaml"}, std::move(inputs), force, "pass --force"};
+}
+
 TEST(FileSafety, ForeignDirectoriesAreNotReplaced) {
   const auto dir = fs::path(tmp_dir("file_safety_foreign"));
   const auto user = dir / "photos";
   fs::create_directories(user);
   touch(user / "holiday.jpg");
-  expect_error([&] { drope::check_replaceable_dir(user.string(), "drope.yaml", "model directory", "pass --force"); },
-               {user.string(), "not a model directory", "drope.yaml", "refusing", "--force"});
+  expect_error([&] { drope::check_output_dir(user.string(), model_rule()); },
+               {"--out", user.string(), "not a model directory", "drope.yaml", "refusing", "--force"});
+  drope::check_output_dir(user.string(), model_rule({}, true));  // --force
   touch(dir / "file");
-  expect_error([&] { drope::check_replaceable_dir((dir / "file").string(), "drope.yaml", "model directory", ""); },
-               {"not a directory"});
+  expect_error([&] { drope::check_output_dir((dir / "file").string(), model_rule({}, true)); }, {"not a directory"});
   // Absent, empty, or ours: fine.
-  drope::check_replaceable_dir((dir / "absent").string(), "drope.yaml", "model directory", "");
+  drope::check_output_dir((dir / "absent").string(), model_rule());
   fs::create_directories(dir / "empty");
-  drope::check_replaceable_dir((dir / "empty").string(), "drope.yaml", "model directory", "");
+  drope::check_output_dir((dir / "empty").string(), model_rule());
   fs::create_directories(dir / "ours");
   touch(dir / "ours" / "drope.yaml");
-  drope::check_replaceable_dir((dir / "ours").string(), "drope.yaml", "model directory", "");
+  drope::check_output_dir((dir / "ours").string(), model_rule());
   EXPECT_TRUE(fs::exists(user / "holiday.jpg"));
+}
+
+TEST(FileSafety, AnOutputIsNeverAnInputNorInsideOneNorHoldsOne) {
+  const auto dir = fs::path(tmp_dir("file_safety_input_output"));
+  const auto model = dir / "models" / "m";
+  fs::create_directories(model);
+  touch(model / "drope.yaml");  // a model of ours: replaceable, but not while it is the input
+  fs::create_symlink(model, dir / "link");
+  const std::vector<std::pair<std::string, std::string>> in = {{"--model", model.string()}};
+  // The same directory, spelled four ways, even with --force.
+  for (const auto& out : {model, dir / "link", dir / "models" / "." / "m" / "", dir / "models" / "x" / ".." / "m"})
+    expect_error([&] { drope::check_output_dir(out.string(), model_rule(in, true)); },
+                 {"--out", "is the input --model", model.string()});
+  expect_error([&] { drope::check_output_dir((model / "sub").string(), model_rule(in, true)); },
+               {"is inside the input --model"});
+  expect_error([&] { drope::check_output_dir((dir / "link" / "a" / "b").string(), model_rule(in, true)); },
+               {"is inside the input --model"});
+  expect_error([&] { drope::check_output_dir((dir / "models").string(), model_rule(in, true)); },
+               {"contains the input --model"});
+  // An input given through a symlink is the same input.
+  expect_error([&] { drope::check_output_dir(model.string(), model_rule({{"--model", (dir / "link").string()}}, true)); },
+               {"is the input --model"});
+  // A sibling is fine; an absent input or an empty path is not compared.
+  drope::check_output_dir((dir / "models" / "m2").string(), model_rule(in));
+  drope::check_output_dir(model.string(), model_rule({{"--model", (dir / "absent").string()}, {"--tokenizer", ""}}));
+}
+
+namespace {
+
+// A child process that takes DirLock(dir, where) and holds it until killed; returns its pid once it holds it.
+pid_t child_holding_lock(const std::string& dir, drope::DirLock::Where where) {
+  int ready[2];
+  EXPECT_EQ(::pipe(ready), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ready[0]);
+    try {
+      drope::DirLock lock(dir, where);
+      char ok = 1;
+      if (::write(ready[1], &ok, 1) != 1) ::_exit(3);
+      for (;;) ::pause();
+    } catch (...) {
+      ::_exit(2);
+    }
+  }
+  ::close(ready[1]);
+  char ok = 0;
+  EXPECT_EQ(::read(ready[0], &ok, 1), 1) << "the child could not take the lock";
+  ::close(ready[0]);
+  return pid;
+}
+
+void kill_and_reap(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+}
+
+}  // namespace
+
+TEST(FileSafety, DirLockRefusesASecondProcessAndTakesOverAfterItDies) {
+  for (const auto where : {drope::DirLock::Where::kInside, drope::DirLock::Where::kBeside}) {
+    const std::string dir = (fs::path(tmp_dir("file_safety_lock")) / "run").string();
+    const pid_t holder = child_holding_lock(dir, where);
+    ASSERT_GT(holder, 0);
+    expect_error([&] { drope::DirLock second(dir, where); }, {dir + " is in use by process " + std::to_string(holder)});
+    expect_error([&] { drope::DirLock again(dir, where); }, {"in use"});  // a refused try changes nothing
+    // Killed holding it (no release): the kernel dropped the lock; the file names the dead holder.
+    kill_and_reap(holder);
+    drope::DirLock taken(dir, where);
+    EXPECT_TRUE(taken.held());
+    EXPECT_EQ(taken.stale_owner(), holder);
+    EXPECT_EQ(drope::read_file(taken.lock_path()), std::to_string(::getpid()) + "\n");
+    const std::string path = taken.lock_path();
+    taken = drope::DirLock();  // released: nothing stale for the next one
+    if (where == drope::DirLock::Where::kBeside) EXPECT_FALSE(fs::exists(path));
+    else EXPECT_EQ(drope::read_file(path), "");
+    drope::DirLock next(dir, where);
+    EXPECT_EQ(next.stale_owner(), 0);
+  }
+}
+
+TEST(FileSafety, DirLockRemovesOnlyTheEmptyDirectoriesItCreated) {
+  const auto root = fs::path(tmp_dir("file_safety_lock_dirs"));
+  for (const auto where : {drope::DirLock::Where::kInside, drope::DirLock::Where::kBeside}) {
+    { drope::DirLock l((root / "a" / "b" / "out").string(), where); }  // a refused run: nothing was written
+    EXPECT_FALSE(fs::exists(root / "a"));
+    {
+      drope::DirLock l((root / "a" / "b" / "out").string(), where);
+      fs::create_directories(root / "a" / "b" / "out");
+      touch(root / "a" / "b" / "out" / "result.json");
+    }
+    EXPECT_TRUE(fs::exists(root / "a" / "b" / "out" / "result.json"));
+    // kInside: the lock file stays as the mark of a directory of ours; kBeside: it goes.
+    EXPECT_EQ(fs::exists(root / "a" / "b" / "out" / drope::kDirLockName), where == drope::DirLock::Where::kInside);
+    EXPECT_FALSE(fs::exists(root / "a" / "b" / ".out.drope-lock"));
+    fs::remove_all(root / "a");
+  }
+}
+
+TEST(FileSafety, DirLockRefusesALockFileThatIsAFifo) {
+  const auto dir = fs::path(tmp_dir("file_safety_lock_fifo"));
+  fs::create_directories(dir / "run");
+  ASSERT_EQ(::mkfifo((dir / "run" / drope::kDirLockName).c_str(), 0644), 0);
+  expect_error([&] { drope::DirLock l((dir / "run").string(), drope::DirLock::Where::kInside); },
+               {"lock file", "not a regular file"});
 }
 
 TEST(FileSafety, DirectoryWriteErrorsNameTheTargetNotTheTemporary) {

@@ -2,7 +2,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -118,6 +120,46 @@ TEST(ModelIO, SaveLoadRoundTripAndStrictLoading) {
   test::expect_error([&] { io::load_model(d + "/nowhere"); }, {"nowhere", "not found"});
 }
 
+TEST(ModelIO, NonFiniteWeightsAreRefusedNamingTensorAndFile) {
+  auto cfg = model_preset("micro");
+  DecoderLM m(cfg);
+  m->reset_parameters(3);
+  const auto d = test::tmp_dir("model_nonfinite");
+  io::save_model(m, d + "/m");
+  // 12 bad values (NaN, +inf, -inf) in one tensor of a single file, then of a sharded checkpoint.
+  std::vector<std::pair<std::string, at::Tensor>> ts;
+  const std::string bad = "model.layers.1.mlp.up_proj.weight";
+  for (const auto& kv : m->named_parameters()) {
+    auto t = kv.value().detach().clone();
+    if (kv.key() == bad) {
+      auto flat = t.view({-1});
+      for (int i = 0; i < 12; ++i)
+        flat[i * 7] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+    }
+    ts.emplace_back(kv.key(), t);
+  }
+  io::save_safetensors(d + "/m/model.safetensors", ts);
+  test::expect_error([&] { io::load_model(d + "/m"); },
+                     {bad + " in " + d + "/m/model.safetensors has 12 non-finite values"});
+  // One bad value, in a float16 shard of an indexed checkpoint: the shard is named.
+  fs::create_directories(d + "/sharded");
+  fs::copy_file(d + "/m/drope.yaml", d + "/sharded/drope.yaml");
+  std::vector<std::pair<std::string, at::Tensor>> a, b;
+  std::string index = "{\"weight_map\": {";
+  for (size_t i = 0; i < ts.size(); ++i) {
+    auto t = ts[i].second.clone().nan_to_num(0.0, 0.0, 0.0).to(at::kHalf);
+    if (ts[i].first == bad) t.view({-1})[5] = INFINITY;
+    (i % 2 ? b : a).emplace_back(ts[i].first, t);
+    index += (i ? ", \"" : "\"") + ts[i].first + "\": \"" + (i % 2 ? "b" : "a") + ".safetensors\"";
+  }
+  io::save_safetensors(d + "/sharded/a.safetensors", a);
+  io::save_safetensors(d + "/sharded/b.safetensors", b);
+  write_file_atomic(d + "/sharded/model.safetensors.index.json", index + "}}");
+  const bool in_b = std::any_of(b.begin(), b.end(), [&](const auto& kv) { return kv.first == bad; });
+  test::expect_error([&] { io::load_model(d + "/sharded"); },
+                     {bad + " in " + d + "/sharded/" + (in_b ? "b" : "a") + ".safetensors has 1 non-finite value "});
+}
+
 TEST(ModelIO, HfConfigErrors) {
   test::expect_error([] { io::parse_hf_config("{\"model_type\": \"gpt2\"}", "c.json"); }, {"c.json", "gpt2"});
   test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"hidden_size\": \"big\"}", "c.json"); },
@@ -125,6 +167,17 @@ TEST(ModelIO, HfConfigErrors) {
   test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"rope_scaling\": {\"type\": \"su\"}}", "c.json"); },
                      {"c.json", "su"});
   test::expect_error([] { io::parse_hf_config("[1,", "c.json"); }, {"c.json", "JSON"});
+  // Keys of the wrong kind are refused, not read as "absent".
+  for (const char* v : {"\"linear\"", "[1,2]", "4"})
+    test::expect_error([&] { io::parse_hf_config(std::string("{\"model_type\": \"llama\", \"rope_scaling\": ") + v + "}", "c.json"); },
+                       {"c.json: rope_scaling must be an object or null, got " + std::string(v)});
+  test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"rope_parameters\": \"x\"}", "c.json"); },
+                     {"c.json: rope_parameters must be an object or null"});
+  test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"bos_token_id\": -5}", "c.json"); },
+                     {"c.json: bos_token_id must be a token id >= 0 or null, got -5"});
+  test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"eos_token_id\": [-2, 3]}", "c.json"); },
+                     {"c.json: eos_token_id must be a token id >= 0 or null"});
+  EXPECT_NO_THROW(io::parse_hf_config("{\"model_type\": \"llama\", \"bos_token_id\": [], \"rope_scaling\": null}", "c.json"));
 }
 
 namespace {

@@ -137,6 +137,15 @@ TEST(DroPE, TransformKeepsWeightsChangesLogitsAddsUnitNorms) {
   auto ph = drop_positional(rope, {QkNorm::kQ, true});
   EXPECT_EQ(ph->named_parameters()["model.layers.1.self_attn.q_norm.weight"].size(0), 16);
   EXPECT_EQ(ph->named_parameters().find("model.layers.1.self_attn.k_norm.weight"), nullptr);
+  // A weight the transform cannot carry over is named in the user's terms, not by an internal function.
+  test::expect_error([&] { drop_positional(ph, {QkNorm::kQ, false}); },
+                     {"dropping the positional embeddings: the model's weight 'model.layers.0.self_attn.q_norm.weight' "
+                      "has shape [16], but the result needs"});
+  try {
+    drop_positional(ph, {QkNorm::kQ, false});
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("copy_parameters"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Temperature, AppliedOnlyBeyondTrainingLength) {

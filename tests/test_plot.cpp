@@ -4,6 +4,9 @@
 #include <cmath>
 #include <filesystem>
 
+#include <tuple>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "drope/core/files.h"
@@ -111,6 +114,22 @@ TEST(Plot, TicksAreReadable) {
   // A short log range gets 2 and 5 multiples.
   auto short_log = plot::ticks(0.15, 1.2, true);
   EXPECT_EQ(short_log.size(), 3u);
+}
+
+TEST(Plot, TicksEndAtAnyMagnitude) {
+  // Ranges narrower than the spacing of doubles there: a few distinct ticks, in order, and an end.
+  for (const auto& [lo, hi, ints] : std::vector<std::tuple<double, double, bool>>{
+           {1e17, 1e17 + 16, false}, {1e17, 1e17 + 64, true}, {1e300, std::nextafter(1e300, 2e300), false},
+           {-1.7e308, 1.7e308, false}, {0, 1e308, true}, {-5e-324, 5e-324, false}}) {
+    const auto t = plot::ticks(lo, hi, false, ints);
+    EXPECT_LE(t.size(), 64u) << lo << " " << hi;
+    for (size_t i = 1; i < t.size(); ++i) EXPECT_LT(t[i - 1], t[i]) << lo << " " << hi;
+  }
+  // A figure whose data lie there renders.
+  plot::Figure f;
+  f.panels.emplace_back();
+  f.panels[0].series.push_back({"big", {1e17, 1e17 + 16, 1e17 + 32}, {1e17, 1e17 + 16, 1e17 + 16}});
+  EXPECT_FALSE(plot::render(f, "svg").empty());
 }
 
 TEST(Plot, BadOutputPathNamesThePathAndLeavesNoFile) {

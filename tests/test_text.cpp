@@ -415,6 +415,17 @@ TEST(Tokenizer, BpeJsonIsValidatedWhereItEnters) {
     j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Sideways"}};
   },
       {"pre_tokenizer.behavior", "Sideways"});
+  // Step limits: ByteLevel steps double the text each; any step passes over the whole text.
+  bad([](json& j) {
+    j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array()}};
+    for (int i = 0; i < 40; ++i) j["pre_tokenizer"]["pretokenizers"].push_back({{"type", "ByteLevel"}, {"use_regex", false}});
+  },
+      {"pre_tokenizer.pretokenizers[1].type", "second ByteLevel"});
+  bad([](json& j) {
+    j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array()}};
+    for (int i = 0; i < 1000; ++i) j["pre_tokenizer"]["pretokenizers"].push_back({{"type", "Digits"}});
+  },
+      {"pre_tokenizer.pretokenizers[32]", "more than 32 pre-tokenizer steps"});
   bad([](json& j) { j["added_tokens"][0].erase("content"); }, {"added_tokens[0].content", "missing"});
   bad([](json& j) { j["added_tokens"][0]["id"] = -2; }, {"added_tokens[0].id"});
   bad([](json& j) { j["decoder"] = nullptr; }, {"decoder", "ByteLevel"});
@@ -591,8 +602,8 @@ TEST(Prepare, ErrorsNameTheFileAndLeaveNoOutput) {
   b.tokenizer.clear();
   expect_error([&] { prepare_dataset(b); }, {"tokenizer"});
   b = o;
-  b.out_dir = tokdir;  // an existing directory that is not a dataset
-  expect_error([&] { prepare_dataset(b); }, {tokdir, "refusing"});
+  b.out_dir = tokdir;  // the tokenizer's own directory: an input
+  expect_error([&] { prepare_dataset(b); }, {tokdir, "is the input --tokenizer"});
   b = o;
   b.tokenizer = (fs::path(dir) / "noeos").string();
   fs::create_directories(b.tokenizer);

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "app_common.h"
+#include "drope/core/files.h"
 #include "drope/eval/method.h"
 #include "drope/eval/runners.h"
 
@@ -47,12 +48,23 @@ eval::MethodSpec& method_of(Run& r) {
   return r.method;
 }
 
-// Registers cmd's callback: the method from the flags, then fn(run); the exit status goes to rc.
+// The --out of a run (a prefix, a file or, with --dump, none).
+inline const std::string& output_of(const eval::NiahRun& r) { return r.c.out; }
+inline const std::string& output_of(const eval::NiahGridRun& r) { return r.c.out; }
+template <typename Run>
+const std::string& output_of(const Run& r) {
+  return r.out;
+}
+
+// Registers cmd's callback: the method from the flags, then fn(run) holding a lock on --out (a second
+// drope-eval writing the same output is refused); the exit status goes to rc.
 template <typename Run>
 void on_run(CLI::App* cmd, const std::shared_ptr<MethodRun<Run>>& o, int& rc, void (*fn)(const Run&)) {
   cmd->callback([o, &rc, fn] {
     rc = app::run([&] {
       method_of(o->run) = method_spec(o->m);
+      const std::string& out = output_of(o->run);
+      const DirLock lock = out.empty() ? DirLock() : DirLock(out, DirLock::Where::kBeside);
       fn(o->run);
       return 0;
     });

@@ -10,6 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "drope/core/error.h"
+#include "drope/core/numbers.h"
+
 namespace drope {
 
 namespace {
@@ -140,8 +143,9 @@ CpuBudget cpu_budget() {
 }
 
 bool configure_openmp_env() {
-  const char* off = std::getenv("DROPE_OMP_DEFAULTS");
-  if (off && std::strcmp(off, "0") == 0) return false;
+  // Runs before main: an invalid value changes nothing here and is refused by the tool's main.
+  const SwitchValue v = switch_value(std::getenv("DROPE_OMP_DEFAULTS"));
+  if (v == SwitchValue::kOff || v == SwitchValue::kInvalid) return false;
   bool changed = false;
   if (!env_set("OMP_NUM_THREADS")) {
     char n[32];
@@ -151,6 +155,13 @@ bool configure_openmp_env() {
   if (!env_set("GOMP_SPINCOUNT") && !env_set("OMP_WAIT_POLICY"))
     changed |= setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0;
   return changed;
+}
+
+void check_memory_estimate(double bytes, const std::string& what, const std::string& advice) {
+  const double have = double(available_memory_bytes());
+  if (!(bytes <= 0.9 * have) && have > 0)
+    fail("{} needs about {:.1f} GiB; only {:.1f} GiB of memory is available ({})", what, bytes / double(1 << 30),
+         have / double(1 << 30), advice);
 }
 
 uint64_t available_memory_bytes() {

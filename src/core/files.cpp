@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,10 +17,12 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "drope/core/error.h"
@@ -89,15 +92,187 @@ int remove_stale_temporaries(const std::string& dir) {
 
 void ignore_file_size_signal() { std::signal(SIGXFSZ, SIG_IGN); }
 
-void check_replaceable_dir(const std::string& dir, const std::string& marker, const std::string& what,
-                           const std::string& hint) {
+namespace {
+
+// Device and inode of `p` (symlinks followed), or nullopt when it does not exist.
+std::optional<std::pair<dev_t, ino_t>> file_id(const fs::path& p) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return std::nullopt;
+  return std::make_pair(st.st_dev, st.st_ino);
+}
+
+// True when the file `id` is `p` or one of its ancestors; `p` is resolved first, so symlinks and spellings
+// ("a/../b", "./b") do not matter.
+bool is_at_or_above(const std::pair<dev_t, ino_t>& id, const fs::path& p) {
+  std::error_code ec;
+  fs::path q = fs::weakly_canonical(fs::absolute(p, ec), ec);
+  if (ec) return false;
+  for (;;) {
+    if (file_id(q) == id) return true;
+    if (!q.has_relative_path()) return false;
+    q = q.parent_path();
+  }
+}
+
+}  // namespace
+
+void check_output_dir(const std::string& dir, const OutputDirRule& rule) {
+  if (dir.empty()) fail("{}: no output directory given", rule.flag);
+  std::error_code canon_ec;
+  const auto out_id = file_id(fs::weakly_canonical(fs::absolute(dir), canon_ec));
+  for (const auto& [name, in] : rule.inputs) {
+    if (in.empty()) continue;
+    const auto in_id = file_id(in);
+    if (!in_id) continue;
+    if (out_id == in_id) fail("{} {} is the input {} {}; choose another output directory", rule.flag, dir, name, in);
+    if (is_at_or_above(*in_id, dir))
+      fail("{} {} is inside the input {} {}; choose an output directory outside it", rule.flag, dir, name, in);
+    if (out_id && is_at_or_above(*out_id, in))
+      fail("{} {} contains the input {} {}; choose an output directory that does not hold it", rule.flag, dir, name, in);
+  }
   std::error_code ec;
   const auto st = fs::symlink_status(dir, ec);
   if (ec || !fs::exists(st)) return;
-  if (!fs::is_directory(fs::status(dir, ec))) fail("{}: exists and is not a directory; refusing to replace it", dir);
-  if (fs::is_empty(dir, ec) || fs::exists(fs::path(dir) / marker, ec)) return;
-  fail("{}: exists, is not empty and is not a {} (no {}); refusing to replace it{}", dir, what, marker,
-       hint.empty() ? "" : " (" + hint + ")");
+  if (!fs::is_directory(fs::status(dir, ec))) fail("{} {}: exists and is not a directory; refusing to replace it", rule.flag, dir);
+  if (fs::is_empty(dir, ec) && !ec) return;
+  for (const auto& m : rule.markers)
+    if (fs::exists(fs::path(dir) / m, ec)) return;
+  if (rule.force) return;
+  std::string markers;
+  for (const auto& m : rule.markers) markers += (markers.empty() ? "" : " or ") + m;
+  fail("{} {}: exists, is not empty and is not a {} (no {}); refusing to write into it{}", rule.flag, dir, rule.what,
+       markers, rule.force_hint.empty() ? "" : " (" + rule.force_hint + ")");
+}
+
+namespace {
+
+// "<pid> (<program>)" of a live process, or "<pid>" when /proc does not say. The program is argv[0]'s file
+// name: /proc/<pid>/comm would say "exe" for our tools, which re-execute themselves through /proc/self/exe.
+std::string describe_process(int64_t pid) {
+  std::ifstream cmdline(fmt::format("/proc/{}/cmdline", pid));
+  std::string argv0;
+  if (cmdline && std::getline(cmdline, argv0, '\0') && !argv0.empty())
+    return fmt::format("{} ({})", pid, fs::path(argv0).filename().string());
+  return std::to_string(pid);
+}
+
+// The pid written in a lock file (0 when empty or not a pid).
+int64_t read_lock_pid(int fd) {
+  char buf[32] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return 0;
+  int64_t pid = 0;
+  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9' && pid < INT32_MAX; ++i) pid = pid * 10 + (buf[i] - '0');
+  return pid > 0 && pid <= INT32_MAX ? pid : 0;
+}
+
+// `dir` as an absolute path without a trailing separator (so that its filename is its last component).
+fs::path plain_dir(const std::string& dir) {
+  fs::path p = fs::absolute(dir).lexically_normal();
+  if (p.filename().empty() && p.has_relative_path()) p = p.parent_path();
+  return p;
+}
+
+}  // namespace
+
+DirLock::DirLock(const std::string& dir, Where where) {
+  if (dir.empty()) fail("no directory given to lock");
+  const fs::path d = plain_dir(dir);
+  const fs::path home = where == Where::kInside ? d : d.parent_path();
+  std::error_code ec;
+  for (fs::path p = home; !p.empty() && !fs::exists(fs::symlink_status(p, ec)); p = p.parent_path()) {
+    created_.push_back(p.string());  // deepest first; removed again on release while empty
+    if (!p.has_relative_path()) break;
+  }
+  fs::create_directories(home, ec);
+  if (ec) fail("{}: cannot create directory {} ({})", dir, home.string(), ec.message());
+  path_ = where == Where::kInside ? (d / kDirLockName).string()
+                                  : (home / ("." + d.filename().string() + ".drope-lock")).string();
+  remove_ = where == Where::kBeside;
+  for (int attempt = 0;; ++attempt) {
+    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0644);
+    if (fd < 0) fail("{}: cannot open the lock file {} ({})", dir, path_, std::strerror(errno));
+    struct stat mine {};
+    if (::fstat(fd, &mine) != 0 || !S_ISREG(mine.st_mode)) {
+      ::close(fd);
+      fail("{}: the lock file {} is not a regular file", dir, path_);
+    }
+    int r;
+    do r = ::flock(fd, LOCK_EX | LOCK_NB);
+    while (r != 0 && errno == EINTR);
+    if (r != 0) {
+      const int err = errno;
+      const int64_t holder = err == EWOULDBLOCK ? read_lock_pid(fd) : 0;
+      ::close(fd);
+      if (err != EWOULDBLOCK) fail("{}: cannot lock {} ({})", dir, path_, std::strerror(err));
+      if (holder > 0) fail("{} is in use by process {}; wait for it to end or choose another directory", dir, describe_process(holder));
+      fail("{} is in use by another process; wait for it to end or choose another directory", dir);
+    }
+    // A holder that removes its lock file on release may have done so after our open: hold the file that the
+    // path names now, or try again.
+    struct stat now {};
+    if (::stat(path_.c_str(), &now) == 0 && now.st_dev == mine.st_dev && now.st_ino == mine.st_ino) {
+      fd_ = fd;
+      break;
+    }
+    ::close(fd);
+    if (attempt == 100) fail("{}: cannot lock {} (the lock file keeps being replaced)", dir, path_);
+  }
+  // A pid left in the file by a holder that is gone: it died holding the lock (a clean release empties or
+  // removes the file).
+  const int64_t before = read_lock_pid(fd_);
+  if (before > 0 && before != ::getpid() && process_gone(static_cast<pid_t>(before))) {
+    stale_owner_ = before;
+    fmt::print(stderr, "info: {}: taking over the lock of process {}, which ended without releasing it\n", dir, before);
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    const int err = errno;
+    release();
+    fail("{}: cannot write the lock file {} ({})", dir, path_, std::strerror(err));
+  }
+}
+
+void DirLock::release() noexcept {
+  if (fd_ < 0) return;
+  // Still holding the lock: a process that opened the file meanwhile sees it removed (and retries) or empty.
+  // A directory this lock created holding nothing but the lock file goes too: a refused run leaves nothing.
+  bool remove = remove_;
+  if (!remove && !created_.empty()) {
+    std::error_code ec;
+    fs::directory_iterator it(fs::path(path_).parent_path(), ec);
+    if (!ec && it != fs::directory_iterator() && it->path() == fs::path(path_)) {
+      it.increment(ec);
+      remove = !ec && it == fs::directory_iterator();
+    }
+  }
+  if (remove) ::unlink(path_.c_str());
+  else if (::ftruncate(fd_, 0) != 0) errno = 0;  // the kernel drops the lock at close all the same
+  ::close(fd_);
+  fd_ = -1;
+  for (const auto& d : created_) ::rmdir(d.c_str());  // only the empty ones go
+  created_.clear();
+}
+
+DirLock::~DirLock() { release(); }
+
+DirLock::DirLock(DirLock&& o) noexcept
+    : fd_(std::exchange(o.fd_, -1)),
+      path_(std::move(o.path_)),
+      remove_(o.remove_),
+      stale_owner_(o.stale_owner_),
+      created_(std::move(o.created_)) {}
+
+DirLock& DirLock::operator=(DirLock&& o) noexcept {
+  if (this != &o) {
+    release();
+    fd_ = std::exchange(o.fd_, -1);
+    path_ = std::move(o.path_);
+    remove_ = o.remove_;
+    stale_owner_ = o.stale_owner_;
+    created_ = std::move(o.created_);
+  }
+  return *this;
 }
 
 namespace {

@@ -30,10 +30,20 @@ double check_number(double v, const std::string& what, const Interval& range) {
   return v;
 }
 
+SwitchValue switch_value(const char* value) {
+  if (value == nullptr || *value == '\0') return SwitchValue::kUnset;
+  if (std::strcmp(value, "0") == 0) return SwitchValue::kOff;
+  if (std::strcmp(value, "1") == 0) return SwitchValue::kOn;
+  return SwitchValue::kInvalid;
+}
+
 std::optional<bool> parse_switch(const char* name, const char* value, const char* unset_means) {
-  if (value == nullptr || *value == '\0') return std::nullopt;
-  if (std::strcmp(value, "0") == 0) return false;
-  if (std::strcmp(value, "1") == 0) return true;
+  switch (switch_value(value)) {
+    case SwitchValue::kUnset: return std::nullopt;
+    case SwitchValue::kOff: return false;
+    case SwitchValue::kOn: return true;
+    case SwitchValue::kInvalid: break;
+  }
   fail("environment variable {}='{}': expected 0 or 1{}", name, value,
        unset_means ? fmt::format(" (unset: {})", unset_means) : std::string());
 }

@@ -60,7 +60,10 @@ int32_t greedy_token(const torch::Tensor& logits) { return int32_t(logits.argmax
 
 std::vector<TokenGeneration> generate_tokens(DecoderLM& model, const std::vector<std::vector<int32_t>>& prompts,
                                              const GenerateOptions& opt, int32_t eos, const StopCheck& stop_check) {
-  if (opt.max_new_tokens < 0) fail("generate: max_new_tokens must be >= 0, got {}", opt.max_new_tokens);
+  // A length beyond any context a model can hold (checked first: the memory estimate adds it to the prompt).
+  constexpr int64_t kMaxNewTokens = int64_t(1) << 22;
+  if (opt.max_new_tokens < 0 || opt.max_new_tokens > kMaxNewTokens)
+    fail("generate: --max-new-tokens must be in [0, {}], got {}", kMaxNewTokens, opt.max_new_tokens);
   if (opt.prefill_chunk <= 0) fail("generate: prefill_chunk must be > 0, got {}", opt.prefill_chunk);
   if (opt.batch_size <= 0) fail("generate: batch_size must be > 0, got {}", opt.batch_size);
   const int64_t V = model->config().vocab_size;

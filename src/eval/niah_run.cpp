@@ -25,9 +25,11 @@ void check_length(int64_t L) {
 }
 
 void check_common(const NiahRunCommon& c) {
-  if (c.trials <= 0) fail("--trials: must be a positive number of samples per cell, got {}", c.trials);
-  if (c.batch <= 0) fail("--batch-size: must be positive, got {}", c.batch);
-  if (c.max_new_tokens <= 0) fail("--max-new-tokens: must be positive, got {}", c.max_new_tokens);
+  if (c.trials <= 0 || c.trials > (1 << 20))
+    fail("--trials: must be a number of samples per cell in [1, 1048576], got {}", c.trials);
+  if (c.batch <= 0 || c.batch > (1 << 16)) fail("--batch-size: must be in [1, 65536], got {}", c.batch);
+  if (c.max_new_tokens <= 0 || c.max_new_tokens > kMaxEvalTokens)
+    fail("--max-new-tokens: must be in [1, {}], got {}", kMaxEvalTokens, c.max_new_tokens);
   if (c.dump.empty() && c.method.model_dir.empty())
     fail("--model is required (only --dump-prompts runs without a model, given --tokenizer)");
   if (!c.dump.empty() && c.method.model_dir.empty() && c.method.tokenizer.empty())

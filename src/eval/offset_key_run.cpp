@@ -75,8 +75,9 @@ double offset_key_answer_nll(DecoderLM& model, uint64_t seed, int64_t length, in
 }
 
 void run_offset_key(const OffsetKeyRun& r) {
-  if (r.queries <= 0) fail("--queries must be > 0, got {}", r.queries);
-  if (r.batch <= 0) fail("--batch-size must be > 0, got {}", r.batch);
+  if (r.queries <= 0 || r.queries > kMaxQueries)
+    fail("--queries: expected an integer in [1, {}], got {}", kMaxQueries, r.queries);
+  if (r.batch <= 0 || r.batch > kMaxQueries) fail("--batch-size: expected an integer in [1, {}], got {}", kMaxQueries, r.batch);
   if (r.far_threshold < 0) fail("--far-threshold must be >= 0 (0 = the training length), got {}", r.far_threshold);
   for (auto L : r.lengths) tasks::check_offset_key_length(L, "--lengths");
   auto em = load_eval_model(r.method, false);

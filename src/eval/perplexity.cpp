@@ -2,25 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <string>
 
+#include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 
 #include <fmt/format.h>
 
 namespace drope::eval {
-
-double available_memory_bytes() {
-  // MemAvailable of /proc/meminfo (what the kernel can give without swapping); 0 when unknown.
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  double kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024.0;
-  return 0;
-}
 
 double forward_memory_bytes(const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int64_t batch) {
   // Activations alive during one no-grad layer (residual, norm, q/k/v/o, gate/up/act, fused attention
@@ -34,11 +23,9 @@ double forward_memory_bytes(const ModelConfig& c, int64_t tokens, int64_t kv_tok
 
 void check_fits_in_memory(const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int64_t batch,
                           const std::string& what) {
-  const double need = forward_memory_bytes(c, tokens, kv_tokens, batch), have = available_memory_bytes();
-  if (have > 0 && need > 0.9 * have)
-    fail("{} of {} tokens (batch {}) needs about {:.1f} GiB of activations and KV cache; only {:.1f} GiB of memory "
-         "is available — use shorter lengths or a smaller batch",
-         what, std::max(tokens, kv_tokens), batch, need / double(1 << 30), have / double(1 << 30));
+  check_memory_estimate(forward_memory_bytes(c, tokens, kv_tokens, batch),
+                        fmt::format("{} of {} tokens (batch {})", what, std::max(tokens, kv_tokens), batch),
+                        "activations and KV cache; use shorter lengths or a smaller batch");
 }
 
 double window_nll(DecoderLM& model, const torch::Tensor& ids, int64_t first) {
@@ -76,7 +63,12 @@ PerplexityResult finish(const std::vector<double>& nlls, int64_t scored) {
   if (nlls.empty()) fail("perplexity: no window to score (the input is shorter than the window)");
   PerplexityResult r;
   double sum = 0;
-  for (double x : nlls) sum += x;
+  for (size_t i = 0; i < nlls.size(); ++i) {
+    if (!std::isfinite(nlls[i]))
+      fail("perplexity: window {} of {} has a non-finite loss ({}): the model's logits overflow or are NaN", i + 1,
+           nlls.size(), nlls[i]);
+    sum += nlls[i];
+  }
   r.mean_nll = sum / double(nlls.size());
   r.ppl = std::exp(r.mean_nll);
   r.windows = int64_t(nlls.size());

@@ -93,7 +93,11 @@ std::vector<int64_t> resolve_lengths(const std::vector<int64_t>& lengths, const 
   std::vector<int64_t> out = lengths;
   for (double m : mult) {
     if (!(m > 0)) fail("--multipliers: each must be > 0, got {}", m);
-    out.push_back(int64_t(std::llround(m * double(train_len))));
+    const double L = m * double(train_len);  // checked before the conversion, which cannot hold 1e300
+    if (!(L <= double(kMaxEvalTokens)))
+      fail("--multipliers: {} x the training length {} is {:.4g} tokens, more than the {} allowed", m, train_len, L,
+           kMaxEvalTokens);
+    out.push_back(int64_t(std::llround(L)));
   }
   if (out.empty()) fail("give --lengths or --multipliers");
   for (auto L : out) {
@@ -196,8 +200,8 @@ void run_fit_temperature(const TemperatureFitRun& r) {
   const bool on_task = !r.task.empty();
   if (on_task == !r.data.paths.empty()) fail("fit-temperature: give exactly one of --data or --task");
   if (on_task && r.task != "offset-key") fail("--task: unknown task '{}' (expected offset-key)", r.task);
-  if (on_task && (r.queries <= 0 || r.batch <= 0))
-    fail("fit-temperature: --queries and --batch-size must be > 0, got {} and {}", r.queries, r.batch);
+  if (on_task && (r.queries <= 0 || r.queries > kMaxQueries || r.batch <= 0 || r.batch > kMaxQueries))
+    fail("fit-temperature: --queries and --batch-size must be in [1, {}], got {} and {}", kMaxQueries, r.queries, r.batch);
   const bool text_input = !on_task && has_text_input(r.data);
   auto em = load_eval_model(r.method, text_input);
   auto mult = r.multipliers;

@@ -45,8 +45,10 @@ T jget(const json& j, const char* key, T def, const std::string& path) {
 
 int64_t first_id(const json& j, const char* key, int64_t def, const std::string& path) {
   if (!j.contains(key) || j[key].is_null()) return def;
-  if (j[key].is_array()) return j[key].empty() ? -1 : jget<int64_t>(json{{"v", j[key][0]}}, "v", -1, path);
-  return jget<int64_t>(j, key, def, path);
+  if (j[key].is_array() && j[key].empty()) return -1;
+  const int64_t id = j[key].is_array() ? jget<int64_t>(json{{"v", j[key][0]}}, "v", -1, path) : jget<int64_t>(j, key, def, path);
+  if (id < 0) fail("{}: {} must be a token id >= 0 or null, got {}", path, key, j[key].dump());
+  return id;
 }
 
 // YaRN / llama3 original context length L0: HF divides by it (0 → infinite factor, NaN frequencies).
@@ -166,6 +168,9 @@ HfImport import_hf_config(const std::string& text, const std::string& path) {
   }
   // RoPE: HF v5 `rope_parameters`, or legacy `rope_scaling` + top-level `rope_theta`.
   json rp = json::object();
+  for (const char* key : {"rope_parameters", "rope_scaling"})
+    if (j.contains(key) && !j[key].is_null() && !j[key].is_object())
+      fail("{}: {} must be an object or null, got {}", path, key, j[key].dump());
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rp = j["rope_parameters"];
   else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rp = j["rope_scaling"];
   c.positional.type = PositionalType::kRope;

@@ -165,6 +165,12 @@ void load_weights_from(DecoderLM& model, const WeightSet& ws, const std::string&
       fail("{}: tensor '{}' has shape {} but the model expects {}", it->second->path(), kv.key(),
            c10::str(at::IntArrayRef(e.shape)), c10::str(kv.value().sizes()));
     kv.value().copy_(it->second->get(kv.key()).to(kv.value().scalar_type()));
+    if (kv.value().is_floating_point()) {
+      const int64_t bad = kv.value().numel() - torch::isfinite(kv.value()).sum().item<int64_t>();
+      if (bad > 0)
+        fail("{} in {} has {} non-finite value{} (NaN or infinity)", kv.key(), it->second->path(), bad,
+             bad == 1 ? "" : "s");
+    }
     used.insert(kv.key());
   }
   const bool tied = model->config().tie_embeddings;
@@ -289,10 +295,17 @@ bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptio
   return !config_json.empty();
 }
 
+void check_model_output(const std::string& dir, const SaveOptions& opt) {
+  check_output_dir(dir, {"--out", "model directory", {"drope.yaml"}, opt.inputs, opt.replace_any,
+                         "pass --force to replace it anyway"});
+}
+
 bool save_model(DecoderLM& model, const std::string& dir, const SaveOptions& opt) {
   bool hf = false;
   if (opt.format == ModelFormat::kDropeReference) drope_reference_config_json(model->config());  // refuse early
-  if (!opt.replace_any) check_replaceable_dir(dir, "drope.yaml", "model directory", "pass --force to replace it anyway");
+  check_model_output(dir, opt);
+  const DirLock lock(dir, DirLock::Where::kBeside);
+  check_model_output(dir, opt);  // again under the lock: another process may have written it meanwhile
   write_dir_atomic(dir, [&](const std::string& tmp) { hf = write_model_files(model, tmp, opt); });
   return hf;
 }

@@ -28,14 +28,15 @@ ModelConfig drop_positional(const ModelConfig& cfg, const DropOptions& opt) {
   return out;
 }
 
-void copy_parameters(DecoderLM& dst, DecoderLM& src) {
+void copy_parameters(DecoderLM& dst, DecoderLM& src, const std::string& what) {
   torch::NoGradGuard ng;
   auto dparams = dst->named_parameters();
   for (const auto& kv : src->named_parameters()) {
     auto* d = dparams.find(kv.key());
-    if (!d) fail("copy_parameters: parameter '{}' has no counterpart in the target model", kv.key());
+    if (!d)
+      fail("{}: the model's weight '{}' has no place in the result (the transform would drop it)", what, kv.key());
     if (d->sizes() != kv.value().sizes())
-      fail("copy_parameters: parameter '{}' has shape {} in the source and {} in the target", kv.key(),
+      fail("{}: the model's weight '{}' has shape {}, but the result needs {}", what, kv.key(),
            c10::str(kv.value().sizes()), c10::str(d->sizes()));
     d->copy_(kv.value());
   }
@@ -45,14 +46,14 @@ DecoderLM with_rope_scaling(DecoderLM& model, const RopeScalingConfig& s) {
   auto cfg = model->config();
   cfg.positional.scaling = s;
   DecoderLM out(cfg);
-  copy_parameters(out, model);
+  copy_parameters(out, model, "RoPE scaling " + std::string(name_of(s.type)));
   return out;
 }
 
 DecoderLM drop_positional(DecoderLM& model, const DropOptions& opt) {
   DecoderLM out(drop_positional(model->config(), opt));
   // Norm weights that only the new model has stay at 1 (set by construction/reset_parameters).
-  copy_parameters(out, model);
+  copy_parameters(out, model, "dropping the positional embeddings");
   auto p = model->parameters();
   if (!p.empty()) out->to(p.front().device(), p.front().scalar_type());
   return out;

@@ -142,7 +142,7 @@ DecoderLM apply_variant(DecoderLM& model, const Variant& v, const std::string& m
   if (v.is_identity()) return model;
   DecoderLM out(apply_variant(model->config(), v, model_dir));
   // Norm weights that only the new model has stay at 1 (set by construction).
-  copy_parameters(out, model);
+  copy_parameters(out, model, "method " + v.str());
   auto p = model->parameters();
   if (!p.empty()) out->to(p.front().device(), p.front().scalar_type());
   out->train(model->is_training());

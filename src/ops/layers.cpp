@@ -16,11 +16,9 @@ namespace drope::ops {
 
 namespace {
 
-// DROPE_COMPOSITE_LAYERS=1 takes the plain-ATen path everywhere (for A/B timing of whole runs).
-thread_local bool force_composite = [] {
-  const char* v = std::getenv("DROPE_COMPOSITE_LAYERS");
-  return v && std::string(v) == "1";
-}();
+// DROPE_COMPOSITE_LAYERS=1 takes the plain-ATen path everywhere (for A/B timing of whole runs); the tools
+// refuse a value other than 0 or 1 at start (drope::app::run), so none reaches this initialiser.
+thread_local bool force_composite = switch_value(std::getenv("DROPE_COMPOSITE_LAYERS")) == SwitchValue::kOn;
 
 at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& weight, double eps) {
   auto h = x.to(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);

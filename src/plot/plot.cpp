@@ -610,7 +610,8 @@ AxisLabels axis_labels(cairo_t* cr, const std::vector<std::string>& given, int64
   out = {};
   const double need = columns ? pen.width(std::to_string(n - 1)) + 8 : line;
   size_t every = 1;
-  while (double(every) * cell < need) every = every < 2 ? 2 : every < 5 ? 5 : every < 10 ? 10 : every * 2;
+  while (double(every) * cell < need && every < size_t(n))
+    every = every < 2 ? 2 : every < 5 ? 5 : every < 10 ? 10 : every * 2;
   for (size_t i = 0; i < size_t(n); i += every) {
     out.items.emplace_back(i, std::to_string(i));
     out.max_width = std::max(out.max_width, pen.width(out.items.back().second));
@@ -758,7 +759,15 @@ std::vector<double> ticks(double lo, double hi, bool log_axis, bool integer_only
   double step = nice_step(hi - lo, 5);
   if (integer_only) step = std::max(1.0, std::round(step));
   const double first = std::ceil(lo / step - 1e-9) * step;
-  for (double v = first; v <= hi + step * 1e-9; v += step) out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
+  // By index, not by adding up: where `step` is below the spacing of doubles near `first`, v += step would
+  // never advance. A nice step gives about 5 ticks; kMaxTicks only bounds what rounding can add.
+  constexpr double kMaxTicks = 64;
+  const double count = std::min(std::floor((hi - first) / step + 1e-9) + 1, kMaxTicks);
+  for (double i = 0; i < count; ++i) {
+    const double v = first + i * step;
+    if (!out.empty() && !(v > out.back())) continue;  // equal doubles at huge magnitudes
+    out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
+  }
   return out;
 }
 

@@ -65,6 +65,8 @@ struct PyValue {
 
 class PyLiteralReader {
  public:
+  static constexpr int kMaxDepth = 2;  // dicts in dicts: {state: {state or character: number}}, no deeper
+
   PyLiteralReader(std::string path, std::string text) : path_(std::move(path)), s_(std::move(text)) {}
 
   PyValue read_assignment() {
@@ -112,11 +114,12 @@ class PyLiteralReader {
     if (i_ >= s_.size() || s_[i_] != c) error(fmt::format("expected '{}'", c));
     ++i_;
   }
-  PyValue value() {
+  PyValue value(int depth = 0) {
     skip_space();
     if (i_ >= s_.size()) error("unexpected end of file");
     PyValue v;
     if (s_[i_] == '{') {
+      if (depth == kMaxDepth) error(fmt::format("dicts nested more than {} deep (a finalseg table has at most {})", kMaxDepth, kMaxDepth));
       ++i_;
       v.is_dict = true;
       for (;;) {
@@ -127,7 +130,7 @@ class PyLiteralReader {
         }
         std::u32string key = string_literal();
         expect(':');
-        v.items.emplace_back(std::move(key), value());
+        v.items.emplace_back(std::move(key), value(depth + 1));
         skip_space();
         if (i_ < s_.size() && s_[i_] == ',') {
           ++i_;

@@ -147,7 +147,9 @@ class BpeTokenizer final : public Tokenizer {
   int32_t lookup(const JsonIn& in, const std::string& where, const std::string& tok) const;
   // Accepts null, NFC, or a Sequence of NFC normalisers.
   void parse_normalizer(const JsonIn& in, const json* n, const std::string& where = "normalizer");
+  // ByteLevel, Split, Digits or a Sequence of them: at most kMaxPreSteps steps, one of them ByteLevel.
   void parse_pre_tokenizer(const JsonIn& in, const json* p, const std::string& where = "pre_tokenizer");
+  static constexpr size_t kMaxPreSteps = 32;
   // The id → token table is sized by the largest id: refuse ids far beyond the number of entries
   // (a file claiming id 2^31 - 1 would otherwise allocate billions of strings).
   void check_dense(const JsonIn& in, const char* key, int64_t entries) const;

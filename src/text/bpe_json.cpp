@@ -146,6 +146,10 @@ void BpeTokenizer::parse_pre_tokenizer(const JsonIn& in, const json* p, const st
     for (size_t i = 0; i < list.size(); ++i)
       parse_pre_tokenizer(in, &list[i], fmt::format("{}.pretokenizers[{}]", where, i));
   } else if (type == "ByteLevel") {
+    // A second ByteLevel maps the already mapped bytes again: each one doubles the text.
+    for (const auto& prev : steps_)
+      if (prev.kind == PreStep::Kind::kByteLevel)
+        in.bad(where + ".type", "a second ByteLevel pre-tokenizer is not supported (each maps the text's bytes again)");
     PreStep s;
     s.kind = PreStep::Kind::kByteLevel;
     s.add_prefix_space = in.flag(*p, where, "add_prefix_space", true);
@@ -189,6 +193,8 @@ void BpeTokenizer::parse_pre_tokenizer(const JsonIn& in, const json* p, const st
     in.bad(where + ".type",
            fmt::format("pre-tokenizer \"{}\" is not supported (expected ByteLevel, Split, Digits or Sequence)", type));
   }
+  if (steps_.size() > kMaxPreSteps)
+    in.bad(where, fmt::format("more than {} pre-tokenizer steps (each one passes over the whole text)", kMaxPreSteps));
 }
 
 void BpeTokenizer::check_dense(const JsonIn& in, const char* key, int64_t entries) const {

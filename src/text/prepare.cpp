@@ -160,9 +160,13 @@ DatasetIndex prepare_dataset(const PrepareOptions& o) {
   const bool train_tok = o.train_vocab_size > 0;
   if (train_tok == !o.tokenizer.empty())
     fail("give either an existing tokenizer or a vocabulary size to train a SentencePiece model (exactly one)");
-  check_replaceable_dir(o.out_dir, "index.json", "prepared dataset", "");
   if (o.threads < 1) fail("thread count must be at least 1, got {}", o.threads);
   if (o.text_field.empty()) fail("the text field / column name must not be empty");
+  OutputDirRule rule{"--out", "prepared dataset", {"index.json"}, {{"--tokenizer", o.tokenizer}}, false, ""};
+  for (const auto& in : o.inputs) rule.inputs.emplace_back("path", in);
+  check_output_dir(o.out_dir, rule);
+  const DirLock lock(o.out_dir, DirLock::Where::kBeside);
+  check_output_dir(o.out_dir, rule);  // again under the lock: another process may have written it meanwhile
   const std::vector<std::string> files = expand_inputs(o.inputs);
   const DocumentOptions doc_opts{o.paragraphs, o.text_field};
   auto report = [&](PrepareProgress p) {

@@ -72,7 +72,7 @@ void prune_checkpoints(const std::string& run_dir, int64_t keep_last) {
 std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const AdamW& opt, const TrainState& st,
                             const std::string& run_yaml, int64_t keep_last) {
   const auto dir = (fs::path(run_dir) / "checkpoints" / checkpoint_name(st.step)).string();
-  check_replaceable_dir(dir, "state.json", "checkpoint directory", "");
+  check_output_dir(dir, {"checkpoint", "checkpoint directory", {"state.json"}, {}, false, ""});
   // Never replace good checkpoints with a poisoned one.
   for (const auto& kv : model->named_parameters())
     if (!torch::isfinite(kv.value()).all().item<bool>())
@@ -92,6 +92,15 @@ std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const 
   });
   prune_checkpoints(run_dir, keep_last);
   return dir;
+}
+
+DirLock claim_run_dir(const std::string& run_dir, const std::vector<std::pair<std::string, std::string>>& inputs,
+                      bool force) {
+  // Runs of builds without the lock file are recognised by their checkpoints.
+  const bool ours = latest_checkpoint(run_dir).has_value();
+  check_output_dir(run_dir, {"run.out_dir", "run directory", {kDirLockName}, inputs, force || ours,
+                             "pass --force to write into it anyway"});
+  return DirLock(run_dir, DirLock::Where::kInside);
 }
 
 int remove_stale_run_temporaries(const std::string& run_dir) {
@@ -175,7 +184,7 @@ std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_di
   std::string staging;
   if (main) {
     try {
-      check_replaceable_dir(dir, "state.json", "checkpoint directory", "");
+      check_output_dir(dir, {"checkpoint", "checkpoint directory", {"state.json"}, {}, false, ""});
       staging = temp_path_for(fs::absolute(dir).string());
       fs::create_directories(staging);
     } catch (const std::exception& e) {

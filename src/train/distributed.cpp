@@ -69,14 +69,20 @@ struct Distributed::Impl {
 };
 
 namespace {
+// The first line of an exception's message, without the C++ backtrace that c10 errors carry.
+std::string first_line(const std::exception& e) {
+  std::string detail = e.what();
+  if (auto* ce = dynamic_cast<const c10::Error*>(&e)) detail = ce->what_without_backtrace();
+  if (auto nl = detail.find('\n'); nl != std::string::npos) detail.resize(nl);
+  return detail;
+}
+
 // Waits for a collective; a dead or hung peer becomes one clear error instead of a hang or a Gloo trace.
 void wait(const DistEnv& env, double timeout_s, const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
   try {
     work->wait();
   } catch (const std::exception& e) {
-    std::string detail = e.what();
-    if (auto* ce = dynamic_cast<const c10::Error*>(&e)) detail = ce->what_without_backtrace();
-    if (auto nl = detail.find('\n'); nl != std::string::npos) detail.resize(nl);
+    const std::string detail = first_line(e);
     fail("rank {} of {}: {} failed: another rank died or did not answer within train.dist_timeout_s = {} s ({})",
          env.rank, env.world, what, timeout_s, detail);
   }
@@ -103,7 +109,8 @@ Distributed::Distributed(const DistEnv& e, const torch::Device& device, double t
     auto tcp = c10::make_intrusive<c10d::TCPStore>(e.master_addr, so);
     impl_->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("drope/{}", e.restart_count), tcp);
   } catch (const std::exception& ex) {
-    fail("rank {}: cannot reach the rendezvous store at {}:{} ({})", e.rank, e.master_addr, e.master_port, ex.what());
+    fail("rank {}: cannot reach the rendezvous store at {}:{} ({})", e.rank, e.master_addr, e.master_port,
+         first_line(ex));
   }
   if (device.is_cuda()) {
 #ifdef DROPE_WITH_NCCL
@@ -121,10 +128,8 @@ Distributed::Distributed(const DistEnv& e, const torch::Device& device, double t
     try {
       impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, e.rank, e.world, opts);
     } catch (const std::exception& ex) {
-      std::string detail = ex.what();
-      if (auto nl = detail.find('\n'); nl != std::string::npos) detail.resize(nl);
       fail("rank {} of {}: could not connect to the other ranks within train.dist_timeout_s = {} s ({})", e.rank,
-           e.world, timeout_s, detail);
+           e.world, timeout_s, first_line(ex));
     }
     impl_->backend = "gloo";
   }

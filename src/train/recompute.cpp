@@ -4,6 +4,8 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include "drope/core/error.h"
+
 namespace drope::train {
 
 namespace {
@@ -120,6 +122,13 @@ torch::Tensor checkpointed_block(DecoderLayerImpl& block, const torch::Tensor& x
   node->set_next_edges(torch::autograd::collect_next_edges(inputs));
   torch::autograd::set_history(y, node);
   return y;
+}
+
+void check_activation_checkpointing(int64_t every, int64_t num_layers, const std::string& source) {
+  if (every > num_layers)
+    fail("{}: train.activation_checkpointing {} is more than the model's {} layers, so no block would be recomputed "
+         "(use full, or K <= {})",
+         source, every, num_layers, num_layers);
 }
 
 }  // namespace drope::train

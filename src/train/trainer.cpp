@@ -128,8 +128,9 @@ class AutocastGuard {
 
 // Keeps the JSON-lines log consistent with a resumed run: lines after `step` are dropped.
 void truncate_log(const std::string& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return;
+  std::istringstream in(read_file(path));  // refuses a FIFO or device instead of blocking on it
   std::string line, kept;
   while (std::getline(in, line)) {
     try {
@@ -183,6 +184,10 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   const bool main_rank = dist.is_main();
   const bool say = main_rank && !opt.quiet;
   const int W = dist.world();
+  // Rank 0 holds the run directory for the whole run: a second drope-train on it is refused.
+  const DirLock run_lock = main_rank ? claim_run_dir(cfg.out_dir, {{"run.init", cfg.init}, {"data.dataset", cfg.data.dataset},
+                                                                   {"data.text", cfg.data.text}}, opt.force)
+                                     : DirLock();
 
   // Batch geometry: batch = accum · micro · world.
   const int64_t B = cfg.data.batch_size, T = cfg.data.seq_len;
@@ -249,6 +254,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     fail("{}: the run directory already holds checkpoints (newest {}); pass --resume to continue it, or choose "
          "another run.out_dir",
          cfg.out_dir, *newest);
+  check_activation_checkpointing(cfg.train.activation_checkpointing, model->config().num_layers, cfg.source);
   model->to(device);
   if (!ckpt) {
     std::vector<torch::Tensor> ps;

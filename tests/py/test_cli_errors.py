@@ -222,3 +222,34 @@ def test_deep_json_and_bad_safetensors_layout(tmp, model_dir):
     one_clear_line(r, "deep.jsonl:2", "nesting limit")
     assert not (tmp / "p").exists()
     assert not out.exists()
+
+
+def test_size_flags_are_bounded_before_anything_is_allocated(tmp, model_dir):
+    text = tmp / "text.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    layers = ("drope-bench", "layers", "--repeats", "1")
+    cases = [
+        (layers + ("--ffn", "1000000000"), ["--ffn", "expected an integer in [1, 4194304]"]),
+        (layers + ("--heads", "8", "--kv-heads", "9"), ["--kv-heads", "[1, 8]"]),
+        (layers + ("--threads", "-2"), ["--threads", "[0, 4096]"]),
+        (layers + ("--head-dim", "33"), ["--head-dim", "even"]),
+        # Each flag within its bound, the product not: an estimate refuses it before allocating.
+        (layers + ("--batch", "1000000", "--seq", "4000000"), ["drope-bench layers", "needs about", "GiB"]),
+        (("drope-bench", "generate", "--model", model_dir, "--threads", "-1"), ["--threads", "[0, 4096]"]),
+        (("drope-bench", "generate", "--model", model_dir, "--context", "99999999999"), ["--context"]),
+        (("drope-eval", "offset-key", "--model", model_dir, "--lengths", "64", "--queries", "1000000000000"),
+         ["--queries", "expected an integer in [1, 1048576]"]),
+        (("drope-eval", "fit-temperature", "--model", model_dir, "--task", "offset-key", "--lengths", "64",
+          "--queries", "99999999"), ["--queries", "1048576"]),
+        # multiplier x training length beyond any length (1e300 used to overflow the conversion).
+        (("drope-eval", "ppl", "--model", model_dir, "--data", text, "--multipliers", "1e300", "--out", tmp / "r"),
+         ["--multipliers", "1e+300", "more than"]),
+        (("drope-analyze", "constant-seq", "--preset", "micro", "--seq-len", "99999999"), ["--seq-len", "[2, 4194304]"]),
+        (("drope-analyze", "constant-seq", "--preset", "micro", "--seq-len", "1000000"), ["constant-seq", "needs about"]),
+        (("drope-analyze", "bias-grad", "--preset", "micro", "--seq-len", "4000000", "--out", tmp / "bg"),
+         ["bias-grad", "needs about"]),
+        (("drope-analyze", "rope-scaling", "--head-dim", "100000000000"), ["--head-dim", "65536"]),
+    ]
+    for args, needles in cases:
+        one_clear_line(run_cli(*args, check=False), *needles)
+    assert not (tmp / "r.json").exists() and not (tmp / "bg").exists()

@@ -68,3 +68,19 @@ def test_isa_override_is_used_or_refused_when_the_cpu_lacks_it():
             assert f"drope kernels {level}" in r.stdout.splitlines()[0]
         else:
             assert r.returncode == 1 and "this CPU lacks" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("name", ["DROPE_COMPOSITE_LAYERS", "DROPE_OMP_DEFAULTS", "DROPE_ONEDNN_LINEAR"])
+@pytest.mark.parametrize("value", ["true", "false", " 1"])
+def test_every_environment_switch_takes_only_0_or_1(name, value):
+    r = bench_header({name: value})
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.startswith(f"error: environment variable {name}='{value}': expected 0 or 1"), r.stderr
+    assert r.stderr.count("\n") == 1 and r.stdout == "", r.stderr
+
+
+@pytest.mark.parametrize("name", ["DROPE_COMPOSITE_LAYERS", "DROPE_OMP_DEFAULTS"])
+@pytest.mark.parametrize("value", ["0", "1"])
+def test_environment_switches_accept_0_and_1(name, value):
+    r = bench_header({name: value})
+    assert r.returncode == 0, r.stderr

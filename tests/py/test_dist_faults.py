@@ -114,6 +114,16 @@ def test_rank_that_never_joins_times_out_at_start(tmp):
     assert "timeout" in r.stderr.lower() or "train.dist_timeout_s" in r.stderr, r.stderr
 
 
+def test_unreachable_rendezvous_is_one_line_without_a_backtrace(tmp):
+    cfg = write_cfg(tmp, "lonely", timeout=2)
+    for addr in ("127.0.0.1", "no-such-host.invalid"):
+        env = dict(base_env(), RANK="1", WORLD_SIZE="2", MASTER_ADDR=addr, MASTER_PORT=str(free_port()))
+        r = subprocess.run([TRAIN, str(cfg), "--quiet"], env=env, capture_output=True, text=True, timeout=120)
+        expect_error(r, f"rank 1: cannot reach the rendezvous store at {addr}:")
+        assert "frame #" not in r.stderr and "Exception raised from" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def step_losses(run_dir):
     out = {}
     for line in (run_dir / "log.jsonl").read_text().splitlines():

@@ -131,7 +131,9 @@ def test_only_our_stale_temporaries_are_removed(tmp):
     (stale[1] / "model.safetensors").write_text("half")
     cfg = tmp / "run.yaml"
     cfg.write_text(TRAIN_CFG.format(out=run_dir))
-    r = train(cfg)
+    r = train(cfg)  # a directory holding files we did not create: only with --force
+    assert r.returncode == 1 and "--force" in r.stderr, r.stderr
+    r = train(cfg, "--force")
     assert r.returncode == 0, r.stderr
     for f in user_files:
         assert f.read_text() == "user data", f
@@ -203,8 +205,18 @@ def test_inconsistent_checkpoints_are_refused(tmp):
     bad[k].flat[0] = np.nan
     save_file(bad, str(opt), metadata={"steps": "4"})
     clean_error(train(cfg, "--resume"), "optimizer.safetensors", k, "non-finite")
-    # Restored, the run resumes (and is complete).
     save_file(good, str(opt), metadata={"steps": "4"})
+    # A weight with NaN and infinity: the checkpoint's file and tensor are named at load, not the next save.
+    weights = last / "model.safetensors"
+    good_w = load_file(str(weights))
+    bad = dict(good_w)
+    k = "model.layers.0.mlp.up_proj.weight"
+    bad[k] = bad[k].copy()
+    bad[k].flat[:3] = [np.nan, np.inf, -np.inf]
+    save_file(bad, str(weights), metadata={"format": "pt"})
+    clean_error(train(cfg, "--resume"), f"{k} in {weights} has 3 non-finite values")
+    save_file(good_w, str(weights), metadata={"format": "pt"})
+    # Restored, the run resumes (and is complete).
     r = train(cfg, "--resume")
     assert r.returncode == 0, r.stderr
 

@@ -66,3 +66,33 @@ def test_tracker_value_is_validated(tmp_path):
     assert r.returncode != 0
     assert "DROPE_TRACK_TENSOR_MEMORY" in r.stderr and "0 or 1" in r.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_flags_and_settings_that_would_be_ignored_are_refused(tmp_path):
+    def run(args, **fields):
+        f = dict(out=tmp_path / "run", preset="micro", seq=32, batch=4, micro=2, shard="none", ac="none")
+        f.update(fields)
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(CFG.format(**f))
+        return subprocess.run([str(BIN / "drope-train"), str(cfg), *args], env=env(), capture_output=True, text=True,
+                              timeout=240)
+
+    def refused(r, *needles):
+        assert r.returncode == 1, r.stdout
+        assert r.stderr.count("error:") == 1 and r.stdout == "", r.stderr
+        for n in needles:
+            assert n in r.stderr, r.stderr
+
+    # Plan flags without --plan, however they are spelled.
+    for args in (["--gpu-mem-gb", "10"], ["--world", "0"], ["--world", "-3"], ["--world", "2"], ["--json"]):
+        refused(run(["--quiet", *args]), "go with --plan")
+    # --plan with a world that cannot be.
+    for w in ("0", "-1"):
+        refused(run(["--plan", "--world", w]), "--world", "expected an integer in [1,")
+    # A micro-batch that, times the world, exceeds the batch.
+    refused(run(["--plan", "--world", "4"], batch=4, micro=2), "data.batch_size 4", "micro_batch (2) x world size (4)")
+    # Activation checkpointing of every 3rd block in a 2-layer model recomputes none.
+    refused(run(["--plan"], ac="3"), "train.activation_checkpointing 3", "2 layers")
+    refused(run(["--quiet"], ac="3"), "train.activation_checkpointing 3", "2 layers")
+    assert run(["--plan"], ac="2").returncode == 0
+    assert not (tmp_path / "run" / "log.jsonl").exists()

@@ -153,6 +153,9 @@ def test_bad_input_names_the_flag_or_file(tmp, tok):
         (["--tasks", "multiquery", "--lengths", "150"], ["--lengths", "150"]),
         (["--lengths", "800,abc"], ["--lengths", "abc"]),
         (["--trials", "0"], ["--trials"]),
+        (["--trials", "99999999999"], ["--trials", "1048576"]),
+        (["--max-new-tokens", "9223372036854775807"], ["--max-new-tokens", "4194304"]),
+        (["--batch-size", "-1"], ["--batch-size", "65536"]),
         (["--tasks", "single_1", "--tokenizer", tmp / "nope.json"], ["nope.json"]),
     ]
     for extra, needles in cases:

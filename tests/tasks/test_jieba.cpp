@@ -130,6 +130,15 @@ TEST(Jieba, MissingOrBrokenDataFailsClearly) {
   write(dir / "finalseg" / "prob_trans.py", "P={'B': {'E': -0.5\n 'M': -1.0}}\n");
   msg = load_error(dir.string());
   EXPECT_NE(msg.find("prob_trans.py:2: expected ',' or '}'"), std::string::npos) << msg;
+  // Deep nesting is refused at a fixed depth, not followed until the stack runs out.
+  std::string deep = "P=";
+  for (int i = 0; i < 200000; ++i) deep += "{'B':";
+  write(dir / "finalseg" / "prob_trans.py", deep + "\n");
+  msg = load_error(dir.string());
+  EXPECT_NE(msg.find("prob_trans.py:1: dicts nested more than 2 deep"), std::string::npos) << msg;
+  write(dir / "finalseg" / "prob_trans.py", "P={'B': {'E': {}}}\n");  // a dict where a number belongs
+  msg = load_error(dir.string());
+  EXPECT_NE(msg.find("prob_trans.py:1: dicts nested more than 2 deep"), std::string::npos) << msg;
   EXPECT_EQ(load_error(Jieba::default_dir()), "<no error>");
 }
 

@@ -39,6 +39,11 @@ bool configure_openmp_env();
 // capped by the cgroup v2 memory.max (or v1 limit) minus current usage; 0 when unknown.
 uint64_t available_memory_bytes();
 
+// Fails when `bytes` (the memory that sizes from flags or files imply, computed in double so that no product
+// wraps) is more than 90 % of available_memory_bytes(); no check when that is unknown. The message:
+// "<what> needs about X GiB; only Y GiB of memory is available (<advice>)".
+void check_memory_estimate(double bytes, const std::string& what, const std::string& advice);
+
 // One line describing the thread budget and OpenMP settings in force, for logs.
 std::string describe_cpu_budget();
 

@@ -1,9 +1,12 @@
-// File helpers: whole-file reads with clear errors, and atomic writes (temp file, fsync, rename).
+// File helpers: whole-file reads with clear errors, atomic writes (temp file, fsync, rename), the rule for
+// output directories and the advisory lock on every directory a tool writes.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace drope {
 
@@ -57,14 +60,60 @@ void write_file_atomic(const std::string& path, const std::string& content);
 
 // Like write_file_atomic, for a whole directory: `fill(tmp_dir)` writes into a fresh temp directory
 // beside `dir`, which then replaces `dir`. If `fill` throws, nothing of `dir` changes. Callers check
-// with check_replaceable_dir that an existing `dir` is theirs to replace.
+// with check_output_dir that an existing `dir` is theirs to replace.
 void write_dir_atomic(const std::string& dir, const std::function<void(const std::string&)>& fill);
 
-// Fails unless `dir` is absent, empty, or holds `marker` (a file our tools write into every directory of
-// this kind, e.g. drope.yaml for a model): a tool never replaces a directory it did not create. `what`
-// names the kind; `hint` (may be empty) says how to override.
-void check_replaceable_dir(const std::string& dir, const std::string& marker, const std::string& what,
-                           const std::string& hint);
+// What a tool may write as an output directory. The one rule for every tool: the output is never one of
+// its inputs, never inside one and never contains one (compared by device and inode after resolving
+// symlinks, not by spelling), and it is absent, empty, or holds one of `markers` (files or directories our
+// tools put in every directory of this kind, e.g. drope.yaml for a model), so that a directory holding
+// files we did not create is never written into unless `force`.
+struct OutputDirRule {
+  std::string flag;    // how the user named the output, for messages: "--out", "run.out_dir"
+  std::string what;    // the kind of directory: "model directory", "run directory"
+  std::vector<std::string> markers;
+  std::vector<std::pair<std::string, std::string>> inputs;  // (how the user named it, path); empty paths skipped
+  bool force = false;  // accept a non-empty directory without a marker (never an input)
+  std::string force_hint;  // how to force, e.g. "pass --force to replace it anyway"; empty: no way
+};
+
+// Throws drope::Error (one line naming the flag, the directory and the input) when `dir` breaks `rule`.
+void check_output_dir(const std::string& dir, const OutputDirRule& rule);
+
+// An advisory lock (flock(2)) on a directory a tool writes, held until the lock is destroyed. A second
+// process that locks the same directory fails with "<dir> is in use by process <pid> (<name>)". The kernel
+// drops the lock when its holder exits, however it exits, so the lock file alone never blocks: a lock file
+// left by a process that died holding it is taken over, with an info line on stderr naming that process.
+// kInside keeps ".drope-lock" inside the directory (emptied on release; for directories written in place,
+// such as run directories, where it also marks the directory as ours). Directories the lock had to create
+// are removed on release while they hold nothing else, so a run refused after locking leaves nothing. kBeside locks ".<name>.drope-lock"
+// next to it (removed on release), for directories replaced whole by write_dir_atomic.
+class DirLock {
+ public:
+  enum class Where { kInside, kBeside };
+  DirLock() = default;
+  DirLock(const std::string& dir, Where where);  // creates `dir` (kInside) or its parent (kBeside)
+  ~DirLock();
+  DirLock(DirLock&& o) noexcept;
+  DirLock& operator=(DirLock&& o) noexcept;
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+  const std::string& lock_path() const { return path_; }
+  // The process that held the lock before and died without releasing it; 0 if none.
+  int64_t stale_owner() const { return stale_owner_; }
+
+ private:
+  void release() noexcept;
+  int fd_ = -1;
+  std::string path_;
+  bool remove_ = false;
+  int64_t stale_owner_ = 0;
+  std::vector<std::string> created_;  // directories the constructor created, deepest first
+};
+
+// The name of the lock file DirLock keeps inside a directory (Where::kInside).
+constexpr const char* kDirLockName = ".drope-lock";
 
 // A temporary name for `path` in its directory: ".drope-tmp-<pid>-<random>.<name of path>". Only we
 // produce names of this form, and the pid says whose it is.

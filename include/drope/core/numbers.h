@@ -32,6 +32,11 @@ struct Interval {
 // "<what> must be <range.describe()>, got <v>" (v printed as inf, -inf or nan when it is one).
 double check_number(double v, const std::string& what, const Interval& range = Interval::any());
 
+// What a 0/1 switch's value says, without exceptions (for code that runs before main or in a thread-local
+// initialiser; those leave the error to parse_switch in the tool's main): null or empty → kUnset.
+enum class SwitchValue { kUnset, kOff, kOn, kInvalid };
+SwitchValue switch_value(const char* value);
+
 // A 0/1 switch from environment variable `name` whose value is `value` (null or empty: unset → nullopt);
 // any other value fails with "environment variable NAME='value': expected 0 or 1[ (unset: unset_means)]".
 std::optional<bool> parse_switch(const char* name, const char* value, const char* unset_means = nullptr);

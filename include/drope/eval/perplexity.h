@@ -36,10 +36,9 @@ PerplexityResult perplexity_truncate(DecoderLM& model, const std::vector<std::ve
                                      const PerplexityOptions& opt);
 
 // Memory a no-grad forward needs beyond the weights: activations of one layer for `tokens` × `batch`
-// plus keys/values of `kv_tokens` × `batch` in every layer (float32); the memory available now; and a
-// clear error naming `what` when the estimate exceeds 90% of it.
+// plus keys/values of `kv_tokens` × `batch` in every layer (float32); and a clear error naming `what` when
+// the estimate exceeds 90% of the memory available now (check_memory_estimate).
 double forward_memory_bytes(const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int64_t batch);
-double available_memory_bytes();
 void check_fits_in_memory(const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int64_t batch,
                           const std::string& what);
 

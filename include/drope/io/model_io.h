@@ -57,11 +57,16 @@ struct SaveOptions {
   // More files written into the directory with the model (name inside the directory → content), e.g. the
   // tokenizer files of an imported GGUF.
   std::vector<std::pair<std::string, std::string>> extra_files;
+  std::vector<std::pair<std::string, std::string>> inputs;  // (flag, path) the output must not be, be in or hold
 };
+// Fails (naming --out) unless `dir` may receive a model under check_output_dir's rule: not an input, and
+// absent, empty or a drope model directory unless opt.replace_any.
+void check_model_output(const std::string& dir, const SaveOptions& opt);
 // Writes drope.yaml, model.safetensors and (when HF can express the model) config.json, atomically
 // as a directory; with format drope-reference, the authors' config.json and model.safetensors (with the
 // unused norm of q-only / k-only models, weight 1) instead. An existing non-empty `dir` without drope.yaml is
-// refused unless opt.replace_any. Returns whether config.json was written.
+// refused unless opt.replace_any, and so is an output that is, is inside or holds one of opt.inputs. The
+// directory is locked (DirLock) while it is written. Returns whether config.json was written.
 bool save_model(DecoderLM& model, const std::string& dir, const SaveOptions& opt = {});
 // The same files written into an existing directory (for callers that build a directory atomically).
 bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptions& opt = {});

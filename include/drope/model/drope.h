@@ -24,7 +24,8 @@ DecoderLM drop_positional(DecoderLM& model, const DropOptions& opt = {});
 // The same weights with RoPE scaling `s` (PI, NTK, YaRN, ...) in the config: eval/fine-tune baselines.
 DecoderLM with_rope_scaling(DecoderLM& model, const RopeScalingConfig& s);
 
-// Copies every parameter of `src` into `dst` by name; each must exist in dst with the same shape.
-void copy_parameters(DecoderLM& dst, DecoderLM& src);
+// Copies every parameter of `src` into `dst` by name; each must exist in dst with the same shape, else the
+// error names `what` (the transform, in the user's terms: "method drope", "RoPE scaling yarn") and the weight.
+void copy_parameters(DecoderLM& dst, DecoderLM& src, const std::string& what = "the model transform");
 
 }  // namespace drope

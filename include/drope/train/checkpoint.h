@@ -7,9 +7,12 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "drope/core/files.h"
 #include "drope/model/transformer.h"
 #include "drope/train/checkpoint_state.h"
 #include "drope/train/optim.h"
@@ -24,6 +27,12 @@ std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const 
 // processes that no longer run) in the run directory and in checkpoints/; a user's files are never
 // touched. Returns how many entries were removed.
 int remove_stale_run_temporaries(const std::string& run_dir);
+
+// Claims a run directory for one process: fails unless `run_dir` is absent, empty or a run directory of ours
+// (it holds DirLock's lock file or a checkpoint; any directory with `force`) and is not, is not inside and
+// does not hold one of `inputs` ((config key, path) pairs), then locks it for as long as the lock lives.
+DirLock claim_run_dir(const std::string& run_dir, const std::vector<std::pair<std::string, std::string>>& inputs,
+                      bool force);
 
 // The newest complete checkpoint directory of a run, if any (leftover temp directories are ignored).
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);

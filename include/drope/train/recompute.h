@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -28,5 +29,9 @@ torch::Tensor checkpointed_block(DecoderLayerImpl& block, const torch::Tensor& x
 // Whether block `layer` is recomputed under train.activation_checkpointing = `every` (0 none, 1 every block,
 // K every K-th block: layers K-1, 2K-1, ...).
 inline bool checkpoints_layer(int64_t every, size_t layer) { return every > 0 && (int64_t(layer) + 1) % every == 0; }
+
+// Fails (naming `source`, the run config) when train.activation_checkpointing = K recomputes no block of a
+// model of `num_layers` layers (K > num_layers): the setting would be silently ignored.
+void check_activation_checkpointing(int64_t every, int64_t num_layers, const std::string& source);
 
 }  // namespace drope::train

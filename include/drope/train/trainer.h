@@ -15,6 +15,7 @@ struct TrainOptions {
   bool resume = false;      // continue from the newest checkpoint in the run directory, if any
   std::string run_yaml;     // resolved config text written with every checkpoint
   bool quiet = false;       // no console lines (tests)
+  bool force = false;       // write into a non-empty out_dir that is not a run directory of ours
 };
 
 struct TrainOutcome {

@@ -1,0 +1,189 @@
+"""Directories our tools write, at the CLI level: a run directory that another drope-train is training in is
+refused (also with --resume), a lock left by a killed run is taken over and named; an output is never its
+input, inside it or around it (however spelled); drope-train does not write into a user's directory without
+--force; a log.jsonl that is a FIFO is refused on resume instead of blocking it."""
+import fcntl
+import hashlib
+import os
+import signal
+import subprocess
+import time
+
+from conftest import BIN, expect_error, run_cli
+
+CFG = """run: {{name: ds, out_dir: {out}, seed: 3}}
+model: {{preset: micro, max_position: 32}}
+data: {{text: /usr/share/common-licenses/GPL-3, seq_len: 32, batch_size: 4}}
+optim: {{lr: 3.0e-3}}
+schedule: {{type: constant}}
+train: {{steps: {steps}, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: {ckpt}, keep_last: 2}}
+"""
+
+
+def env1():
+    e = dict(os.environ, OMP_NUM_THREADS="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT"):
+        e.pop(k, None)
+    return e
+
+
+def train(cfg, *args, timeout=240):
+    return subprocess.run([str(BIN / "drope-train"), str(cfg), "--quiet", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env1())
+
+
+def clean_error(r, *needles):
+    expect_error(r, *needles)
+    assert r.returncode == 1, f"exit status {r.returncode} (a signal?)\n{r.stderr}"
+    assert r.stderr.count("error:") == 1, r.stderr
+
+
+def write_cfg(tmp, out, steps, name="run.yaml", ckpt=2):
+    p = tmp / name
+    p.write_text(CFG.format(out=out, steps=steps, ckpt=ckpt))
+    return p
+
+
+def start_long_run(cfg, *args):
+    """A drope-train that runs until stopped; returns once it has logged a step."""
+    p = subprocess.Popen([str(BIN / "drope-train"), str(cfg), "--quiet", *args], env=env1(),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = cfg.parent / "run" / "log.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (log.exists() and log.read_text().strip()):
+        assert p.poll() is None, p.stderr.read()
+        time.sleep(0.05)
+    assert log.read_text().strip(), "the run logged nothing"
+    return p
+
+
+def tree_digest(d):
+    h = hashlib.sha256()
+    for root, dirs, files in sorted(os.walk(d)):
+        dirs.sort()
+        for f in sorted(files):
+            p = os.path.join(root, f)
+            h.update(p.encode())
+            with open(p, "rb") as fh:
+                h.update(fh.read())
+    return h.hexdigest()
+
+
+def test_a_live_run_directory_is_refused_to_a_second_process(tmp):
+    cfg = write_cfg(tmp, tmp / "run", steps=100000, ckpt=0)
+    p = start_long_run(cfg)
+    try:
+        for args in ([], ["--resume"]):
+            r = train(cfg, *args)
+            clean_error(r, f"{tmp / 'run'} is in use by process {p.pid}", "drope-train")
+        assert p.poll() is None, "the first run was disturbed"
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+    assert (tmp / "run" / ".drope-lock").read_text() == ""  # released at exit: nothing to take over
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_over_and_named(tmp):
+    cfg = write_cfg(tmp, tmp / "run", steps=100000, ckpt=0)
+    p = start_long_run(cfg)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=60)
+    assert (tmp / "run" / ".drope-lock").read_text().strip() == str(p.pid)
+    short = write_cfg(tmp, tmp / "run", steps=2, name="short.yaml")
+    r = train(short)  # the lock file marks the directory as a run directory of ours
+    assert r.returncode == 0, r.stderr
+    assert f"taking over the lock of process {p.pid}" in r.stderr, r.stderr
+    assert (tmp / "run" / ".drope-lock").read_text() == ""
+
+
+def test_a_model_output_is_never_its_input(tmp):
+    m = tmp / "models" / "m"
+    run_cli("drope-model", "init", "--preset", "micro", "--out", m)
+    os.symlink(m, tmp / "link")
+    before = tree_digest(tmp / "models")
+    for cmd in ("convert", "drop"):
+        for out, needle in ((m, "is the input --model"), (tmp / "link", "is the input --model"),
+                            (f"{tmp}/models/./m/", "is the input --model"), (m / "sub", "is inside the input"),
+                            (tmp / "models", "contains the input")):
+            for force in ([], ["--force"]):
+                r = run_cli("drope-model", cmd, "--model", m, "--out", out, *force, check=False)
+                clean_error(r, "--out", str(out), needle, str(m))
+    assert tree_digest(tmp / "models") == before
+    assert sorted(os.listdir(tmp / "models")) == ["m"]
+    run_cli("drope-model", "drop", "--model", tmp / "link", "--out", tmp / "models" / "m-nope")  # a sibling is fine
+
+
+def test_a_dataset_output_is_never_its_input(tmp):
+    src = tmp / "corpus"
+    src.mkdir()
+    (src / "a.txt").write_text("hello world\n\nanother paragraph\n" * 50)
+    before = tree_digest(src)
+    for out, needle in ((src, "is the input"), (src / "ds", "is inside the input"), (tmp, "contains the input")):
+        r = run_cli("drope-data", "prepare", "-i", src, "--paragraphs", "--train-tokenizer", "--vocab-size", 300,
+                    "--out", out, check=False)
+        clean_error(r, "--out", str(out), needle)
+    assert tree_digest(src) == before
+
+
+def test_train_does_not_write_into_a_users_directory_without_force(tmp):
+    user = tmp / "mine"
+    user.mkdir()
+    (user / "log.jsonl").write_text("my own notes\n")
+    cfg = write_cfg(user, user, steps=2, name="config.yaml")  # the run config in the directory it names
+    before = tree_digest(user)
+    for args in ([], ["--resume"]):
+        r = train(cfg, *args)
+        clean_error(r, "run.out_dir", str(user), "not a run directory", "--force")
+    assert tree_digest(user) == before and sorted(os.listdir(user)) == ["config.yaml", "log.jsonl"]
+    # A run directory named by its data is refused even with --force.
+    text = tmp / "texts"
+    text.mkdir()
+    (text / "a.txt").write_text("some text to train on\n" * 200)
+    cfg2 = tmp / "t.yaml"
+    cfg2.write_text(CFG.format(out=text, steps=2, ckpt=2).replace("/usr/share/common-licenses/GPL-3", str(text)))
+    clean_error(train(cfg2, "--force"), "run.out_dir", "is the input data.text")
+    # With --force the user's directory is used; a second start knows it as a run directory.
+    r = train(cfg, "--force")
+    assert r.returncode == 0, r.stderr
+    assert (user / ".drope-lock").exists() and (user / "checkpoints").is_dir()
+    r = train(cfg, "--resume")
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_fifo_log_is_refused_on_resume(tmp):
+    cfg = write_cfg(tmp, tmp / "run", steps=2)
+    r = train(cfg)
+    assert r.returncode == 0, r.stderr
+    log = tmp / "run" / "log.jsonl"
+    log.unlink()
+    os.mkfifo(log)
+    r = train(cfg, "--resume", "--set", "train.steps=4", timeout=60)
+    clean_error(r, str(log), "FIFO")
+
+
+def test_outputs_written_whole_are_locked_beside_them(tmp):
+    """drope-model, drope-data and drope-eval lock '.<name>.drope-lock' next to their output while they write
+    it; here this test process holds that lock, as a second tool would."""
+    run_cli("drope-model", "init", "--preset", "micro", "--out", tmp / "m0")
+    cases = [
+        (tmp / "m", ("drope-model", "init", "--preset", "micro", "--out", tmp / "m")),
+        (tmp / "m", ("drope-model", "drop", "--model", tmp / "m0", "--out", tmp / "m")),
+        (tmp / "ds", ("drope-data", "prepare", "-i", "/usr/share/common-licenses/GPL-3", "--paragraphs",
+                      "--train-tokenizer", "--vocab-size", 200, "--out", tmp / "ds")),
+        (tmp / "res" / "ppl", ("drope-eval", "ppl", "--model", tmp / "m0", "--data", tmp / "ds", "--lengths", 16,
+                               "--out", tmp / "res" / "ppl")),  # the dataset of the case before
+    ]
+    for out, cmd in cases:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out.parent / f".{out.name}.drope-lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            clean_error(run_cli(*cmd, check=False), f"{out} is in use by process {os.getpid()}")
+            assert not out.exists() and not list(out.parent.glob(f"{out.name}.*")), os.listdir(out.parent)
+        finally:
+            os.close(fd)
+        # Released (this process's lock file now names a live process, but holds no lock): the tool runs.
+        r = run_cli(*cmd, check=False)
+        assert r.returncode == 0, r.stderr
+        assert not (out.parent / f".{out.name}.drope-lock").exists()
