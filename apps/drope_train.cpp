@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     opt.resume = resume || drope::train::read_dist_env().restart_count > 0;
     opt.quiet = quiet;
     drope::train::install_tensor_memory_tracker_from_env();  // before the model's tensors exist
-    drope::train::run_training(cfg, opt);
+    drope::train::Trainer(cfg, opt).run();
     return 0;
   });
 }
