@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     opt.quiet = quiet;
     opt.force = force;
     drope::train::install_tensor_memory_tracker_from_env();  // before the model's tensors exist
-    drope::train::run_training(cfg, opt);
+    drope::train::Trainer(cfg, opt).run();
     return 0;
   });
 }

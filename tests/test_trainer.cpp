@@ -1,4 +1,6 @@
 #include <filesystem>
+#include <limits>
+#include <map>
 
 #include <torch/torch.h>
 
@@ -124,7 +126,7 @@ TEST(Trainer, LearnsRealTextWellBelowUnigramEntropy) {
   TrainOptions o;
   o.quiet = true;
   o.run_yaml = run_config_to_yaml(cfg);
-  const auto r = run_training(cfg, o);
+  const auto r = Trainer(cfg, o).run();
   ASSERT_EQ(r.losses.size(), 300u);
   EXPECT_GT(r.losses.front().second, std::log(256.0) - 0.5);  // starts near uniform
   double tail = 0;
@@ -151,17 +153,17 @@ TEST(Trainer, ResumeIsBitwiseIdenticalOnCpu) {
   fs::create_directories(d + "/a");
   auto full_cfg = load_run_config(write_cfg(d + "/a"));
   o.run_yaml = run_config_to_yaml(full_cfg);
-  auto full = run_training(full_cfg, o);
+  auto full = Trainer(full_cfg, o).run();
   ASSERT_EQ(full.losses.size(), 6u);
   EXPECT_LT(full.losses.back().second, full.losses.front().second);
   // The same run interrupted after 3 steps, then resumed.
   fs::create_directories(d + "/b");
   auto part_cfg = load_run_config(write_cfg(d + "/b"), {"train.steps=3"});
-  run_training(part_cfg, o);
+  Trainer(part_cfg, o).run();
   ASSERT_TRUE(latest_checkpoint(part_cfg.out_dir).has_value());
   auto rest_cfg = load_run_config(write_cfg(d + "/b"));
   o.resume = true;
-  auto rest = run_training(rest_cfg, o);
+  auto rest = Trainer(rest_cfg, o).run();
   EXPECT_EQ(rest.resumed_from, 3);
   ASSERT_EQ(rest.losses.size(), 3u);
   for (int i = 0; i < 3; ++i) {
@@ -181,7 +183,7 @@ TEST(Trainer, CheckpointsKeepLastAndRejectOtherShapes) {
   TrainOptions o;
   o.quiet = true;
   o.run_yaml = run_config_to_yaml(cfg);
-  run_training(cfg, o);
+  Trainer(cfg, o).run();
   int n = 0;
   for (const auto& e : fs::directory_iterator(cfg.out_dir + "/checkpoints")) {
     ++n;
@@ -191,7 +193,7 @@ TEST(Trainer, CheckpointsKeepLastAndRejectOtherShapes) {
   EXPECT_EQ(*latest_checkpoint(cfg.out_dir), cfg.out_dir + "/checkpoints/step-00000004");
   auto other = load_run_config(write_cfg(d), {"model.hidden_size=96", "model.head_dim=24"});
   o.resume = true;
-  test::expect_error([&] { run_training(other, o); }, {"step-00000004", "another model shape", "hidden_size"});
+  test::expect_error([&] { Trainer(other, o).run(); }, {"step-00000004", "another model shape", "hidden_size"});
 }
 
 TEST(Trainer, DropAtStepSwitchesToNoPEAndKeepsTraining) {
@@ -201,7 +203,7 @@ TEST(Trainer, DropAtStepSwitchesToNoPEAndKeepsTraining) {
   TrainOptions o;
   o.quiet = true;
   o.run_yaml = run_config_to_yaml(cfg);
-  auto r = run_training(cfg, o);
+  auto r = Trainer(cfg, o).run();
   ASSERT_EQ(r.losses.size(), 6u);
   auto m = io::load_model(r.last_checkpoint);
   EXPECT_EQ(m->config().positional.type, PositionalType::kNope);
@@ -216,12 +218,54 @@ TEST(Trainer, Bf16AutocastTrainsAndDiffersFromFloat32) {
   fs::create_directories(d + "/b");
   TrainOptions o;
   o.quiet = true;
-  auto f32 = run_training(load_run_config(write_cfg(d + "/a")), o);
-  auto b16 = run_training(load_run_config(write_cfg(d + "/b"), {"train.dtype=bfloat16"}), o);
+  auto f32 = Trainer(load_run_config(write_cfg(d + "/a")), o).run();
+  auto b16 = Trainer(load_run_config(write_cfg(d + "/b"), {"train.dtype=bfloat16"}), o).run();
   ASSERT_EQ(b16.losses.size(), 6u);
   EXPECT_LT(b16.losses.back().second, b16.losses.front().second);
   EXPECT_NE(b16.losses.back().second, f32.losses.back().second);  // the forward really ran in bf16
   EXPECT_NEAR(b16.losses.back().second, f32.losses.back().second, 0.1);
+}
+
+// Step hooks: called before every step, on every micro-batch's loss and after every update. A hook that
+// leaves the loss alone changes nothing (same losses bit for bit as a run without it); one that makes a loss
+// NaN gets that step skipped: no update, no loss recorded, counted in the checkpoint's state.
+TEST(Trainer, StepHooksRunAroundEveryStepAndCanSkipOne) {
+  torch::set_num_threads(1);
+  struct Recorder final : StepHook {
+    std::vector<int64_t> before, after;
+    std::map<int64_t, int> losses;
+    void before_step(Trainer& t, int64_t step) override {
+      EXPECT_EQ(t.state().step, step - 1);
+      before.push_back(step);
+    }
+    torch::Tensor on_loss(int64_t step, const torch::Tensor& loss) override {
+      ++losses[step];
+      return step == 3 ? loss * std::numeric_limits<double>::quiet_NaN() : loss;
+    }
+    void after_update(Trainer&, int64_t step) override { after.push_back(step); }
+  };
+  auto d = test::tmp_dir("hooks");
+  fs::create_directories(d + "/a");
+  fs::create_directories(d + "/b");
+  TrainOptions o;
+  o.quiet = true;
+  const auto plain = Trainer(load_run_config(write_cfg(d + "/a"), {"data.micro_batch=2"}), o).run();
+  Trainer trainer(load_run_config(write_cfg(d + "/b"), {"data.micro_batch=2"}), o);
+  auto hook = std::make_unique<Recorder>();
+  Recorder* rec = hook.get();
+  trainer.add_hook(std::move(hook));
+  const auto r = trainer.run();
+  EXPECT_EQ(rec->before, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(rec->after, (std::vector<int64_t>{1, 2, 4, 5, 6}));
+  for (int64_t s = 1; s <= 6; ++s) EXPECT_EQ(rec->losses[s], 2) << "step " << s;  // accumulation 4 / (2 x 1)
+  ASSERT_EQ(plain.losses.size(), 6u);
+  ASSERT_EQ(r.losses.size(), 5u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(r.losses[i], plain.losses[i]);
+  EXPECT_EQ(r.losses[2].first, 4);
+  const auto c = load_checkpoint(r.last_checkpoint);
+  EXPECT_EQ(c.state.step, 6);
+  EXPECT_EQ(c.state.skipped, 1);
+  EXPECT_EQ(c.optimizer_steps, 5);
 }
 
 // data.task: offset-key trains on generated sequences with loss on the answers only: the first step's loss
@@ -244,7 +288,7 @@ TEST(Trainer, OffsetKeyTaskLossIsOnTheAnswersOnly) {
   TrainOptions o;
   o.quiet = true;
   o.run_yaml = run_config_to_yaml(cfg);
-  const auto r = run_training(cfg, o);
+  const auto r = Trainer(cfg, o).run();
   ASSERT_EQ(r.losses.size(), 3u);
   EXPECT_TRUE(std::isfinite(r.val_loss));
 

@@ -151,9 +151,7 @@ std::string copy_tokenizer(const Tokenizer& tok, const std::string& dir) {
   return name;
 }
 
-}  // namespace
-
-DatasetIndex prepare_dataset(const PrepareOptions& o) {
+void check_prepare_options(const PrepareOptions& o) {
   if (o.out_dir.empty()) fail("no output directory given");
   if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0)) fail("validation fraction must be in [0, 1), got {}", o.val_fraction);
   if (o.shard_tokens < 1) fail("shard size must be at least 1 token, got {}", o.shard_tokens);
@@ -162,18 +160,14 @@ DatasetIndex prepare_dataset(const PrepareOptions& o) {
     fail("give either an existing tokenizer or a vocabulary size to train a SentencePiece model (exactly one)");
   if (o.threads < 1) fail("thread count must be at least 1, got {}", o.threads);
   if (o.text_field.empty()) fail("the text field / column name must not be empty");
-  OutputDirRule rule{"--out", "prepared dataset", {"index.json"}, {{"--tokenizer", o.tokenizer}}, false, ""};
-  for (const auto& in : o.inputs) rule.inputs.emplace_back("path", in);
-  check_output_dir(o.out_dir, rule);
-  const DirLock lock(o.out_dir, DirLock::Where::kBeside);
-  check_output_dir(o.out_dir, rule);  // again under the lock: another process may have written it meanwhile
-  const std::vector<std::string> files = expand_inputs(o.inputs);
-  const DocumentOptions doc_opts{o.paragraphs, o.text_field};
-  auto report = [&](PrepareProgress p) {
-    if (o.progress) o.progress(p);
-  };
+}
 
-  // Pass 1: validate every document and count them.
+using Report = std::function<void(PrepareProgress)>;
+using IsVal = std::function<bool(int64_t)>;  // whether document k (in input order) is a validation document
+
+// Pass 1: validate every document and count them.
+PrepareProgress scan_documents(const std::vector<std::string>& files, const DocumentOptions& doc_opts,
+                               const Report& report) {
   PrepareProgress scan;
   const auto scan_start = Clock::now();
   for_each_document(files, doc_opts, [&](std::string_view text, const DocumentSource&) {
@@ -184,10 +178,144 @@ DatasetIndex prepare_dataset(const PrepareOptions& o) {
       report(scan);
     }
   });
-  const int64_t n_docs = scan.documents;
   scan.seconds = seconds_since(scan_start);
   scan.done = true;
   report(scan);
+  return scan;
+}
+
+// The tokenizer in the dataset directory `tmp`: a SentencePiece model trained on the training documents'
+// lines, or a copy of the given one. Fills index.tokenizer and index.token_bytes.
+std::unique_ptr<Tokenizer> dataset_tokenizer(const PrepareOptions& o, const std::vector<std::string>& files,
+                                             const DocumentOptions& doc_opts, const IsVal& is_val,
+                                             const std::string& tmp, DatasetIndex& index) {
+  std::unique_ptr<Tokenizer> tok;
+  if (o.train_vocab_size > 0) {
+    const std::string model = (fs::path(tmp) / "tokenizer.model").string();
+    SentencePieceTrainOptions so;
+    so.vocab_size = o.train_vocab_size;
+    so.model_type = o.train_model_type;
+    train_sentencepiece(
+        [&](const std::function<void(std::string_view)>& emit) {
+          int64_t k = 0;
+          for_each_document(files, doc_opts, [&](std::string_view text, const DocumentSource&) {
+            if (is_val(k++)) return;
+            while (!text.empty()) {
+              const size_t nl = text.find('\n');
+              const auto line = text.substr(0, nl);
+              if (!line.empty()) emit(line);
+              if (nl == std::string_view::npos) break;
+              text.remove_prefix(nl + 1);
+            }
+          });
+        },
+        so, model);
+    tok = load_sentencepiece(model);
+    index.tokenizer.file = "tokenizer.model";
+  } else {
+    const auto src = load_tokenizer(o.tokenizer);
+    index.tokenizer.file = copy_tokenizer(*src, tmp);
+    tok = load_tokenizer((fs::path(tmp) / index.tokenizer.file).string());
+  }
+  if (tok->eos_id() < 0)
+    fail("{}: the tokenizer has no end-of-sequence token, which separates documents in the token stream",
+         o.tokenizer.empty() ? index.tokenizer.file : o.tokenizer);
+  index.tokenizer.kind = tok->kind();
+  index.tokenizer.vocab_size = tok->vocab_size();
+  index.tokenizer.eos_id = tok->eos_id();
+  index.tokenizer.bos_id = tok->bos_id();
+  index.token_bytes = token_bytes_for_vocab(tok->vocab_size());
+  return tok;
+}
+
+// Pass 2 (3 when a tokenizer was trained): tokenise into the two splits under `tmp`; fills index.splits.
+void tokenize_splits(const PrepareOptions& o, const std::vector<std::string>& files, const DocumentOptions& doc_opts,
+                     const IsVal& is_val, const PrepareProgress& scan, const Tokenizer& tok, const std::string& tmp,
+                     const Report& report, DatasetIndex& index) {
+  const int64_t n_docs = scan.documents;
+  ShardWriter train((fs::path(tmp) / "train").string(), "shard", index.token_bytes, tok.eos_id(), o.shard_tokens);
+  ShardWriter val((fs::path(tmp) / "val").string(), "shard", index.token_bytes, tok.eos_id(), o.shard_tokens);
+  fs::create_directories(fs::path(tmp) / "train");
+  fs::create_directories(fs::path(tmp) / "val");
+  // Batches of documents are read here, tokenised on the workers, and written here in order.
+  PrepareProgress prog;
+  prog.phase = "tokenize";
+  prog.documents_total = n_docs;
+  prog.text_bytes_total = scan.text_bytes;
+  const auto start = Clock::now();
+  int64_t k = 0;
+  OrderedEncoder encoder(tok, o.threads, [&](Batch& b) {
+    if (b.error) std::rethrow_exception(b.error);
+    for (const auto& ids : b.ids) {
+      (is_val(k++) ? val : train).add_document(ids);
+      prog.tokens += static_cast<int64_t>(ids.size()) + 1;
+    }
+    prog.documents = k;
+    prog.text_bytes += b.bytes;
+    prog.seconds = seconds_since(start);
+    report(prog);
+  });
+  auto batch = std::make_unique<Batch>();
+  int64_t read = 0;
+  for_each_document(files, doc_opts, [&](std::string_view text, const DocumentSource& where) {
+    if (++read > n_docs) fail("{}: the inputs changed while being read (more documents than counted)", where.describe());
+    batch->texts.emplace_back(text);
+    batch->where.push_back(where);
+    batch->bytes += text.size();
+    if (batch->texts.size() >= kBatchDocuments || batch->bytes >= kBatchBytes) {
+      encoder.submit(std::move(batch));
+      batch = std::make_unique<Batch>();
+    }
+  });
+  if (!batch->texts.empty()) encoder.submit(std::move(batch));
+  encoder.finish();
+  if (read != n_docs) fail("{}: the inputs changed while being read ({} documents, {} counted)", files.front(), read, n_docs);
+  prog.done = true;
+  report(prog);
+  for (auto* w : {&train, &val}) {
+    const std::string split = w == &train ? "train" : "val";
+    SplitInfo s;
+    for (auto sh : w->finish()) s.shards.push_back({split + "/" + sh.file, sh.tokens});
+    s.tokens = w->tokens();
+    s.documents = w->documents();
+    index.splits[split] = std::move(s);
+  }
+}
+
+// index.json's record of how the dataset was made.
+json dataset_meta(const PrepareOptions& o, int64_t n_docs) {
+  json sources = json::array();
+  for (const auto& f : o.inputs) sources.push_back(f);
+  return {{"tool", "drope-data prepare"},
+          {"sources", sources},
+          {"documents", n_docs},
+          {"document_unit", o.paragraphs ? "paragraph" : "file"},
+          {"text_field", o.text_field},
+          {"val_fraction", o.val_fraction},
+          {"seed", o.seed},
+          {"shard_tokens", o.shard_tokens},
+          {"tokenizer_source", o.train_vocab_size > 0 ? json(fmt::format("trained: sentencepiece {} vocab {}",
+                                                                         o.train_model_type, o.train_vocab_size))
+                                                      : json(o.tokenizer)}};
+}
+
+}  // namespace
+
+DatasetIndex prepare_dataset(const PrepareOptions& o) {
+  check_prepare_options(o);
+  OutputDirRule rule{"--out", "prepared dataset", {"index.json"}, {{"--tokenizer", o.tokenizer}}, false, ""};
+  for (const auto& in : o.inputs) rule.inputs.emplace_back("path", in);
+  check_output_dir(o.out_dir, rule);
+  const DirLock lock(o.out_dir, DirLock::Where::kBeside);
+  check_output_dir(o.out_dir, rule);  // again under the lock: another process may have written it meanwhile
+  const std::vector<std::string> files = expand_inputs(o.inputs);
+  const DocumentOptions doc_opts{o.paragraphs, o.text_field};
+  const Report report = [&](PrepareProgress p) {
+    if (o.progress) o.progress(p);
+  };
+
+  const PrepareProgress scan = scan_documents(files, doc_opts, report);
+  const int64_t n_docs = scan.documents;
   if (n_docs == 0) fail("{}: no non-empty documents in the inputs", files.front());
   int64_t n_val = 0;
   if (o.val_fraction > 0) n_val = std::max<int64_t>(1, std::llround(o.val_fraction * static_cast<double>(n_docs)));
@@ -195,108 +323,13 @@ DatasetIndex prepare_dataset(const PrepareOptions& o) {
     fail("{} documents are too few for a validation fraction of {} (no training documents would remain)", n_docs,
          o.val_fraction);
   const Permutation perm(static_cast<uint64_t>(n_docs), o.seed);
-  auto is_val = [&](int64_t k) { return static_cast<int64_t>(perm(static_cast<uint64_t>(k))) < n_val; };
+  const IsVal is_val = [&](int64_t k) { return static_cast<int64_t>(perm(static_cast<uint64_t>(k))) < n_val; };
 
   DatasetIndex index;
   write_dir_atomic(o.out_dir, [&](const std::string& tmp) {
-    std::unique_ptr<Tokenizer> tok;
-    if (train_tok) {
-      const std::string model = (fs::path(tmp) / "tokenizer.model").string();
-      SentencePieceTrainOptions so;
-      so.vocab_size = o.train_vocab_size;
-      so.model_type = o.train_model_type;
-      train_sentencepiece(
-          [&](const std::function<void(std::string_view)>& emit) {
-            int64_t k = 0;
-            for_each_document(files, doc_opts, [&](std::string_view text, const DocumentSource&) {
-              if (is_val(k++)) return;
-              while (!text.empty()) {
-                const size_t nl = text.find('\n');
-                const auto line = text.substr(0, nl);
-                if (!line.empty()) emit(line);
-                if (nl == std::string_view::npos) break;
-                text.remove_prefix(nl + 1);
-              }
-            });
-          },
-          so, model);
-      tok = load_sentencepiece(model);
-      index.tokenizer.file = "tokenizer.model";
-    } else {
-      const auto src = load_tokenizer(o.tokenizer);
-      index.tokenizer.file = copy_tokenizer(*src, tmp);
-      tok = load_tokenizer((fs::path(tmp) / index.tokenizer.file).string());
-    }
-    if (tok->eos_id() < 0)
-      fail("{}: the tokenizer has no end-of-sequence token, which separates documents in the token stream",
-           o.tokenizer.empty() ? index.tokenizer.file : o.tokenizer);
-    index.tokenizer.kind = tok->kind();
-    index.tokenizer.vocab_size = tok->vocab_size();
-    index.tokenizer.eos_id = tok->eos_id();
-    index.tokenizer.bos_id = tok->bos_id();
-    index.token_bytes = token_bytes_for_vocab(tok->vocab_size());
-
-    // Pass 2 (3 when a tokenizer was trained): tokenise into the two splits.
-    ShardWriter train((fs::path(tmp) / "train").string(), "shard", index.token_bytes, tok->eos_id(), o.shard_tokens);
-    ShardWriter val((fs::path(tmp) / "val").string(), "shard", index.token_bytes, tok->eos_id(), o.shard_tokens);
-    fs::create_directories(fs::path(tmp) / "train");
-    fs::create_directories(fs::path(tmp) / "val");
-    // Batches of documents are read here, tokenised on the workers, and written here in order.
-    PrepareProgress prog;
-    prog.phase = "tokenize";
-    prog.documents_total = n_docs;
-    prog.text_bytes_total = scan.text_bytes;
-    const auto start = Clock::now();
-    int64_t k = 0;
-    OrderedEncoder encoder(*tok, o.threads, [&](Batch& b) {
-      if (b.error) std::rethrow_exception(b.error);
-      for (const auto& ids : b.ids) {
-        (is_val(k++) ? val : train).add_document(ids);
-        prog.tokens += static_cast<int64_t>(ids.size()) + 1;
-      }
-      prog.documents = k;
-      prog.text_bytes += b.bytes;
-      prog.seconds = seconds_since(start);
-      report(prog);
-    });
-    auto batch = std::make_unique<Batch>();
-    int64_t read = 0;
-    for_each_document(files, doc_opts, [&](std::string_view text, const DocumentSource& where) {
-      if (++read > n_docs) fail("{}: the inputs changed while being read (more documents than counted)", where.describe());
-      batch->texts.emplace_back(text);
-      batch->where.push_back(where);
-      batch->bytes += text.size();
-      if (batch->texts.size() >= kBatchDocuments || batch->bytes >= kBatchBytes) {
-        encoder.submit(std::move(batch));
-        batch = std::make_unique<Batch>();
-      }
-    });
-    if (!batch->texts.empty()) encoder.submit(std::move(batch));
-    encoder.finish();
-    if (read != n_docs) fail("{}: the inputs changed while being read ({} documents, {} counted)", files.front(), read, n_docs);
-    prog.done = true;
-    report(prog);
-    for (auto* w : {&train, &val}) {
-      const std::string split = w == &train ? "train" : "val";
-      SplitInfo s;
-      for (auto sh : w->finish()) s.shards.push_back({split + "/" + sh.file, sh.tokens});
-      s.tokens = w->tokens();
-      s.documents = w->documents();
-      index.splits[split] = std::move(s);
-    }
-    json sources = json::array();
-    for (const auto& f : o.inputs) sources.push_back(f);
-    index.meta = {{"tool", "drope-data prepare"},
-                  {"sources", sources},
-                  {"documents", n_docs},
-                  {"document_unit", o.paragraphs ? "paragraph" : "file"},
-                  {"text_field", o.text_field},
-                  {"val_fraction", o.val_fraction},
-                  {"seed", o.seed},
-                  {"shard_tokens", o.shard_tokens},
-                  {"tokenizer_source", train_tok ? json(fmt::format("trained: sentencepiece {} vocab {}",
-                                                                    o.train_model_type, o.train_vocab_size))
-                                                 : json(o.tokenizer)}};
+    const auto tok = dataset_tokenizer(o, files, doc_opts, is_val, tmp, index);
+    tokenize_splits(o, files, doc_opts, is_val, scan, *tok, tmp, report, index);
+    index.meta = dataset_meta(o, n_docs);
     write_file_atomic((fs::path(tmp) / "index.json").string(), index_to_json(index).dump(2) + "\n");
   });
   return index;

@@ -278,6 +278,130 @@ std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_di
   return dir;
 }
 
+namespace {
+// The 'steps' metadata of an optimizer file: the optimizer steps its moments have taken.
+int64_t steps_metadata(const io::SafetensorsFile& f, const std::string& path) {
+  auto it = f.header().metadata.find("steps");
+  if (it == f.header().metadata.end()) fail("{}: missing 'steps' metadata", path);
+  const auto steps = parse_count(it->second);
+  if (!steps) fail("{}: 'steps' metadata '{}' is not a non-negative integer", path, it->second);
+  return *steps;
+}
+
+// The unsharded layout: optimizer.safetensors holds every parameter's moments whole.
+void load_full_moments(const std::string& opt_path, LoadedCheckpoint& c) {
+  io::SafetensorsFile f(opt_path);
+  c.optimizer_steps = steps_metadata(f, opt_path);
+  auto full = std::make_shared<std::map<std::string, torch::Tensor>>();
+  for (const auto& kv : f.header().tensors) {
+    std::string kind, pname;
+    if (!split_moment_key(kv.first, &kind, &pname))
+      fail("{}: unexpected tensor '{}' (an optimizer state holds exp_avg.* and exp_avg_sq.*)", opt_path, kv.first);
+    torch::Tensor t = f.get(kv.first);
+    check_moment(t, kv.first, opt_path);
+    (*full)[kv.first] = std::move(t);
+  }
+  c.moment = [full, opt_path](const std::string& kind, const std::string& pname, int64_t start, int64_t len) {
+    auto it = full->find(kind + "." + pname);
+    if (it == full->end()) fail("{}: optimizer state has no tensor '{}.{}'", opt_path, kind, pname);
+    const auto flat = it->second.reshape({-1});
+    if (start + len > flat.numel())
+      fail("{}: optimizer tensor '{}.{}' has {} elements, the model needs {}", opt_path, kind, pname, flat.numel(),
+           start + len);
+    return flat.narrow(0, start, len).to(torch::kFloat);
+  };
+}
+
+// Reads and checks a sharded run's optimizer-manifest.json against the model's parameters (`numel` by name);
+// sets the world size and the optimizer steps of `c`.
+void read_manifest(const std::string& manifest_path, const std::map<std::string, int64_t>& numel, LoadedCheckpoint& c) {
+  const auto m = parse_json(read_file(manifest_path), manifest_path);
+  auto need_int = [&](const char* key, int64_t lo, int64_t hi) {
+    if (!m.is_object() || !m.contains(key) || !m[key].is_number_integer() || m[key].get<int64_t>() < lo ||
+        m[key].get<int64_t>() > hi)
+      fail("{}: '{}' must be an integer in [{}, {}]", manifest_path, key, lo, hi);
+    return m[key].get<int64_t>();
+  };
+  if (!m.is_object() || m.value("format", "") != "drope.sharded-optimizer")
+    fail("{}: not a drope sharded-optimizer manifest (format '{}')", manifest_path,
+         m.is_object() ? m.value("format", "") : "");
+  need_int("version", 1, 1);
+  const int64_t world = need_int("world", 1, 1 << 20);
+  c.optimizer_steps = need_int("steps", 0, int64_t(1) << 50);
+  c.saved_world = world;
+  if (!m.contains("params") || !m["params"].is_array()) fail("{}: 'params' must be a list", manifest_path);
+  for (const auto& p : m["params"]) {
+    if (!p.is_object() || !p.contains("name") || !p["name"].is_string() || !p.contains("numel") ||
+        !p["numel"].is_number_integer())
+      fail("{}: each 'params' entry needs a name and a numel", manifest_path);
+    auto it = numel.find(p["name"].get<std::string>());
+    if (it == numel.end() || it->second != p["numel"].get<int64_t>())
+      fail("{}: parameter '{}' ({} elements) does not match the checkpoint's model", manifest_path,
+           p["name"].get<std::string>(), p["numel"].get<int64_t>());
+  }
+  if (m["params"].size() != numel.size())
+    fail("{}: lists {} parameters, the model has {}", manifest_path, m["params"].size(), numel.size());
+}
+
+// Opens shard file `r` of `world` and indexes its pieces in `sm`, each checked against the model's parameters.
+void read_shard(const std::string& dir, const std::string& manifest_path, int r, int64_t world, int64_t steps,
+                const std::map<std::string, int64_t>& numel, ShardedMoments& sm) {
+  const auto path = (fs::path(dir) / shard_file_name(r, int(world))).string();
+  if (!fs::exists(path))
+    fail("{}: shard {} of {} is missing ({}): the checkpoint is incomplete", manifest_path, r, world, path);
+  sm.files.push_back(std::make_shared<io::SafetensorsFile>(path));
+  const auto& f = *sm.files.back();
+  if (steps_metadata(f, path) != steps)
+    fail("{}: 'steps' {} disagrees with {} ({})", path, steps_metadata(f, path), manifest_path, steps);
+  for (const auto& kv : f.header().tensors) {
+    std::string kind, rest;
+    const auto at = kv.first.rfind('@');
+    if (!split_moment_key(kv.first, &kind, &rest) || at == std::string::npos || at < kind.size() + 1)
+      fail("{}: unexpected tensor '{}' (a shard holds exp_avg.<name>@<start> pieces)", path, kv.first);
+    const std::string pname = kv.first.substr(kind.size() + 1, at - kind.size() - 1);
+    const auto start = parse_count(kv.first.substr(at + 1));
+    auto it = numel.find(pname);
+    int64_t len = 1;
+    for (auto d : kv.second.shape) len *= d;
+    if (it == numel.end() || !start || *start + len > it->second)
+      fail("{}: piece '{}' ({} elements) lies outside the model's parameters", path, kv.first, len);
+    check_moment(f.get(kv.first), kv.first, path);
+    sm.pieces[{kind, pname}].push_back({*start, len, size_t(r), kv.first});
+  }
+}
+
+// The pieces of every moment must tile its parameter exactly.
+void check_pieces_tile(const std::string& manifest_path, const std::map<std::string, int64_t>& numel,
+                       ShardedMoments& sm) {
+  for (const auto& [pname, n] : numel) {
+    for (const char* kind : {"exp_avg", "exp_avg_sq"}) {
+      auto& v = sm.pieces[{kind, pname}];
+      std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
+      int64_t at = 0;
+      for (const auto& p : v) {
+        if (p.start != at)
+          fail("{}: the {} pieces of '{}' {} at element {}", manifest_path, kind, pname,
+               p.start > at ? "leave a gap" : "overlap", at);
+        at += p.len;
+      }
+      if (at != n) fail("{}: the {} pieces of '{}' cover {} of its {} elements", manifest_path, kind, pname, at, n);
+    }
+  }
+}
+
+// The sharded layout: optimizer-manifest.json and one file of pieces per rank of the saving run.
+void load_sharded_moments(const std::string& dir, const std::string& manifest_path,
+                          const std::map<std::string, int64_t>& numel, LoadedCheckpoint& c) {
+  read_manifest(manifest_path, numel, c);
+  auto sm = std::make_shared<ShardedMoments>();
+  for (int r = 0; r < int(c.saved_world); ++r) read_shard(dir, manifest_path, r, c.saved_world, c.optimizer_steps, numel, *sm);
+  check_pieces_tile(manifest_path, numel, *sm);
+  c.moment = [sm, manifest_path](const std::string& kind, const std::string& pname, int64_t start, int64_t len) {
+    return sm->read(kind, pname, start, len, manifest_path);
+  };
+}
+}  // namespace
+
 LoadedCheckpoint load_checkpoint(const std::string& dir) {
   LoadedCheckpoint c;
   const auto state_path = (fs::path(dir) / "state.json").string();
@@ -292,107 +416,13 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
   for (const auto& kv : c.model->named_parameters()) numel[kv.key()] = kv.value().numel();
   const auto opt_path = (fs::path(dir) / "optimizer.safetensors").string();
   const auto manifest_path = (fs::path(dir) / kManifest).string();
-  auto parse_steps = [](const io::SafetensorsFile& f, const std::string& path) {
-    auto it = f.header().metadata.find("steps");
-    if (it == f.header().metadata.end()) fail("{}: missing 'steps' metadata", path);
-    const auto steps = parse_count(it->second);
-    if (!steps) fail("{}: 'steps' metadata '{}' is not a non-negative integer", path, it->second);
-    return *steps;
-  };
   std::string opt_where;
   if (fs::exists(opt_path) || !fs::exists(manifest_path)) {
     opt_where = opt_path;
-    io::SafetensorsFile f(opt_path);
-    c.optimizer_steps = parse_steps(f, opt_path);
-    auto full = std::make_shared<std::map<std::string, torch::Tensor>>();
-    for (const auto& kv : f.header().tensors) {
-      std::string kind, pname;
-      if (!split_moment_key(kv.first, &kind, &pname))
-        fail("{}: unexpected tensor '{}' (an optimizer state holds exp_avg.* and exp_avg_sq.*)", opt_path, kv.first);
-      torch::Tensor t = f.get(kv.first);
-      check_moment(t, kv.first, opt_path);
-      (*full)[kv.first] = std::move(t);
-    }
-    c.moment = [full, opt_path](const std::string& kind, const std::string& pname, int64_t start, int64_t len) {
-      auto it = full->find(kind + "." + pname);
-      if (it == full->end()) fail("{}: optimizer state has no tensor '{}.{}'", opt_path, kind, pname);
-      const auto flat = it->second.reshape({-1});
-      if (start + len > flat.numel())
-        fail("{}: optimizer tensor '{}.{}' has {} elements, the model needs {}", opt_path, kind, pname, flat.numel(),
-             start + len);
-      return flat.narrow(0, start, len).to(torch::kFloat);
-    };
+    load_full_moments(opt_path, c);
   } else {
     opt_where = manifest_path;
-    const auto m = parse_json(read_file(manifest_path), manifest_path);
-    auto need_int = [&](const char* key, int64_t lo, int64_t hi) {
-      if (!m.is_object() || !m.contains(key) || !m[key].is_number_integer() || m[key].get<int64_t>() < lo ||
-          m[key].get<int64_t>() > hi)
-        fail("{}: '{}' must be an integer in [{}, {}]", manifest_path, key, lo, hi);
-      return m[key].get<int64_t>();
-    };
-    if (!m.is_object() || m.value("format", "") != "drope.sharded-optimizer")
-      fail("{}: not a drope sharded-optimizer manifest (format '{}')", manifest_path,
-           m.is_object() ? m.value("format", "") : "");
-    need_int("version", 1, 1);
-    const int64_t world = need_int("world", 1, 1 << 20);
-    c.optimizer_steps = need_int("steps", 0, int64_t(1) << 50);
-    c.saved_world = world;
-    if (!m.contains("params") || !m["params"].is_array()) fail("{}: 'params' must be a list", manifest_path);
-    for (const auto& p : m["params"]) {
-      if (!p.is_object() || !p.contains("name") || !p["name"].is_string() || !p.contains("numel") ||
-          !p["numel"].is_number_integer())
-        fail("{}: each 'params' entry needs a name and a numel", manifest_path);
-      auto it = numel.find(p["name"].get<std::string>());
-      if (it == numel.end() || it->second != p["numel"].get<int64_t>())
-        fail("{}: parameter '{}' ({} elements) does not match the checkpoint's model", manifest_path,
-             p["name"].get<std::string>(), p["numel"].get<int64_t>());
-    }
-    if (m["params"].size() != numel.size())
-      fail("{}: lists {} parameters, the model has {}", manifest_path, m["params"].size(), numel.size());
-    auto sm = std::make_shared<ShardedMoments>();
-    for (int r = 0; r < int(world); ++r) {
-      const auto path = (fs::path(dir) / shard_file_name(r, int(world))).string();
-      if (!fs::exists(path))
-        fail("{}: shard {} of {} is missing ({}): the checkpoint is incomplete", manifest_path, r, world, path);
-      sm->files.push_back(std::make_shared<io::SafetensorsFile>(path));
-      const auto& f = *sm->files.back();
-      if (parse_steps(f, path) != c.optimizer_steps)
-        fail("{}: 'steps' {} disagrees with {} ({})", path, parse_steps(f, path), manifest_path, c.optimizer_steps);
-      for (const auto& kv : f.header().tensors) {
-        std::string kind, rest;
-        const auto at = kv.first.rfind('@');
-        if (!split_moment_key(kv.first, &kind, &rest) || at == std::string::npos || at < kind.size() + 1)
-          fail("{}: unexpected tensor '{}' (a shard holds exp_avg.<name>@<start> pieces)", path, kv.first);
-        const std::string pname = kv.first.substr(kind.size() + 1, at - kind.size() - 1);
-        const auto start = parse_count(kv.first.substr(at + 1));
-        auto it = numel.find(pname);
-        int64_t len = 1;
-        for (auto d : kv.second.shape) len *= d;
-        if (it == numel.end() || !start || *start + len > it->second)
-          fail("{}: piece '{}' ({} elements) lies outside the model's parameters", path, kv.first, len);
-        check_moment(f.get(kv.first), kv.first, path);
-        sm->pieces[{kind, pname}].push_back({*start, len, size_t(r), kv.first});
-      }
-    }
-    // The pieces of every moment must tile its parameter exactly.
-    for (const auto& [pname, n] : numel) {
-      for (const char* kind : {"exp_avg", "exp_avg_sq"}) {
-        auto& v = sm->pieces[{kind, pname}];
-        std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
-        int64_t at = 0;
-        for (const auto& p : v) {
-          if (p.start != at)
-            fail("{}: the {} pieces of '{}' {} at element {}", manifest_path, kind, pname,
-                 p.start > at ? "leave a gap" : "overlap", at);
-          at += p.len;
-        }
-        if (at != n) fail("{}: the {} pieces of '{}' cover {} of its {} elements", manifest_path, kind, pname, at, n);
-      }
-    }
-    c.moment = [sm, manifest_path](const std::string& kind, const std::string& pname, int64_t start, int64_t len) {
-      return sm->read(kind, pname, start, len, manifest_path);
-    };
+    load_sharded_moments(dir, manifest_path, numel, c);
   }
   // Every step either updated the optimizer or was skipped (non-finite loss); older state.json files do
   // not count the skipped ones, so only an upper bound holds for them.

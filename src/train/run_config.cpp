@@ -42,11 +42,9 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& sets, con
   }
 }
 
-RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
-  RunConfig c;
-  c.source = source;
-  YamlMap top(root, source, "");
-  YamlMap run = top.map("run");
+namespace {
+
+void read_run(YamlMap run, RunConfig& c) {
   run.get("name", c.name);
   run.get("out_dir", c.out_dir);
   int64_t seed = 0;
@@ -62,77 +60,83 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
     c.init_import.positional = init_positional;
   }
   run.finish();
-  if (top.has("model")) {
-    c.has_model = true;
-    c.model = parse_model_config(top.map("model"));
-  } else {
-    top.map("model");
-  }
-  YamlMap dr = top.map("drope");
+}
+
+void read_drope(YamlMap dr, RunConfig& c) {
   get_name(dr, "qk_norm", c.drope_qk_norm);
   dr.get("per_head", c.drope_per_head);
   dr.get("drop_at_step", c.drop_at_step);
   dr.finish();
-  YamlMap sc = top.map("scaling");
+}
+
+void read_scaling(YamlMap sc, RunConfig& c) {
   get_name(sc, "type", c.scaling.type);
   sc.get("factor", c.scaling.factor);
   sc.get("original_max_position", c.scaling.original_max_position);
   sc.finish();
-  YamlMap d = top.map("data");
-  d.get("dataset", c.data.dataset);
-  d.get("text", c.data.text);
-  d.get_choice("task", c.data.task, {"offset-key"});
-  d.get("seq_len", c.data.seq_len);
-  d.get("batch_size", c.data.batch_size);
-  d.get("micro_batch", c.data.micro_batch);
-  d.get("shuffle", c.data.shuffle);
+}
+
+void read_data(YamlMap d, DataConfig& data) {
+  d.get("dataset", data.dataset);
+  d.get("text", data.text);
+  d.get_choice("task", data.task, {"offset-key"});
+  d.get("seq_len", data.seq_len);
+  d.get("batch_size", data.batch_size);
+  d.get("micro_batch", data.micro_batch);
+  d.get("shuffle", data.shuffle);
   d.finish();
-  YamlMap o = top.map("optim");
-  o.get("lr", c.optim.lr);
+}
+
+void read_optim(YamlMap o, AdamWConfig& optim) {
+  o.get("lr", optim.lr);
   std::vector<double> betas;
   if (o.get("betas", betas)) {
     if (betas.size() != 2) fail("{}: expected [beta1, beta2]", o.where("betas"));
-    c.optim.beta1 = betas[0];
-    c.optim.beta2 = betas[1];
+    optim.beta1 = betas[0];
+    optim.beta2 = betas[1];
   }
-  o.get("eps", c.optim.eps);
-  o.get("weight_decay", c.optim.weight_decay);
-  o.get("decay_embeddings", c.optim.decay_embeddings);
-  o.get("decay_norms_and_biases", c.optim.decay_norms_and_biases);
+  o.get("eps", optim.eps);
+  o.get("weight_decay", optim.weight_decay);
+  o.get("decay_embeddings", optim.decay_embeddings);
+  o.get("decay_norms_and_biases", optim.decay_norms_and_biases);
   o.finish();
-  YamlMap t = top.map("train");
-  t.get("steps", c.train.steps);
-  t.get("log_every", c.train.log_every);
-  t.get("eval_every", c.train.eval_every);
-  t.get("eval_batches", c.train.eval_batches);
-  t.get("checkpoint_every", c.train.checkpoint_every);
-  t.get("keep_last", c.train.keep_last);
-  t.get("clip", c.train.clip);
-  t.get_choice("dtype", c.train.dtype, {"float32", "bfloat16"});
-  t.get_choice("device", c.train.device, {"auto", "cpu", "cuda"});
-  t.get("peak_tflops", c.train.peak_tflops);
-  t.get("dist_timeout_s", c.train.dist_timeout_s);
-  t.get("allreduce_bucket_mb", c.train.allreduce_bucket_mb);
-  t.get("max_bad_steps", c.train.max_bad_steps);
-  t.get("chunked_loss", c.train.chunked_loss);
-  get_name(t, "shard", c.train.shard);
+}
+
+void read_train(YamlMap t, TrainLoopConfig& train) {
+  t.get("steps", train.steps);
+  t.get("log_every", train.log_every);
+  t.get("eval_every", train.eval_every);
+  t.get("eval_batches", train.eval_batches);
+  t.get("checkpoint_every", train.checkpoint_every);
+  t.get("keep_last", train.keep_last);
+  t.get("clip", train.clip);
+  t.get_choice("dtype", train.dtype, {"float32", "bfloat16"});
+  t.get_choice("device", train.device, {"auto", "cpu", "cuda"});
+  t.get("peak_tflops", train.peak_tflops);
+  t.get("dist_timeout_s", train.dist_timeout_s);
+  t.get("allreduce_bucket_mb", train.allreduce_bucket_mb);
+  t.get("max_bad_steps", train.max_bad_steps);
+  t.get("chunked_loss", train.chunked_loss);
+  get_name(t, "shard", train.shard);
   std::string ac;
   if (t.get("activation_checkpointing", ac))
-    c.train.activation_checkpointing = parse_activation_checkpointing(ac, t.where("activation_checkpointing"));
-  t.get("tensorboard", c.train.tensorboard);
+    train.activation_checkpointing = parse_activation_checkpointing(ac, t.where("activation_checkpointing"));
+  t.get("tensorboard", train.tensorboard);
   t.finish();
-  c.schedule.steps = c.train.steps;
-  YamlMap s = top.map("schedule");
-  s.get_choice("type", c.schedule.type, {"cosine", "wsd", "constant"});
-  s.get("warmup", c.schedule.warmup);
-  s.get("steps", c.schedule.steps);
-  s.get("min_lr_ratio", c.schedule.min_lr_ratio);
-  s.get("decay_fraction", c.schedule.decay_fraction);
-  s.get_choice("decay_shape", c.schedule.decay_shape, {"linear", "cosine"});
-  s.finish();
-  top.finish();
+}
 
-  // Combinations.
+void read_schedule(YamlMap s, ScheduleConfig& schedule) {
+  s.get_choice("type", schedule.type, {"cosine", "wsd", "constant"});
+  s.get("warmup", schedule.warmup);
+  s.get("steps", schedule.steps);
+  s.get("min_lr_ratio", schedule.min_lr_ratio);
+  s.get("decay_fraction", schedule.decay_fraction);
+  s.get_choice("decay_shape", schedule.decay_shape, {"linear", "cosine"});
+  s.finish();
+}
+
+// Ranges and combinations of fields across sections.
+void check_run_config(const RunConfig& c, const std::string& source) {
   auto need = [&](bool ok, const std::string& what) {
     if (!ok) fail("{}: {}", source, what);
   };
@@ -181,6 +185,30 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
          "drope.drop_at_step needs train.shard none (drop first, then recalibrate with phase drope and any shard mode)");
   number("scaling.factor", c.scaling.factor,
          c.scaling.type != RopeScalingType::kNone ? scaling_factor_range() : Interval::any());
+}
+
+}  // namespace
+
+RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
+  RunConfig c;
+  c.source = source;
+  YamlMap top(root, source, "");
+  read_run(top.map("run"), c);
+  if (top.has("model")) {
+    c.has_model = true;
+    c.model = parse_model_config(top.map("model"));
+  } else {
+    top.map("model");
+  }
+  read_drope(top.map("drope"), c);
+  read_scaling(top.map("scaling"), c);
+  read_data(top.map("data"), c.data);
+  read_optim(top.map("optim"), c.optim);
+  read_train(top.map("train"), c.train);
+  c.schedule.steps = c.train.steps;
+  read_schedule(top.map("schedule"), c.schedule);
+  top.finish();
+  check_run_config(c, source);
   return c;
 }
 

@@ -33,8 +33,6 @@
 #include "drope/train/checkpoint.h"
 #include "drope/train/data.h"
 #include "drope/train/distributed.h"
-#include "drope/train/recompute.h"
-#include "drope/train/sharding.h"
 #include "drope/train/tensor_memory.h"
 
 namespace fs = std::filesystem;
@@ -74,11 +72,36 @@ std::vector<int64_t> fault_steps(const char* var) {
 }
 bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-std::vector<std::pair<std::string, torch::Tensor>> named(DecoderLM& m) {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (auto& kv : m->named_parameters()) out.emplace_back(kv.key(), kv.value());
-  return out;
-}
+class NanFaultInjection final : public StepHook {
+ public:
+  NanFaultInjection()
+      : nan_loss_steps_(fault_steps("DROPE_FAULT_NAN_AT_STEP")),
+        nan_weight_steps_(fault_steps("DROPE_FAULT_NAN_WEIGHTS_AT_STEP")) {}
+  torch::Tensor on_loss(int64_t step, const torch::Tensor& loss) override {
+    if (contains(nan_loss_steps_, step)) return loss * std::numeric_limits<double>::quiet_NaN();
+    return loss;
+  }
+  void after_update(Trainer& trainer, int64_t step) override {
+    if (!contains(nan_weight_steps_, step)) return;
+    torch::NoGradGuard ng;
+    trainer.model()->parameters().front().view({-1})[0].fill_(std::numeric_limits<double>::quiet_NaN());
+  }
+
+ private:
+  std::vector<int64_t> nan_loss_steps_, nan_weight_steps_;
+};
+
+// drope.drop_at_step (paper Table 7): drop positional embeddings mid-run; moments of kept parameters carry over.
+class DropAtStep final : public StepHook {
+ public:
+  void before_step(Trainer& trainer, int64_t step) override {
+    const RunConfig& cfg = trainer.config();
+    const int64_t s = step - 1;  // steps done
+    if (s != cfg.drop_at_step || trainer.model()->config().positional.type == PositionalType::kNope) return;
+    trainer.replace_model(apply_variant(trainer.model(), drope_variant(cfg), cfg.init));
+    if (trainer.console()) fmt::print("step {}: dropped positional embeddings (qk_norm {})\n", s, name_of(cfg.drope_qk_norm));
+  }
+};
 
 // The shape fields that must agree between a run config and a checkpoint it resumes.
 void check_same_shape(const ModelConfig& want, const ModelConfig& got, const std::string& ckpt) {
@@ -172,370 +195,362 @@ void install_stop_handlers() {
   ignore_file_size_signal();
 }
 
-TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
-  TrainOutcome out;
-  const DistEnv env = read_dist_env();
-  torch::Device device(torch::kCPU);
-  if (cfg.train.device == "cuda" || (cfg.train.device == "auto" && torch::cuda::is_available())) {
-    if (!torch::cuda::is_available()) fail("{}: train.device is cuda but no CUDA device is available", cfg.source);
-    device = torch::Device(torch::kCUDA, env.local_rank % std::max<int64_t>(1, torch::cuda::device_count()));
-  }
-  Distributed dist(env, device, cfg.train.dist_timeout_s);
-  const bool main_rank = dist.is_main();
-  const bool say = main_rank && !opt.quiet;
-  const int W = dist.world();
-  // Rank 0 holds the run directory for the whole run: a second drope-train on it is refused.
-  const DirLock run_lock = main_rank ? claim_run_dir(cfg.out_dir, {{"run.init", cfg.init}, {"data.dataset", cfg.data.dataset},
-                                                                   {"data.text", cfg.data.text}}, opt.force)
-                                     : DirLock();
+Trainer::Trainer(RunConfig cfg, TrainOptions opt) : cfg_(std::move(cfg)), opt_(std::move(opt)) {}
 
-  // Batch geometry: batch = accum · micro · world.
-  const int64_t B = cfg.data.batch_size, T = cfg.data.seq_len;
-  const int64_t micro = cfg.data.micro_batch > 0 ? cfg.data.micro_batch : B / W;
-  if (micro < 1 || B % (micro * W) != 0)
-    fail("{}: data.batch_size {} is not a multiple of micro_batch ({}) x world size ({})", cfg.source, B, micro, W);
-  const int64_t accum = B / (micro * W);
+Trainer::~Trainer() = default;
 
-  // Data.
-  std::unique_ptr<BlockSource> train_src, val_src;
-  if (!cfg.data.text.empty()) {
-    auto s = byte_text_sources(cfg.data.text, T);
-    train_src = std::move(s.train);
-    val_src = std::move(s.val);
-  } else if (!cfg.data.task.empty()) {
-    auto s = task_sources(cfg.data.task, cfg.seed, T);
-    train_src = std::move(s.train);
-    val_src = std::move(s.val);
-  } else {
-    auto s = dataset_sources(cfg.data.dataset, T);
-    train_src = std::move(s.train);
-    val_src = std::move(s.val);
-  }
+void Trainer::add_hook(std::unique_ptr<StepHook> hook) { hooks_.push_back(std::move(hook)); }
 
-  // Model and optimizer state: resume, or build for the phase.
-  DecoderLM model{nullptr};
-  TrainState st;
-  std::function<torch::Tensor(const std::string&, const std::string&, int64_t, int64_t)> moment;
-  int64_t opt_steps = 0;
-  if (main_rank) {
-    const int removed = remove_stale_run_temporaries(cfg.out_dir);
-    if (removed > 0 && say) fmt::print("removed {} incomplete temporary file(s) of an interrupted run\n", removed);
-  }
-  const std::optional<std::string> newest = latest_checkpoint(cfg.out_dir);
-  const std::optional<std::string> ckpt = opt.resume ? newest : std::nullopt;
-  if (ckpt) {
-    auto c = load_checkpoint(*ckpt);
-    if (cfg.has_model && cfg.init.empty()) check_same_shape(cfg.model, c.model->config(), *ckpt);
-    model = c.model;
-    st = c.state;
-    moment = c.moment;
-    opt_steps = c.optimizer_steps;
-    out.resumed_from = st.step;
-    if (say) fmt::print("resuming from {} (step {})\n", *ckpt, st.step);
-    if (st.step >= cfg.train.steps && st.extra.is_object() && st.extra.value("complete", false)) {
-      // The run finished (its final checkpoint follows the final validation): nothing to redo or re-log.
-      if (say) fmt::print("run already complete at step {} (train.steps {})\n", st.step, cfg.train.steps);
-      out.last_checkpoint = *ckpt;
-      out.val_loss = st.extra.value("val_loss", 0.0);
-      return out;
+TrainOutcome Trainer::run() {
+  if (!build()) return out_;
+  add_default_hooks();
+  t_start_ = std::chrono::steady_clock::now();
+  t_last_ = t_start_;
+  first_step_ = state_.step;
+  model_->train();
+  while (state_.step < cfg_.train.steps) {
+    const StepResult r = train_step();
+    log(r);
+    const bool last = state_.step == cfg_.train.steps;
+    if (cfg_.train.eval_every > 0 && state_.step % cfg_.train.eval_every == 0 && !last) log_validation(validate());
+    const bool stop = stop_requested();
+    if (stop || (cfg_.train.checkpoint_every > 0 && state_.step % cfg_.train.checkpoint_every == 0 && !last)) checkpoint();
+    if (stop) {
+      if (say_) fmt::print("stop requested: saved {} at step {}\n", out_.last_checkpoint, state_.step);
+      out_.stopped = true;
+      return out_;
     }
-  } else if (cfg.phase == TrainPhase::kPretrain && cfg.init.empty()) {
-    model = DecoderLM(cfg.model);
-    model->reset_parameters(cfg.seed);
-  } else {
-    model = io::load_model(cfg.init, cfg.init_import);
-    if (cfg.phase == TrainPhase::kDrope) model = apply_variant(model, drope_variant(cfg), cfg.init);
-    if (cfg.phase == TrainPhase::kFinetune) model = with_rope_scaling(model, cfg.scaling);
   }
-  if (model->config().vocab_size < train_src->vocab_size())
-    fail("{}: the data has vocabulary {} but the model only {}", cfg.source, train_src->vocab_size(),
-         model->config().vocab_size);
-  if (newest && !ckpt)  // a fresh start would mix its checkpoints with the old run's (and prune the new ones)
+  finish();
+  return out_;
+}
+
+// ---- build ----------------------------------------------------------------------------------------------
+
+bool Trainer::build() {
+  build_device();
+  build_data();
+  if (resume()) return false;
+  build_model();
+  build_optimizer();
+  open_run_dir();
+  return true;
+}
+
+void Trainer::build_device() {
+  const DistEnv env = read_dist_env();
+  if (cfg_.train.device == "cuda" || (cfg_.train.device == "auto" && torch::cuda::is_available())) {
+    if (!torch::cuda::is_available()) fail("{}: train.device is cuda but no CUDA device is available", cfg_.source);
+    device_ = torch::Device(torch::kCUDA, env.local_rank % std::max<int64_t>(1, torch::cuda::device_count()));
+  }
+  dist_ = std::make_unique<Distributed>(env, device_, cfg_.train.dist_timeout_s);
+  main_rank_ = dist_->is_main();
+  say_ = main_rank_ && !opt_.quiet;
+  world_ = dist_->world();
+  // Rank 0 holds the run directory for the whole run: a second drope-train on it is refused.
+  if (main_rank_)
+    run_lock_ = claim_run_dir(cfg_.out_dir, {{"run.init", cfg_.init}, {"data.dataset", cfg_.data.dataset},
+                                             {"data.text", cfg_.data.text}}, opt_.force);
+}
+
+void Trainer::build_data() {
+  // Batch geometry: batch = accum · micro · world.
+  const int64_t B = cfg_.data.batch_size, T = cfg_.data.seq_len, W = world_;
+  const int64_t micro = cfg_.data.micro_batch > 0 ? cfg_.data.micro_batch : B / W;
+  if (micro < 1 || B % (micro * W) != 0)
+    fail("{}: data.batch_size {} is not a multiple of micro_batch ({}) x world size ({})", cfg_.source, B, micro, W);
+  batch_ = B;
+  seq_len_ = T;
+  micro_ = micro;
+  accum_ = B / (micro * W);
+
+  SplitSources s;
+  if (!cfg_.data.text.empty()) s = byte_text_sources(cfg_.data.text, T);
+  else if (!cfg_.data.task.empty()) s = task_sources(cfg_.data.task, cfg_.seed, T);
+  else s = dataset_sources(cfg_.data.dataset, T);
+  train_src_ = std::move(s.train);
+  val_src_ = std::move(s.val);
+  sampler_ = std::make_unique<BlockSampler>(*train_src_, cfg_.seed, cfg_.data.shuffle);
+  val_sampler_ = std::make_unique<BlockSampler>(*val_src_, 0, false);
+}
+
+bool Trainer::resume() {
+  if (main_rank_) {
+    const int removed = remove_stale_run_temporaries(cfg_.out_dir);
+    if (removed > 0 && say_) fmt::print("removed {} incomplete temporary file(s) of an interrupted run\n", removed);
+  }
+  newest_ = latest_checkpoint(cfg_.out_dir);
+  ckpt_ = opt_.resume ? newest_ : std::nullopt;
+  if (!ckpt_) return false;
+  auto c = load_checkpoint(*ckpt_);
+  if (cfg_.has_model && cfg_.init.empty()) check_same_shape(cfg_.model, c.model->config(), *ckpt_);
+  model_ = c.model;
+  state_ = c.state;
+  moment_ = c.moment;
+  opt_steps_ = c.optimizer_steps;
+  out_.resumed_from = state_.step;
+  if (say_) fmt::print("resuming from {} (step {})\n", *ckpt_, state_.step);
+  if (state_.step >= cfg_.train.steps && state_.extra.is_object() && state_.extra.value("complete", false)) {
+    // The run finished (its final checkpoint follows the final validation): nothing to redo or re-log.
+    if (say_) fmt::print("run already complete at step {} (train.steps {})\n", state_.step, cfg_.train.steps);
+    out_.last_checkpoint = *ckpt_;
+    out_.val_loss = state_.extra.value("val_loss", 0.0);
+    return true;
+  }
+  return false;
+}
+
+void Trainer::build_model() {
+  if (ckpt_) {
+    // resumed: the checkpoint's model
+  } else if (cfg_.phase == TrainPhase::kPretrain && cfg_.init.empty()) {
+    model_ = DecoderLM(cfg_.model);
+    model_->reset_parameters(cfg_.seed);
+  } else {
+    model_ = io::load_model(cfg_.init, cfg_.init_import);
+    if (cfg_.phase == TrainPhase::kDrope) model_ = apply_variant(model_, drope_variant(cfg_), cfg_.init);
+    if (cfg_.phase == TrainPhase::kFinetune) model_ = with_rope_scaling(model_, cfg_.scaling);
+  }
+  if (model_->config().vocab_size < train_src_->vocab_size())
+    fail("{}: the data has vocabulary {} but the model only {}", cfg_.source, train_src_->vocab_size(),
+         model_->config().vocab_size);
+  if (newest_ && !ckpt_)  // a fresh start would mix its checkpoints with the old run's (and prune the new ones)
     fail("{}: the run directory already holds checkpoints (newest {}); pass --resume to continue it, or choose "
          "another run.out_dir",
-         cfg.out_dir, *newest);
-  check_activation_checkpointing(cfg.train.activation_checkpointing, model->config().num_layers, cfg.source);
-  model->to(device);
-  if (!ckpt) {
+         cfg_.out_dir, *newest_);
+  check_activation_checkpointing(cfg_.train.activation_checkpointing, model_->config().num_layers, cfg_.source);
+  model_->to(device_);
+  if (!ckpt_) {
     std::vector<torch::Tensor> ps;
-    for (auto& p : model->parameters()) ps.push_back(p);
+    for (auto& p : model_->parameters()) ps.push_back(p);
     torch::NoGradGuard ng;
-    dist.broadcast(ps);
+    dist_->broadcast(ps);
   }
-  const double fpt = flops_per_token(model, T);  // before sharding hides the blocks' weights
-  const int64_t n_params = model->num_parameters();
-  const ShardMode shard = cfg.train.shard;
-  // shard none: replicated AdamW (+ GradSync below); otherwise the sharded engine owns weights and moments.
-  std::unique_ptr<AdamW> adamw;
-  std::unique_ptr<ShardedDataParallel> sdp;
-  if (shard == ShardMode::kNone) {
-    adamw = std::make_unique<AdamW>(named(model), cfg.optim);
-    if (moment) {
-      std::map<std::string, torch::Tensor> state;
-      for (auto& [name, p] : named(model))
-        for (const char* kind : {"exp_avg", "exp_avg_sq"})
-          state[std::string(kind) + "." + name] = moment(kind, name, 0, p.numel()).view(p.sizes()).to(device);
-      adamw->load_state(state, opt_steps, *ckpt);
-    }
-  } else {
-    sdp = std::make_unique<ShardedDataParallel>(dist, model, shard, cfg.optim, cfg.train.activation_checkpointing);
-    if (moment) {
-      const auto& names = sdp->names();
-      sdp->load_optimizer([&](const std::string& kind, int64_t i, int64_t start,
-                              int64_t len) { return moment(kind, names[i], start, len); },
-                          opt_steps, *ckpt);
-    }
-  }
-  ForwardOptions fwd;  // how decoder blocks run in training (activation checkpointing, sharded weights)
-  if (sdp) fwd.block_runner = sdp->block_runner();
-  else if (cfg.train.activation_checkpointing > 0)
-    fwd.block_runner = [every = cfg.train.activation_checkpointing](size_t layer, DecoderLayerImpl& block,
-                                                                     const torch::Tensor& x, const PositionContext& ctx) {
-      return checkpoints_layer(every, layer) ? checkpointed_block(block, x, ctx) : block.forward(x, ctx);
-    };
+}
 
-  // Run directory and logs (rank 0).
-  const std::string log_path = (fs::path(cfg.out_dir) / "log.jsonl").string();
-  if (main_rank) {
-    fs::create_directories(cfg.out_dir);
-    write_file_atomic((fs::path(cfg.out_dir) / "config.yaml").string(), opt.run_yaml);
-    if (ckpt) truncate_log(log_path, st.step);
-    else write_file_atomic(log_path, "");
+void Trainer::build_optimizer() {
+  flops_per_token_ = flops_per_token(model_, seq_len_);  // before sharding hides the blocks' weights
+  n_params_ = model_->num_parameters();
+  // shard none: replicated AdamW (+ GradSync); otherwise the sharded engine owns weights and moments.
+  optimizer_ = make_optimizer(*dist_, model_, cfg_.train, cfg_.optim, device_);
+  if (moment_) optimizer_->load_state(moment_, opt_steps_, *ckpt_);
+  fwd_.block_runner = optimizer_->block_runner();
+}
+
+// Run directory and logs (rank 0), and the run's description on the console.
+void Trainer::open_run_dir() {
+  log_path_ = (fs::path(cfg_.out_dir) / "log.jsonl").string();
+  if (main_rank_) {
+    fs::create_directories(cfg_.out_dir);
+    write_file_atomic((fs::path(cfg_.out_dir) / "config.yaml").string(), opt_.run_yaml);
+    if (ckpt_) truncate_log(log_path_, state_.step);
+    else write_file_atomic(log_path_, "");
   }
-  std::ofstream log_file;
-  if (main_rank) log_file.open(log_path, std::ios::app);
+  if (main_rank_) log_file_.open(log_path_, std::ios::app);
   // train.tensorboard: a new events file per start; its SessionLog START at the first step this start logs
   // makes TensorBoard drop what an earlier start logged from there on, as truncate_log does for log.jsonl.
-  std::unique_ptr<EventFileWriter> events;
-  if (main_rank && cfg.train.tensorboard) events = std::make_unique<EventFileWriter>(cfg.out_dir, st.step + 1);
-  const bool tty = say && ::isatty(STDOUT_FILENO);
-  if (say)
+  if (main_rank_ && cfg_.train.tensorboard) events_ = std::make_unique<EventFileWriter>(cfg_.out_dir, state_.step + 1);
+  tty_ = say_ && ::isatty(STDOUT_FILENO);
+  if (say_)
     fmt::print("{}: phase {}, {:.2f}M params, {} layers, positional {}, data {} ({} blocks of {}), batch {} = {} x {} x {} "
                "(accum x micro x world, backend {}), device {}\n",
-               cfg.name, name_of(cfg.phase), n_params / 1e6, model->config().num_layers,
-               name_of(model->config().positional.type), train_src->describe(), train_src->num_blocks(), T, B, accum, micro, W,
-               dist.backend(), device.str());
-  if (say && device.is_cpu())
+               cfg_.name, name_of(cfg_.phase), n_params_ / 1e6, model_->config().num_layers,
+               name_of(model_->config().positional.type), train_src_->describe(), train_src_->num_blocks(), seq_len_,
+               batch_, accum_, micro_, world_, dist_->backend(), device_.str());
+  if (say_ && device_.is_cpu())
     fmt::print("{} | intra-op threads {} | {}\n", describe_cpu_budget(), at::get_num_threads(),
                kernels::describe_cpu_levels());
+}
 
-  BlockSampler sampler(*train_src, cfg.seed, cfg.data.shuffle);
-  BlockSampler val_sampler(*val_src, 0, false);
-  const bool bf16 = cfg.train.dtype == "bfloat16";
-  // Mean cross-entropy of the batch's targets; with a loss mask (a task's answers) only the masked targets
-  // count, and only their rows reach the LM head.
-  auto step_loss = [&](const torch::Tensor& batch, const torch::Tensor& mask) {
-    AutocastGuard autocast(bf16, device.type());
-    auto b = batch.to(device);
-    auto labels = b.narrow(1, 1, T).reshape({-1});
-    torch::Tensor rows;  // undefined = every target
-    if (mask.defined()) {
-      rows = mask.narrow(1, 1, T).reshape({-1}).nonzero().squeeze(1).to(device);
-      labels = labels.index_select(0, rows);
-    }
-    if (cfg.train.chunked_loss) {  // the (micro·T, V) logits never exist at once
-      auto h = model->hidden(b.narrow(1, 0, T), fwd);  // (micro, T, C)
-      h = h.reshape({-1, h.size(-1)});
-      if (rows.defined()) h = h.index_select(0, rows);
-      return ops::linear_cross_entropy(h, model->lm_head_weight(), labels);
-    }
-    auto logits = model->forward(b.narrow(1, 0, T), fwd);  // (micro, T, V)
-    logits = logits.reshape({-1, logits.size(-1)});
-    if (rows.defined()) logits = logits.index_select(0, rows);
-    return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
-  };
-  auto validate = [&]() {
-    torch::NoGradGuard ng;
-    model->eval();
-    double sum = 0;
-    for (int64_t k = 0; k < cfg.train.eval_batches; ++k) {
-      const int64_t pos = (k * W + dist.rank()) * micro;
-      sum += step_loss(val_sampler.batch(pos, micro), val_sampler.mask(pos, micro)).item<double>();
-    }
-    model->train();
-    return dist.mean(sum / double(cfg.train.eval_batches));
-  };
-  // Rank 0 writes; every rank learns whether that worked (the reduction doubles as the barrier), so a
-  // failed save (full disk, non-finite weights) stops all ranks with one clear message.
-  auto checkpoint = [&]() {
-    std::string error;
-    if (main_rank) {
-      const auto previous = latest_checkpoint(cfg.out_dir);
-      try {
-        if (!sdp) out.last_checkpoint = save_checkpoint(cfg.out_dir, model, *adamw, st, opt.run_yaml, cfg.train.keep_last);
-      } catch (const std::exception& e) {
-        error = fmt::format("step {}: could not save the checkpoint: {}. {}", st.step, e.what(),
-                            previous ? fmt::format("The previous checkpoint {} is intact; fix the cause and rerun "
-                                                   "with --resume.", *previous)
-                                     : std::string("No earlier checkpoint exists."));
-      }
-    }
-    if (sdp) {  // every rank writes its shard
-      const auto previous = latest_checkpoint(cfg.out_dir);
-      try {
-        out.last_checkpoint = save_sharded_checkpoint(dist, cfg.out_dir, model, *sdp, st, opt.run_yaml, cfg.train.keep_last);
-      } catch (const std::exception& e) {
-        error = fmt::format("step {}: could not save the checkpoint: {}. {}", st.step, e.what(),
-                            previous ? fmt::format("The previous checkpoint {} is intact; fix the cause and rerun "
-                                                   "with --resume.", *previous)
-                                     : std::string("No earlier checkpoint exists."));
-      }
-    }
-    if (dist.mean(error.empty() ? 0.0 : 1.0) > 0) {
-      if (main_rank || sdp) fail("{}", error.empty() ? "another rank could not save the checkpoint" : error);
-      fail("rank {}: rank 0 could not save the checkpoint at step {}", dist.rank(), st.step);
-    }
-  };
-  auto log_line = [&](const nlohmann::json& j) {
-    log_file << j.dump() << "\n" << std::flush;
-    if (!log_file) fail("{}: cannot append to the training log ({})", log_path, std::strerror(errno));
-    if (events) {
-      const auto scalars = log_scalars(j);
-      if (!scalars.empty()) events->write_scalars(j.at("step").get<int64_t>(), scalars);
-    }
-  };
-  const auto nan_loss_steps = fault_steps("DROPE_FAULT_NAN_AT_STEP");
-  const auto nan_weight_steps = fault_steps("DROPE_FAULT_NAN_WEIGHTS_AT_STEP");
+void Trainer::add_default_hooks() {
+  if (cfg_.drop_at_step >= 0) hooks_.push_back(std::make_unique<DropAtStep>());
+  hooks_.push_back(std::make_unique<NanFaultInjection>());
+}
 
-  auto t_start = std::chrono::steady_clock::now();
-  auto t_last = t_start;
-  int64_t tokens_since = 0, bad_steps = 0;
-  const int64_t first_step = st.step;
-  model->train();
-  const auto bucket_bytes = static_cast<int64_t>(cfg.train.allreduce_bucket_mb * (1 << 20));
-  auto sync = sdp ? nullptr : std::make_unique<GradSync>(dist, model->parameters(), bucket_bytes);
-  while (st.step < cfg.train.steps) {
-    const int64_t s = st.step;
-    if (cfg.drop_at_step >= 0 && s == cfg.drop_at_step && model->config().positional.type != PositionalType::kNope) {
-      // Paper Table 7: drop positional embeddings mid-run; moments of kept parameters carry over.
-      auto moments = adamw->state_tensors();
-      const int64_t steps_taken = adamw->steps_taken();
-      model = apply_variant(model, drope_variant(cfg), cfg.init);
-      model->to(device);
-      adamw = std::make_unique<AdamW>(named(model), cfg.optim);
-      std::map<std::string, torch::Tensor> carry(moments.begin(), moments.end());
-      for (auto& [name, p] : named(model)) {
-        if (!carry.count("exp_avg." + name)) {
-          carry["exp_avg." + name] = torch::zeros_like(p);
-          carry["exp_avg_sq." + name] = torch::zeros_like(p);
-        }
-      }
-      adamw->load_state(carry, steps_taken, "drop_at_step");
-      sync.reset();  // hooks on the old parameters go first
-      sync = std::make_unique<GradSync>(dist, model->parameters(), bucket_bytes);
-      if (say) fmt::print("step {}: dropped positional embeddings (qk_norm {})\n", s, name_of(cfg.drope_qk_norm));
-    }
-    const double lr = schedule_lr(cfg.schedule, s - st.phase_start, cfg.optim.lr);
-    if (sdp) sdp->zero_grad();
-    else adamw->zero_grad();
-    double loss_sum = 0;
-    for (int64_t a = 0; a < accum; ++a) {
-      const int64_t pos = s * B + a * micro * W + dist.rank() * micro;
-      auto loss = step_loss(sampler.batch(pos, micro), sampler.mask(pos, micro)) / double(accum);
-      if (contains(nan_loss_steps, s + 1)) loss = loss * std::numeric_limits<double>::quiet_NaN();
-      const bool last_micro = a == accum - 1;
-      if (sdp) sdp->before_backward(last_micro);
-      else if (last_micro) sync->arm();  // the last micro-batch's backward reduces gradients as they finish
-      loss.backward();
-      if (sdp) sdp->after_backward(last_micro);
-      loss_sum += loss.item<double>();
-    }
-    if (sync) sync->finish();
-    const double loss = dist.mean(loss_sum);
-    double gnorm = sdp ? sdp->clip_grad_norm(cfg.train.clip)
-                 : cfg.train.clip > 0 ? torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.clip)
-                                      : torch::nn::utils::clip_grad_norm_(model->parameters(), 1e30);
-    const bool finite = std::isfinite(loss) && std::isfinite(gnorm);
-    if (!finite) {
-      // Skip: no optimizer update (weights and moments keep their last good values), the data moves on.
-      ++bad_steps;
-      if (main_rank && !opt.quiet)
-        fmt::print(stderr, "warning: step {}: non-finite loss/gradient norm ({} / {}), step skipped ({} in a row, "
-                   "limit train.max_bad_steps = {})\n", s + 1, loss, gnorm, bad_steps, cfg.train.max_bad_steps);
-      if (main_rank) log_line({{"step", s + 1}, {"skipped", "non-finite loss or gradient"}});
-      if (bad_steps >= cfg.train.max_bad_steps)
-        fail("aborting at step {}: {} non-finite steps in a row (train.max_bad_steps = {}); the last good "
-             "checkpoint is {}",
-             s + 1, bad_steps, cfg.train.max_bad_steps, latest_checkpoint(cfg.out_dir).value_or("(none yet)"));
-      if (sdp) sdp->zero_grad();
-      else adamw->zero_grad();
-    } else {
-      bad_steps = 0;
-      if (sdp) sdp->step(lr);
-      else adamw->step(lr);
-      if (contains(nan_weight_steps, s + 1)) {
-        torch::NoGradGuard ng;
-        model->parameters().front().view({-1})[0].fill_(std::numeric_limits<double>::quiet_NaN());
-      }
-    }
-    ++st.step;
-    st.tokens += B * T;
-    if (finite) {
-      tokens_since += B * T;
-      out.losses.emplace_back(st.step, loss);
-    }
+void Trainer::replace_model(DecoderLM model) {
+  model_ = std::move(model);
+  model_->to(device_);
+  optimizer_->replace_model(model_);
+}
 
-    const bool last = st.step == cfg.train.steps;
-    // The log file gets the same lines whether or not the run was interrupted; the console also shows
-    // the first step after a resume.
-    const bool log_now = st.step % cfg.train.log_every == 0 || last || st.step == 1;
-    if (main_rank && finite && (log_now || st.step == first_step + 1)) {
-      auto now = std::chrono::steady_clock::now();
-      const double dt = std::chrono::duration<double>(now - t_last).count();
-      const double elapsed = std::chrono::duration<double>(now - t_start).count();
-      const double tps = dt > 0 ? tokens_since / dt : 0;
-      const double mfu = cfg.train.peak_tflops > 0 ? fpt * tps / (cfg.train.peak_tflops * 1e12) : -1;
-      const double eta = (elapsed / double(st.step - first_step)) * double(cfg.train.steps - st.step);
-      nlohmann::json j{{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm}, {"tokens", st.tokens},
-                       {"tokens_per_s", tps}, {"elapsed_s", elapsed}};
-      if (mfu >= 0) j["mfu"] = mfu;
-      if (sdp) {  // what this rank (0) holds: parameters, gradient chunks, optimizer moments; whole blocks at once
-        const auto b = sdp->bytes();
-        j["shard_bytes"] = {{"params", b.params}, {"grads", b.grads}, {"optimizer", b.optimizer},
-                            {"gathered_peak", b.gathered_peak}, {"prefetch_hits", b.prefetch_hits},
-                            {"prefetch_wasted", b.prefetch_wasted}};
-      }
-      if (const auto m = tensor_memory()) j["tensor_bytes"] = {{"live", m->live}, {"peak", m->peak}};
-      if (dist.grouped() && sync) {  // how many gradient buckets started their all-reduce while backward was still running
-        j["allreduce_buckets"] = sync->buckets();
-        j["allreduce_overlapped"] = sync->overlapped();
-      }
-      if (log_now) log_line(j);
-      if (say) {
-        if (tty) fmt::print("\r\033[K");
-        fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad-norm {:.3f} | {:.1f}k tok/s | MFU {} | ETA {}\n",
-                   st.step, cfg.train.steps, loss, lr, gnorm, tps / 1e3,
-                   mfu >= 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("-"), format_duration(eta));
-      }
-      t_last = now;
-      tokens_since = 0;
-    } else if (tty) {
-      const int width = 30, done = int(width * st.step / cfg.train.steps);
-      fmt::print("\r[{}{}] step {}/{}", std::string(done, '#'), std::string(width - done, '.'), st.step, cfg.train.steps);
-      std::fflush(stdout);
+// ---- the step -------------------------------------------------------------------------------------------
+
+// Mean cross-entropy of the batch's targets; with a loss mask (a task's answers) only the masked targets
+// count, and only their rows reach the LM head.
+torch::Tensor Trainer::loss_of(const torch::Tensor& batch, const torch::Tensor& mask) {
+  const int64_t T = seq_len_;
+  AutocastGuard autocast(cfg_.train.dtype == "bfloat16", device_.type());
+  auto b = batch.to(device_);
+  auto labels = b.narrow(1, 1, T).reshape({-1});
+  torch::Tensor rows;  // undefined = every target
+  if (mask.defined()) {
+    rows = mask.narrow(1, 1, T).reshape({-1}).nonzero().squeeze(1).to(device_);
+    labels = labels.index_select(0, rows);
+  }
+  if (cfg_.train.chunked_loss) {  // the (micro·T, V) logits never exist at once
+    auto h = model_->hidden(b.narrow(1, 0, T), fwd_);  // (micro, T, C)
+    h = h.reshape({-1, h.size(-1)});
+    if (rows.defined()) h = h.index_select(0, rows);
+    return ops::linear_cross_entropy(h, model_->lm_head_weight(), labels);
+  }
+  auto logits = model_->forward(b.narrow(1, 0, T), fwd_);  // (micro, T, V)
+  logits = logits.reshape({-1, logits.size(-1)});
+  if (rows.defined()) logits = logits.index_select(0, rows);
+  return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+}
+
+Trainer::StepResult Trainer::train_step() {
+  const int64_t s = state_.step;
+  for (auto& h : hooks_) h->before_step(*this, s + 1);
+  StepResult r;
+  r.lr = schedule_lr(cfg_.schedule, s - state_.phase_start, cfg_.optim.lr);
+  optimizer_->zero_grad();
+  double loss_sum = 0;
+  for (int64_t a = 0; a < accum_; ++a) {
+    const int64_t pos = s * batch_ + a * micro_ * world_ + dist_->rank() * micro_;
+    auto loss = loss_of(sampler_->batch(pos, micro_), sampler_->mask(pos, micro_)) / double(accum_);
+    for (auto& h : hooks_) loss = h->on_loss(s + 1, loss);
+    const bool last_micro = a == accum_ - 1;
+    optimizer_->before_backward(last_micro);
+    loss.backward();
+    optimizer_->after_backward(last_micro);
+    loss_sum += loss.item<double>();
+  }
+  optimizer_->finish_backward();
+  r.loss = dist_->mean(loss_sum);
+  r.grad_norm = optimizer_->clip_grad_norm(cfg_.train.clip);
+  r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
+  if (!r.finite) {
+    skip_step(r);
+  } else {
+    bad_steps_ = 0;
+    optimizer_->step(r.lr);
+    for (auto& h : hooks_) h->after_update(*this, s + 1);
+  }
+  ++state_.step;
+  state_.tokens += batch_ * seq_len_;
+  if (r.finite) {
+    tokens_since_ += batch_ * seq_len_;
+    out_.losses.emplace_back(state_.step, r.loss);
+  }
+  return r;
+}
+
+// A non-finite loss or gradient norm: no optimizer update (weights and moments keep their last good values),
+// the data moves on; too many in a row end the run.
+void Trainer::skip_step(const StepResult& r) {
+  const int64_t s = state_.step;
+  ++bad_steps_;
+  if (main_rank_ && !opt_.quiet)
+    fmt::print(stderr, "warning: step {}: non-finite loss/gradient norm ({} / {}), step skipped ({} in a row, "
+               "limit train.max_bad_steps = {})\n", s + 1, r.loss, r.grad_norm, bad_steps_, cfg_.train.max_bad_steps);
+  if (main_rank_) log_line({{"step", s + 1}, {"skipped", "non-finite loss or gradient"}});
+  if (bad_steps_ >= cfg_.train.max_bad_steps)
+    fail("aborting at step {}: {} non-finite steps in a row (train.max_bad_steps = {}); the last good "
+         "checkpoint is {}",
+         s + 1, bad_steps_, cfg_.train.max_bad_steps, latest_checkpoint(cfg_.out_dir).value_or("(none yet)"));
+  optimizer_->zero_grad();
+}
+
+// ---- logs, validation, checkpoints ----------------------------------------------------------------------
+
+void Trainer::log(const StepResult& r) {
+  const int64_t step = state_.step, steps = cfg_.train.steps;
+  const bool last = step == steps;
+  // The log file gets the same lines whether or not the run was interrupted; the console also shows
+  // the first step after a resume.
+  const bool log_now = step % cfg_.train.log_every == 0 || last || step == 1;
+  if (main_rank_ && r.finite && (log_now || step == first_step_ + 1)) {
+    auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - t_last_).count();
+    const double elapsed = std::chrono::duration<double>(now - t_start_).count();
+    const double tps = dt > 0 ? tokens_since_ / dt : 0;
+    const double mfu = cfg_.train.peak_tflops > 0 ? flops_per_token_ * tps / (cfg_.train.peak_tflops * 1e12) : -1;
+    const double eta = (elapsed / double(step - first_step_)) * double(steps - step);
+    nlohmann::json j{{"step", step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                     {"tokens", state_.tokens}, {"tokens_per_s", tps}, {"elapsed_s", elapsed}};
+    if (mfu >= 0) j["mfu"] = mfu;
+    optimizer_->add_log_fields(j);
+    if (const auto m = tensor_memory()) j["tensor_bytes"] = {{"live", m->live}, {"peak", m->peak}};
+    if (log_now) log_line(j);
+    if (say_) {
+      if (tty_) fmt::print("\r\033[K");
+      fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad-norm {:.3f} | {:.1f}k tok/s | MFU {} | ETA {}\n",
+                 step, steps, r.loss, r.lr, r.grad_norm, tps / 1e3,
+                 mfu >= 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("-"), format_duration(eta));
     }
-    if (cfg.train.eval_every > 0 && st.step % cfg.train.eval_every == 0 && !last) {
-      const double vl = validate();
-      if (main_rank) log_line({{"step", st.step}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}});
-      if (say) fmt::print("step {:>6} | validation loss {:.4f} | ppl {:.3f}\n", st.step, vl, std::exp(vl));
-    }
-    const bool stop = dist.mean(g_stop.load() ? 1.0 : 0.0) > 0;
-    if (stop || (cfg.train.checkpoint_every > 0 && st.step % cfg.train.checkpoint_every == 0 && !last)) checkpoint();
-    if (stop) {
-      if (say) fmt::print("stop requested: saved {} at step {}\n", out.last_checkpoint, st.step);
-      out.stopped = true;
-      return out;
+    t_last_ = now;
+    tokens_since_ = 0;
+  } else if (tty_) {
+    const int width = 30, done = int(width * step / steps);
+    fmt::print("\r[{}{}] step {}/{}", std::string(done, '#'), std::string(width - done, '.'), step, steps);
+    std::fflush(stdout);
+  }
+}
+
+void Trainer::log_line(const nlohmann::json& j) {
+  log_file_ << j.dump() << "\n" << std::flush;
+  if (!log_file_) fail("{}: cannot append to the training log ({})", log_path_, std::strerror(errno));
+  if (events_) {
+    const auto scalars = log_scalars(j);
+    if (!scalars.empty()) events_->write_scalars(j.at("step").get<int64_t>(), scalars);
+  }
+}
+
+// The mean validation loss over ranks: train.eval_batches micro-batches per rank of the validation split.
+double Trainer::validate() {
+  torch::NoGradGuard ng;
+  model_->eval();
+  double sum = 0;
+  for (int64_t k = 0; k < cfg_.train.eval_batches; ++k) {
+    const int64_t pos = (k * world_ + dist_->rank()) * micro_;
+    sum += loss_of(val_sampler_->batch(pos, micro_), val_sampler_->mask(pos, micro_)).item<double>();
+  }
+  model_->train();
+  return dist_->mean(sum / double(cfg_.train.eval_batches));
+}
+
+void Trainer::log_validation(double vl) {
+  if (main_rank_) log_line({{"step", state_.step}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}});
+  if (say_) fmt::print("step {:>6} | validation loss {:.4f} | ppl {:.3f}\n", state_.step, vl, std::exp(vl));
+}
+
+// Rank 0 writes (every rank its shard with a sharded optimizer); every rank learns whether that worked (the
+// reduction doubles as the barrier), so a failed save (full disk, non-finite weights) stops all ranks with
+// one clear message.
+void Trainer::checkpoint() {
+  std::string error;
+  const bool writes = main_rank_ || optimizer_->every_rank_saves();
+  if (writes) {
+    const auto previous = latest_checkpoint(cfg_.out_dir);
+    try {
+      out_.last_checkpoint = optimizer_->save_checkpoint(cfg_.out_dir, state_, opt_.run_yaml, cfg_.train.keep_last);
+    } catch (const std::exception& e) {
+      error = fmt::format("step {}: could not save the checkpoint: {}. {}", state_.step, e.what(),
+                          previous ? fmt::format("The previous checkpoint {} is intact; fix the cause and rerun "
+                                                 "with --resume.", *previous)
+                                   : std::string("No earlier checkpoint exists."));
     }
   }
-  out.val_loss = validate();
-  st.extra["val_loss"] = out.val_loss;
-  st.extra["complete"] = true;
-  if (main_rank) log_line({{"step", st.step}, {"val_loss", out.val_loss}, {"val_ppl", std::exp(out.val_loss)}});
+  if (dist_->mean(error.empty() ? 0.0 : 1.0) > 0) {
+    if (writes) fail("{}", error.empty() ? "another rank could not save the checkpoint" : error);
+    fail("rank {}: rank 0 could not save the checkpoint at step {}", dist_->rank(), state_.step);
+  }
+}
+
+// Whether any rank was asked to stop (SIGTERM/SIGINT); every rank takes part.
+bool Trainer::stop_requested() { return dist_->mean(g_stop.load() ? 1.0 : 0.0) > 0; }
+
+// The final validation and checkpoint (marked complete: a later --resume has nothing to redo).
+void Trainer::finish() {
+  out_.val_loss = validate();
+  state_.extra["val_loss"] = out_.val_loss;
+  state_.extra["complete"] = true;
+  if (main_rank_) log_line({{"step", state_.step}, {"val_loss", out_.val_loss}, {"val_ppl", std::exp(out_.val_loss)}});
   checkpoint();
-  if (say)
-    fmt::print("done: step {} | validation loss {:.4f} | ppl {:.3f} | checkpoint {}\n", st.step, out.val_loss,
-               std::exp(out.val_loss), out.last_checkpoint);
-  return out;
+  if (say_)
+    fmt::print("done: step {} | validation loss {:.4f} | ppl {:.3f} | checkpoint {}\n", state_.step, out_.val_loss,
+               std::exp(out_.val_loss), out_.last_checkpoint);
 }
 
 }  // namespace drope::train

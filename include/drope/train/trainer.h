@@ -2,11 +2,25 @@
 // accumulation, data parallelism, logging, validation, checkpoints and exact resume.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <fstream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "drope/core/files.h"
+#include "drope/core/tfevents.h"
+#include "drope/model/transformer.h"
+#include "drope/train/checkpoint_state.h"
+#include "drope/train/data.h"
+#include "drope/train/distributed.h"
+#include "drope/train/optimizer.h"
 #include "drope/train/run_config.h"
 
 namespace drope::train {
@@ -26,7 +40,104 @@ struct TrainOutcome {
   bool stopped = false;                             // stopped early by SIGTERM/SIGINT (checkpoint written)
 };
 
-TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt);
+class Trainer;
+
+// Something that acts on every training step without being part of the loop (drope.drop_at_step, test-only
+// fault injection). `step` is the 1-based number of the step: state().step + 1 while it runs.
+class StepHook {
+ public:
+  virtual ~StepHook() = default;
+  // Before the step's first forward; may swap the model (Trainer::replace_model).
+  virtual void before_step(Trainer& /*trainer*/, int64_t /*step*/) {}
+  // Each micro-batch's loss before its backward; returns the loss to backpropagate.
+  virtual torch::Tensor on_loss(int64_t /*step*/, const torch::Tensor& loss) { return loss; }
+  // After the step's optimizer update (not called for a step skipped as non-finite).
+  virtual void after_update(Trainer& /*trainer*/, int64_t /*step*/) {}
+};
+
+// One training run. run() builds everything (device, data, model, optimizer; resumed from the newest
+// checkpoint with TrainOptions::resume), then repeats train_step, log, validate and checkpoint until
+// train.steps or a stop request (install_stop_handlers), and ends with a validation and a checkpoint.
+class Trainer {
+ public:
+  Trainer(RunConfig cfg, TrainOptions opt);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Hooks run in the order they were added; run() adds drop_at_step and fault injection after these.
+  void add_hook(std::unique_ptr<StepHook> hook);
+  TrainOutcome run();
+
+  // For hooks.
+  const RunConfig& config() const { return cfg_; }
+  DecoderLM& model() { return model_; }
+  const TrainState& state() const { return state_; }
+  bool console() const { return say_; }  // this process prints progress (rank 0, not quiet)
+  // Continues with `model` (moved to the training device); the optimizer keeps the moments of parameters
+  // whose names stay.
+  void replace_model(DecoderLM model);
+
+ private:
+  struct StepResult {
+    double loss = 0, lr = 0, grad_norm = 0;
+    bool finite = false;
+  };
+
+  // build: false when resume() found the run already complete (nothing left to do).
+  bool build();
+  void build_device();
+  void build_data();
+  bool resume();  // true: the newest checkpoint ends a complete run
+  void build_model();
+  void build_optimizer();
+  void open_run_dir();
+  void add_default_hooks();
+
+  StepResult train_step();
+  void skip_step(const StepResult& r);
+  torch::Tensor loss_of(const torch::Tensor& batch, const torch::Tensor& mask);
+  void log(const StepResult& r);
+  void log_line(const nlohmann::json& j);
+  double validate();
+  void log_validation(double val_loss);
+  void checkpoint();
+  bool stop_requested();
+  void finish();
+
+  RunConfig cfg_;
+  TrainOptions opt_;
+  DirLock run_lock_;  // rank 0's claim on the run directory, released last
+  TrainOutcome out_;
+  std::vector<std::unique_ptr<StepHook>> hooks_;
+
+  // Device and ranks.
+  torch::Device device_{torch::kCPU};
+  std::unique_ptr<Distributed> dist_;
+  bool main_rank_ = false, say_ = false, tty_ = false;
+  int world_ = 1;
+  // Batch geometry: batch = accum · micro · world.
+  int64_t batch_ = 0, seq_len_ = 0, micro_ = 0, accum_ = 0;
+  // Data (the samplers read the sources).
+  std::unique_ptr<BlockSource> train_src_, val_src_;
+  std::unique_ptr<BlockSampler> sampler_, val_sampler_;
+  // Model and optimizer; what a resumed checkpoint holds for the optimizer.
+  std::optional<std::string> newest_, ckpt_;
+  DecoderLM model_{nullptr};
+  TrainState state_;
+  MomentReader moment_;
+  int64_t opt_steps_ = 0;
+  std::unique_ptr<Optimizer> optimizer_;
+  ForwardOptions fwd_;  // how decoder blocks run in training (activation checkpointing, sharded weights)
+  double flops_per_token_ = 0;
+  int64_t n_params_ = 0;
+  // Logs and progress.
+  std::string log_path_;
+  std::ofstream log_file_;
+  std::unique_ptr<EventFileWriter> events_;
+  std::chrono::steady_clock::time_point t_start_, t_last_;
+  int64_t tokens_since_ = 0, bad_steps_ = 0, first_step_ = 0;
+};
 
 // Makes SIGTERM/SIGINT ask the loop to finish the current step, save and exit: blocks them in the calling
 // thread (and so in every thread started later) and takes them on a dedicated sigwait thread. Call it first
