@@ -1,9 +1,9 @@
 #include "app_common.h"
+#include "log_flags.h"
 
 #include <malloc.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <exception>
 
@@ -12,6 +12,7 @@
 #include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/log.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/ops/layers.h"
 
@@ -52,15 +53,16 @@ int run(const std::function<int()>& body) {
   tune_allocator();
   drope::ignore_file_size_signal();
   try {
+    apply_log_flags();              // first: a bad --log-level is refused before anything else
     kernels::cpu_isa();             // a bad DROPE_CPU_ISA is refused before any work starts
     ops::onednn_linear_enabled();   // and a bad DROPE_ONEDNN_LINEAR
     return body();
   } catch (const drope::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    logging::error("{}", e.what());
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
+    logging::error("{}", e.what_without_backtrace());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    logging::error("{}", e.what());
   }
   return 1;
 }

@@ -12,9 +12,11 @@
 
 #include "app_common.h"
 #include "cli_numbers.h"
+#include "log_flags.h"
 #include "drope/analyze/positional_bias.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/log.h"
 #include "drope/core/numbers.h"
 #include "drope/eval/logits.h"
 #include "drope/io/model_io.h"
@@ -70,14 +72,14 @@ void write_figure(const drope::plot::Figure& fig, const std::string& dir, const 
   for (const char* ext : {"png", "svg"}) {
     const std::string path = (fs::path(dir) / fmt::format("{}.{}", stem, ext)).string();
     drope::plot::save(fig, path);
-    fmt::print(stderr, "wrote {}\n", path);
+    drope::logging::info("wrote {}", path);
   }
 }
 
 void write_text(const std::string& dir, const std::string& name, const std::string& text) {
   const std::string path = (fs::path(dir) / name).string();
   drope::write_file_atomic(path, text);
-  fmt::print(stderr, "wrote {}\n", path);
+  drope::logging::info("wrote {}", path);
 }
 
 }  // namespace
@@ -166,6 +168,7 @@ int main(int argc, char** argv) {
   na->add_option("--haystack", nd.haystack, "Haystack text file (default GPL-3 from /usr/share/common-licenses)");
   na->add_option("--seed", nd.seed, "Seed of the needle's key and value");
   na->add_option("--out", nd.out, "Output directory for needle_attention.{png,svg,json,csv}")->required();
+  drope::app::add_log_flags(cli, "drope-analyze", stderr);  // stdout carries JSON and tables
   drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);
 
@@ -311,7 +314,7 @@ int main(int argc, char** argv) {
           if (int64_t(o.text.size()) < bg_len)
             drope::fail("{}: {} bytes of text, but --seq-len {} needs at least {}", text, o.text.size(), bg_len, bg_len);
         }
-        fmt::print(stderr, "bias-grad: {} ({})\n", sp.name, sp.source);
+        drope::logging::info("bias-grad: {} ({})", sp.name, sp.source);
         reports.push_back(an::bias_grad_study(model, sp.name, sp.source, o));
       }
       write_text(out, "bias_grad.json", an::bias_grad_json(reports));
@@ -353,7 +356,7 @@ int main(int argc, char** argv) {
     for (const char* ext : {"png", "svg"}) {
       const std::string path = (fs::path(out) / fmt::format("attention_L{}_H{}.{}", layer, head, ext)).string();
       drope::plot::save(heat, path);
-      fmt::print("wrote {}\n", path);
+      drope::logging::info("wrote {}", path);
     }
     return 0;
   });

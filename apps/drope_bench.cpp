@@ -20,9 +20,11 @@
 
 #include "app_common.h"
 #include "cli_numbers.h"
+#include "log_flags.h"
 #include "drope/bench/attention_bench.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/log.h"
 #include "drope/eval/generate.h"
 #include "drope/io/model_io.h"
 #include "drope/ops/layers.h"
@@ -33,7 +35,7 @@ int main(int argc, char** argv) {
 
   drope::bench::AttentionBenchOptions opt;
   std::string dtype = "float32", json_path;
-  bool fwd_only = false, quiet = false;
+  bool fwd_only = false;
   auto* att = cli.add_subcommand("attention",
                                  "Fused attention vs SDPA (plain, dense mask) vs plain-ATen reference: causal, ALiBi, "
                                  "sliding window, GQA; forward and forward+backward");
@@ -66,7 +68,6 @@ int main(int argc, char** argv) {
                         ->capture_default_str();
   att->add_flag("--forward-only", fwd_only, "Skip forward+backward");
   att->add_option("--json", json_path, "Also write all numbers as JSON to this file (atomic)");
-  att->add_flag("--quiet", quiet, "No progress lines on stderr");
 
   // `generate`: prefill and decode throughput of greedy generation with the KV cache, for one context
   // length per process (peak RSS is per process). scripts/bench_generate.py runs it beside HF generate.
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
   lay->add_option("--repeats", lo.repeats, "Timed runs (median reported)")->capture_default_str();
   lay->add_option("--threads", lo.threads, "Intra-op threads (0 = LibTorch default)");
   lay->add_option("--json", lo.json, "Also write the numbers as JSON here (atomic)");
+  drope::app::add_log_flags(cli, "drope-bench", stderr);  // stdout carries the tables and JSON
   drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);
 
@@ -257,16 +259,12 @@ int main(int argc, char** argv) {
     opt.dtype = dtype == "bfloat16" ? at::kBFloat16 : dtype == "float64" ? at::kDouble : at::kFloat;
     opt.backward = !fwd_only;
     if (impls_opt->count() == 0) opt.impls = drope::bench::default_attention_impls(opt.device);
-    if (!quiet)
-      opt.log = [](const std::string& line) {
-        std::fprintf(stderr, "%s\n", line.c_str());
-        std::fflush(stderr);
-      };
+    opt.log = [](const std::string& line) { drope::logging::info("{}", line); };
     const auto res = drope::bench::run_attention_bench(opt);
     fmt::print("{}", drope::bench::format_attention_table(res));
     if (!json_path.empty()) {
       drope::bench::write_attention_bench_json(res, json_path);
-      fmt::print("wrote {}\n", json_path);
+      drope::logging::info("wrote {}", json_path);
     }
     return 0;
   });

@@ -4,7 +4,9 @@
 
 #include "app_common.h"
 #include "cli_numbers.h"
+#include "log_flags.h"
 #include "drope/core/error.h"
+#include "drope/core/log.h"
 #include "drope/io/model_io.h"
 #include "drope/model/drope.h"
 
@@ -55,10 +57,11 @@ void save(drope::DecoderLM& m, const std::string& out, const std::string& dtype,
   o.format = drope::parse_name<drope::ModelFormat>(format, "--format");
   const bool hf = drope::io::save_model(m, out, o);
   if (o.format == drope::ModelFormat::kDropeReference)
-    fmt::print("saved {} (DroPE reference config.json, model_type {}_drope + model.safetensors)\n", out, m->config().arch);
+    drope::logging::info("saved {} (DroPE reference config.json, model_type {}_drope + model.safetensors)", out,
+                         m->config().arch);
   else
-    fmt::print("saved {} ({})\n", out, hf ? "drope.yaml + HF config.json + model.safetensors"
-                                           : "drope.yaml + model.safetensors; HF cannot express this model");
+    drope::logging::info("saved {} ({})", out, hf ? "drope.yaml + HF config.json + model.safetensors"
+                                                 : "drope.yaml + model.safetensors; HF cannot express this model");
 }
 
 // The import options of --positional ("" = none).
@@ -124,6 +127,7 @@ int main(int argc, char** argv) {
   add_format(drop);
   drop->add_flag("--force", force, force_help);
 
+  drope::app::add_log_flags(cli, "drope-model");
   drope::app::check_numeric_flags(cli);
 
   CLI11_PARSE(cli, argc, argv);

@@ -102,9 +102,9 @@ void flush() {
   backend::flush();
 }
 
-void progress(std::string_view line, std::FILE* stream) {
+void progress(std::string_view line, std::FILE* stream, bool last) {
   ensure_ready();
-  backend::progress(line, stream);
+  backend::progress(line, stream, last);
 }
 
 }  // namespace drope::logging

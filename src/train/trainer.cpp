@@ -24,6 +24,7 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
+#include "drope/core/log.h"
 #include "drope/core/tfevents.h"
 #include "drope/io/model_io.h"
 #include "drope/kernels/cpu_isa.h"
@@ -181,7 +182,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   }
   Distributed dist(env, device, cfg.train.dist_timeout_s);
   const bool main_rank = dist.is_main();
-  const bool say = main_rank && !opt.quiet;
+  const bool say = !opt.quiet;  // the logger decides which ranks speak
   const int W = dist.world();
 
   // Batch geometry: batch = accum · micro · world.
@@ -214,7 +215,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   int64_t opt_steps = 0;
   if (main_rank) {
     const int removed = remove_stale_run_temporaries(cfg.out_dir);
-    if (removed > 0 && say) fmt::print("removed {} incomplete temporary file(s) of an interrupted run\n", removed);
+    if (removed > 0 && say) logging::info("removed {} incomplete temporary file(s) of an interrupted run", removed);
   }
   const std::optional<std::string> newest = latest_checkpoint(cfg.out_dir);
   const std::optional<std::string> ckpt = opt.resume ? newest : std::nullopt;
@@ -226,10 +227,10 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     moment = c.moment;
     opt_steps = c.optimizer_steps;
     out.resumed_from = st.step;
-    if (say) fmt::print("resuming from {} (step {})\n", *ckpt, st.step);
+    if (say) logging::info("resuming from {} (step {})", *ckpt, st.step);
     if (st.step >= cfg.train.steps && st.extra.is_object() && st.extra.value("complete", false)) {
       // The run finished (its final checkpoint follows the final validation): nothing to redo or re-log.
-      if (say) fmt::print("run already complete at step {} (train.steps {})\n", st.step, cfg.train.steps);
+      if (say) logging::info("run already complete at step {} (train.steps {})", st.step, cfg.train.steps);
       out.last_checkpoint = *ckpt;
       out.val_loss = st.extra.value("val_loss", 0.0);
       return out;
@@ -292,6 +293,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   const std::string log_path = (fs::path(cfg.out_dir) / "log.jsonl").string();
   if (main_rank) {
     fs::create_directories(cfg.out_dir);
+    if (say) logging::add_run_file(cfg.out_dir);  // <out_dir>/drope-train.log, with timestamps
     write_file_atomic((fs::path(cfg.out_dir) / "config.yaml").string(), opt.run_yaml);
     if (ckpt) truncate_log(log_path, st.step);
     else write_file_atomic(log_path, "");
@@ -304,14 +306,14 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   if (main_rank && cfg.train.tensorboard) events = std::make_unique<EventFileWriter>(cfg.out_dir, st.step + 1);
   const bool tty = say && ::isatty(STDOUT_FILENO);
   if (say)
-    fmt::print("{}: phase {}, {:.2f}M params, {} layers, positional {}, data {} ({} blocks of {}), batch {} = {} x {} x {} "
-               "(accum x micro x world, backend {}), device {}\n",
-               cfg.name, name_of(cfg.phase), n_params / 1e6, model->config().num_layers,
-               name_of(model->config().positional.type), train_src->describe(), train_src->num_blocks(), T, B, accum, micro, W,
-               dist.backend(), device.str());
+    logging::info("{}: phase {}, {:.2f}M params, {} layers, positional {}, data {} ({} blocks of {}), batch {} = {} x {} x {} "
+                  "(accum x micro x world, backend {}), device {}",
+                  cfg.name, name_of(cfg.phase), n_params / 1e6, model->config().num_layers,
+                  name_of(model->config().positional.type), train_src->describe(), train_src->num_blocks(), T, B, accum,
+                  micro, W, dist.backend(), device.str());
   if (say && device.is_cpu())
-    fmt::print("{} | intra-op threads {} | {}\n", describe_cpu_budget(), at::get_num_threads(),
-               kernels::describe_cpu_levels());
+    logging::info("{} | intra-op threads {} | {}", describe_cpu_budget(), at::get_num_threads(),
+                  kernels::describe_cpu_levels());
 
   BlockSampler sampler(*train_src, cfg.seed, cfg.data.shuffle);
   BlockSampler val_sampler(*val_src, 0, false);
@@ -417,7 +419,7 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
       adamw->load_state(carry, steps_taken, "drop_at_step");
       sync.reset();  // hooks on the old parameters go first
       sync = std::make_unique<GradSync>(dist, model->parameters(), bucket_bytes);
-      if (say) fmt::print("step {}: dropped positional embeddings (qk_norm {})\n", s, name_of(cfg.drope_qk_norm));
+      if (say) logging::info("step {}: dropped positional embeddings (qk_norm {})", s, name_of(cfg.drope_qk_norm));
     }
     const double lr = schedule_lr(cfg.schedule, s - st.phase_start, cfg.optim.lr);
     if (sdp) sdp->zero_grad();
@@ -443,9 +445,9 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
     if (!finite) {
       // Skip: no optimizer update (weights and moments keep their last good values), the data moves on.
       ++bad_steps;
-      if (main_rank && !opt.quiet)
-        fmt::print(stderr, "warning: step {}: non-finite loss/gradient norm ({} / {}), step skipped ({} in a row, "
-                   "limit train.max_bad_steps = {})\n", s + 1, loss, gnorm, bad_steps, cfg.train.max_bad_steps);
+      if (say)
+        logging::warn("step {}: non-finite loss/gradient norm ({} / {}), step skipped ({} in a row, "
+                      "limit train.max_bad_steps = {})", s + 1, loss, gnorm, bad_steps, cfg.train.max_bad_steps);
       if (main_rank) log_line({{"step", s + 1}, {"skipped", "non-finite loss or gradient"}});
       if (bad_steps >= cfg.train.max_bad_steps)
         fail("aborting at step {}: {} non-finite steps in a row (train.max_bad_steps = {}); the last good "
@@ -496,27 +498,26 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
       }
       if (log_now) log_line(j);
       if (say) {
-        if (tty) fmt::print("\r\033[K");
-        fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad-norm {:.3f} | {:.1f}k tok/s | MFU {} | ETA {}\n",
-                   st.step, cfg.train.steps, loss, lr, gnorm, tps / 1e3,
-                   mfu >= 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("-"), format_duration(eta));
+        logging::info("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad-norm {:.3f} | {:.1f}k tok/s | MFU {} | ETA {}",
+                      st.step, cfg.train.steps, loss, lr, gnorm, tps / 1e3,
+                      mfu >= 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("-"), format_duration(eta));
       }
       t_last = now;
       tokens_since = 0;
     } else if (tty) {
       const int width = 30, done = int(width * st.step / cfg.train.steps);
-      fmt::print("\r[{}{}] step {}/{}", std::string(done, '#'), std::string(width - done, '.'), st.step, cfg.train.steps);
-      std::fflush(stdout);
+      logging::progress(fmt::format("[{}{}] step {}/{}", std::string(done, '#'), std::string(width - done, '.'),
+                                    st.step, cfg.train.steps));
     }
     if (cfg.train.eval_every > 0 && st.step % cfg.train.eval_every == 0 && !last) {
       const double vl = validate();
       if (main_rank) log_line({{"step", st.step}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}});
-      if (say) fmt::print("step {:>6} | validation loss {:.4f} | ppl {:.3f}\n", st.step, vl, std::exp(vl));
+      if (say) logging::info("step {:>6} | validation loss {:.4f} | ppl {:.3f}", st.step, vl, std::exp(vl));
     }
     const bool stop = dist.mean(g_stop.load() ? 1.0 : 0.0) > 0;
     if (stop || (cfg.train.checkpoint_every > 0 && st.step % cfg.train.checkpoint_every == 0 && !last)) checkpoint();
     if (stop) {
-      if (say) fmt::print("stop requested: saved {} at step {}\n", out.last_checkpoint, st.step);
+      if (say) logging::info("stop requested: saved {} at step {}", out.last_checkpoint, st.step);
       out.stopped = true;
       return out;
     }
@@ -527,8 +528,8 @@ TrainOutcome run_training(const RunConfig& cfg, const TrainOptions& opt) {
   if (main_rank) log_line({{"step", st.step}, {"val_loss", out.val_loss}, {"val_ppl", std::exp(out.val_loss)}});
   checkpoint();
   if (say)
-    fmt::print("done: step {} | validation loss {:.4f} | ppl {:.3f} | checkpoint {}\n", st.step, out.val_loss,
-               std::exp(out.val_loss), out.last_checkpoint);
+    logging::info("done: step {} | validation loss {:.4f} | ppl {:.3f} | checkpoint {}", st.step, out.val_loss,
+                  std::exp(out.val_loss), out.last_checkpoint);
   return out;
 }
 

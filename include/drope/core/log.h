@@ -54,9 +54,9 @@ void write(Level l, std::string_view message);
 void flush();
 
 // A progress line on `stream` (default: Options::out), from logging ranks at info: on a terminal it
-// replaces the previous progress line in place (the next message clears it); on a pipe or file it is one
-// line per call.
-void progress(std::string_view line, std::FILE* stream = nullptr);
+// replaces the previous progress line in place (the next message clears it, unless `last` ended it with a
+// newline); on a pipe or file it is one line per call.
+void progress(std::string_view line, std::FILE* stream = nullptr, bool last = false);
 
 template <typename... Args>
 void log(Level l, fmt::format_string<Args...> f, Args&&... args) {

@@ -25,8 +25,9 @@ void configure(const ConsoleConfig& c);
 void add_file(const std::string& path, int level);
 bool enabled(int level);
 void write(int level, std::string_view message);
-// A progress line on `stream` (nullptr: the console's out) if the console takes info.
-void progress(std::string_view line, std::FILE* stream);
+// A progress line on `stream` (nullptr: the console's out) if the console takes info; `last` ends a line
+// redrawn on a terminal.
+void progress(std::string_view line, std::FILE* stream, bool last);
 void flush();
 
 }  // namespace drope::logging::backend

@@ -26,7 +26,7 @@ class ConsoleSink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
   ConsoleSink(std::string prefix, std::FILE* out, std::FILE* err) : prefix_(std::move(prefix)), out_(out), err_(err) {}
 
-  void progress(std::string_view line, std::FILE* stream) {
+  void progress(std::string_view line, std::FILE* stream, bool last) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!should_log(spdlog::level::info)) return;
     if (stream == nullptr) stream = out_;
@@ -35,9 +35,9 @@ class ConsoleSink final : public spdlog::sinks::base_sink<std::mutex> {
     std::string s = tty ? kClearLine : "";
     s += prefix_;
     s += line;
-    if (!tty) s += '\n';
+    if (!tty || last) s += '\n';
     put(stream, s);
-    open_ = tty ? stream : nullptr;
+    open_ = tty && !last ? stream : nullptr;
   }
 
  protected:
@@ -118,7 +118,7 @@ void write(int level, std::string_view message) {
   g_logger->log(to_spdlog(level), spdlog::string_view_t(message.data(), message.size()));
 }
 
-void progress(std::string_view line, std::FILE* stream) { g_console->progress(line, stream); }
+void progress(std::string_view line, std::FILE* stream, bool last) { g_console->progress(line, stream, last); }
 
 void flush() {
   if (g_logger) g_logger->flush();
