@@ -147,6 +147,17 @@ TEST_F(Log, RunFileHasTimestampsAndKeepsInfoUnderQuiet) {
   EXPECT_EQ(got, (std::vector<std::string>{"step 3 | loss 1.50", "odd"}));
   EXPECT_EQ(out(), "");  // the console keeps --quiet and has no timestamps
   EXPECT_EQ(err(), "warning: odd\n");
+  // A second run in the same process writes only to its own file.
+  const std::string dir2 = test::tmp_dir("log_file2");
+  L::add_run_file(dir2);
+  L::info("second run");
+  L::flush();
+  std::ifstream f1(path), f2(dir2 + "/drope-test.log");
+  std::stringstream s1, s2;
+  s1 << f1.rdbuf();
+  s2 << f2.rdbuf();
+  EXPECT_EQ(s1.str(), text);
+  EXPECT_NE(s2.str().find("] [info] second run\n"), std::string::npos) << s2.str();
   // A directory that cannot exist (its parent is a file).
   test::expect_error([&] { L::add_run_file(path); }, {"drope-test.log", "cannot open the log file"});
 }

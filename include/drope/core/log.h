@@ -44,8 +44,8 @@ int world_from_env();
 void init(const Options& o);
 const Options& options();
 
-// Adds a file sink at <dir>/<tool>.log (appending): every message at info or the console level, whichever
-// is lower, each line with a timestamp and its level. Returns the path.
+// Sends messages to <dir>/<tool>.log as well (appending; it replaces an earlier run file): every message at
+// info or the console level, whichever is lower, each line with a timestamp and its level. Returns the path.
 std::string add_run_file(const std::string& dir);
 
 // Whether a message at `l` reaches any sink of this process.

@@ -20,7 +20,8 @@ struct ConsoleConfig {
 
 // Replaces the logger with one that has only a console sink.
 void configure(const ConsoleConfig& c);
-// Adds a file sink (append) taking messages at `level` and above, lines "[date time] [level] prefix text".
+// Sets the file sink (append; it replaces an earlier one) taking messages at `level` and above, lines
+// "[date time] [level] prefix text".
 // Throws std::exception when the file cannot be opened.
 void add_file(const std::string& path, int level);
 bool enabled(int level);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,6 +87,7 @@ class ConsoleSink final : public spdlog::sinks::base_sink<std::mutex> {
 
 std::shared_ptr<spdlog::logger> g_logger;
 std::shared_ptr<ConsoleSink> g_console;
+spdlog::sink_ptr g_file;  // the run file, at most one
 std::string g_prefix;
 
 spdlog::level::level_enum to_spdlog(int level) { return static_cast<spdlog::level::level_enum>(level); }
@@ -97,6 +99,7 @@ void configure(const ConsoleConfig& c) {
   g_prefix = c.prefix;
   g_console = std::make_shared<ConsoleSink>(c.prefix, c.out, c.err);
   g_console->set_level(to_spdlog(c.level));
+  g_file.reset();
   g_logger = std::make_shared<spdlog::logger>(c.tool, g_console);
   g_logger->set_level(to_spdlog(c.level));
   g_logger->flush_on(spdlog::level::trace);  // a run's file is complete up to the last line, even after a crash
@@ -108,8 +111,11 @@ void add_file(const std::string& path, int level) {
   // The prefix is plain text ("[rank N] "): no '%' to escape.
   sink->set_formatter(std::make_unique<spdlog::pattern_formatter>("[%Y-%m-%d %H:%M:%S.%e] [%l] " + g_prefix + "%v"));
   sink->set_level(to_spdlog(level));
-  g_logger->sinks().push_back(sink);
-  if (level < g_logger->level()) g_logger->set_level(to_spdlog(level));
+  auto& sinks = g_logger->sinks();
+  if (g_file) sinks.erase(std::remove(sinks.begin(), sinks.end(), g_file), sinks.end());  // a new run, a new file
+  g_file = sink;
+  sinks.push_back(sink);
+  g_logger->set_level(std::min(g_console->level(), sink->level()));
 }
 
 bool enabled(int level) { return g_logger->should_log(to_spdlog(level)); }
