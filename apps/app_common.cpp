@@ -1,9 +1,9 @@
 #include "app_common.h"
+#include "log_flags.h"
 
 #include <malloc.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <new>
@@ -15,6 +15,7 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/numbers.h"
+#include "drope/core/log.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/ops/layers.h"
 
@@ -76,19 +77,20 @@ int run(const std::function<int()>& body) {
   tune_allocator();
   drope::ignore_file_size_signal();
   try {
+    apply_log_flags();              // first: a bad --log-level is refused before anything else
     kernels::cpu_isa();             // a bad DROPE_CPU_ISA is refused before any work starts
     ops::onednn_linear_enabled();   // and a bad DROPE_ONEDNN_LINEAR
     drope::env_switch("DROPE_COMPOSITE_LAYERS", "0, the fused CPU layers");
     drope::env_switch("DROPE_OMP_DEFAULTS", "1, drope's OpenMP defaults");
     return body();
   } catch (const drope::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    logging::error("{}", e.what());
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "error: %s\n", library_error_line(e.what_without_backtrace()).c_str());
+    logging::error("{}", library_error_line(e.what_without_backtrace()));
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: %s\n", kOutOfMemory);
+    logging::error("{}", kOutOfMemory);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", library_error_line(e.what()).c_str());
+    logging::error("{}", library_error_line(e.what()));
   }
   return 1;
 }

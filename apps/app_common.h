@@ -4,6 +4,8 @@
 #include <functional>
 
 namespace drope::app {
-// Runs `body` (after tuning glibc malloc for LibTorch's allocation pattern); drope::Error / c10::Error / std::exception → "error: ..." on stderr, exit code 1.
+// Runs `body` (after tuning glibc malloc for LibTorch's allocation pattern and making the tool's logger from
+// its logging flags, see log_flags.h); drope::Error / c10::Error / std::exception → "error: ..." on stderr,
+// exit code 1.
 int run(const std::function<int()>& body);
 }  // namespace drope::app

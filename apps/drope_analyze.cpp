@@ -11,6 +11,7 @@
 
 #include "app_common.h"
 #include "cli_numbers.h"
+#include "log_flags.h"
 #include "drope/analyze/runners.h"
 #include "drope/config/names.h"
 
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
   na->add_option("--haystack", nd.haystack, "Haystack text file (default GPL-3 from /usr/share/common-licenses)");
   na->add_option("--seed", nd.seed, "Seed of the needle's key and value");
   na->add_option("--out", nd.out, "Output directory for needle_attention.{png,svg,json,csv}")->required();
+  drope::app::add_log_flags(cli, "drope-analyze", stderr);  // stdout carries JSON and tables
   drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);
 

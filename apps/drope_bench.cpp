@@ -7,6 +7,7 @@
 
 #include "app_common.h"
 #include "cli_numbers.h"
+#include "log_flags.h"
 #include "drope/bench/runners.h"
 
 int main(int argc, char** argv) {
@@ -47,7 +48,6 @@ int main(int argc, char** argv) {
                         ->capture_default_str();
   att->add_flag("--forward-only", ar.forward_only, "Skip forward+backward");
   att->add_option("--json", ar.json, "Also write all numbers as JSON to this file (atomic)");
-  att->add_flag("--quiet", ar.quiet, "No progress lines on stderr");
 
   // `generate`: one context length per process (peak RSS is per process). scripts/bench_generate.py runs it
   // beside HF generate.
@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
   lay->add_option("--repeats", lo.repeats, "Timed runs (median reported)")->capture_default_str();
   lay->add_option("--threads", lo.threads, "Intra-op threads (0 = LibTorch default)");
   lay->add_option("--json", lo.json, "Also write the numbers as JSON here (atomic)");
+  drope::app::add_log_flags(cli, "drope-bench", stderr);  // stdout carries the tables and JSON
   drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);
 

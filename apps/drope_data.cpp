@@ -17,10 +17,12 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
+#include "drope/core/log.h"
 #include "drope/text/prepare.h"
 #include "drope/text/tokenizer.h"
 
 #include "cli_numbers.h"
+#include "log_flags.h"
 
 namespace {
 
@@ -42,17 +44,17 @@ std::vector<int32_t> ids_from(const json& j, const std::string& where) {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// Runs `body`; an error prints one "error: ..." line and exits 1 (drope::app::run without LibTorch).
+// Runs `body`; an error prints one "error: ..." line and exits 1 (drope::app::run without LibTorch). The
+// logger clears a progress line that the error interrupted.
 int run(const std::function<int()>& body) {
   drope::ignore_file_size_signal();
-  const char* clear = ::isatty(STDERR_FILENO) == 1 ? "\r\033[K" : "";  // a progress line the error interrupted
   try {
+    drope::app::apply_log_flags();
     return body();
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "%serror: out of memory: an allocation failed (an input is more than this machine can hold)\n",
-                 clear);
+    drope::logging::error("out of memory: an allocation failed (an input is more than this machine can hold)");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%serror: %s\n", clear, e.what());
+    drope::logging::error("{}", e.what());
   }
   return 1;
 }
@@ -83,9 +85,7 @@ class ProgressPrinter {
                          p.documents_total, static_cast<double>(p.tokens) / 1e6, rate, p.done ? "took" : "ETA",
                          drope::format_duration(p.done ? p.seconds : eta));
     }
-    if (tty_) fmt::print(stderr, "\r\033[K{}{}", line, p.done ? "\n" : "");
-    else fmt::print(stderr, "{}\n", line);
-    std::fflush(stderr);
+    drope::logging::progress(line, stderr, p.done);
   }
 
  private:
@@ -137,6 +137,7 @@ int main(int argc, char** argv) {
   decode->add_option("--ids", ids_file, "JSON list of ids → \"text\", or list of lists → [\"text\", ...]")->required();
   decode->add_flag("--skip-special", skip_special, "Leave special tokens out");
 
+  drope::app::add_log_flags(cli, "drope-data");
   drope::app::check_numeric_flags(cli);
 
   CLI11_PARSE(cli, argc, argv);
@@ -158,13 +159,15 @@ int main(int argc, char** argv) {
       const auto index = drope::text::prepare_dataset(po);
       const auto& tr = index.splits.at("train");
       const auto& va = index.splits.at("val");
-      fmt::print("{}: {} tokenizer, vocab {} (eos {}), {} tokens\n", po.out_dir, index.tokenizer.kind,
-                 index.tokenizer.vocab_size, index.tokenizer.eos_id, index.token_bytes == 2 ? "uint16" : "uint32");
-      fmt::print("train: {} documents, {} tokens, {} shards\n", tr.documents, tr.tokens, tr.shards.size());
-      fmt::print("val:   {} documents, {} tokens, {} shards\n", va.documents, va.tokens, va.shards.size());
-      fmt::print("tokenised {:.1f} MB in {:.3f} s ({:.2f} MB/s, {} threads)\n", static_cast<double>(last.text_bytes) / 1e6,
-                 last.seconds, last.seconds > 0 ? static_cast<double>(last.text_bytes) / 1e6 / last.seconds : 0.0,
-                 po.threads);
+      drope::logging::info("{}: {} tokenizer, vocab {} (eos {}), {} tokens", po.out_dir, index.tokenizer.kind,
+                           index.tokenizer.vocab_size, index.tokenizer.eos_id,
+                           index.token_bytes == 2 ? "uint16" : "uint32");
+      drope::logging::info("train: {} documents, {} tokens, {} shards", tr.documents, tr.tokens, tr.shards.size());
+      drope::logging::info("val:   {} documents, {} tokens, {} shards", va.documents, va.tokens, va.shards.size());
+      drope::logging::info("tokenised {:.1f} MB in {:.3f} s ({:.2f} MB/s, {} threads)",
+                           static_cast<double>(last.text_bytes) / 1e6, last.seconds,
+                           last.seconds > 0 ? static_cast<double>(last.text_bytes) / 1e6 / last.seconds : 0.0,
+                           po.threads);
     } else if (*encode) {
       const auto tok = drope::text::load_tokenizer(tokenizer);
       if (!texts_file.empty()) {

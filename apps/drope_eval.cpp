@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli_numbers.h"
+#include "log_flags.h"
 #include "eval/common.h"
 
 int main(int argc, char** argv) {
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   drope::evalcli::add_offset_key_command(cli, rc);
   drope::evalcli::add_longbench_commands(cli, rc);
   drope::evalcli::add_compare_command(cli, rc);
+  drope::app::add_log_flags(cli, "drope-eval");
   drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);
   return rc;

@@ -9,8 +9,10 @@
 
 #include "app_common.h"
 #include "cli_numbers.h"
+#include "log_flags.h"
 #include "drope/core/error.h"
 #include "drope/core/gguf.h"
+#include "drope/core/log.h"
 #include "drope/io/model_io.h"
 #include "drope/io/safetensors.h"
 #include "drope/model/drope.h"
@@ -118,10 +120,11 @@ drope::io::SaveOptions save_options(const std::string& input, const std::string&
 void save(drope::DecoderLM& m, const std::string& out, const drope::io::SaveOptions& o) {
   const bool hf = drope::io::save_model(m, out, o);
   if (o.format == drope::ModelFormat::kDropeReference)
-    fmt::print("saved {} (DroPE reference config.json, model_type {}_drope + model.safetensors)\n", out, m->config().arch);
+    drope::logging::info("saved {} (DroPE reference config.json, model_type {}_drope + model.safetensors)", out,
+                         m->config().arch);
   else
-    fmt::print("saved {} ({})\n", out, hf ? "drope.yaml + HF config.json + model.safetensors"
-                                           : "drope.yaml + model.safetensors; HF cannot express this model");
+    drope::logging::info("saved {} ({})", out, hf ? "drope.yaml + HF config.json + model.safetensors"
+                                                 : "drope.yaml + model.safetensors; HF cannot express this model");
 }
 
 // The import options of --positional ("" = none).
@@ -196,6 +199,7 @@ int main(int argc, char** argv) {
   gg->add_option("--file", gguf_file, "GGUF file")->required();
   gg->add_option("--dequantize", dequantize_out, "Write every tensor as float32 (GGUF names) to this .safetensors");
 
+  drope::app::add_log_flags(cli, "drope-model");
   drope::app::check_numeric_flags(cli);
 
   CLI11_PARSE(cli, argc, argv);

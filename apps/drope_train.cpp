@@ -6,7 +6,9 @@
 
 #include "app_common.h"
 #include "cli_numbers.h"
+#include "log_flags.h"
 #include "drope/core/error.h"
+#include "drope/core/log.h"
 #include "drope/train/curves.h"
 #include "drope/io/model_io.h"
 #include "drope/train/distributed.h"
@@ -20,11 +22,10 @@ int main(int argc, char** argv) {
   CLI::App cli{"drope-train: train decoder LMs with RoPE / NoPE / ALiBi / RNoPE-SWA, DroPE recalibration"};
   std::string config;
   std::vector<std::string> sets;
-  bool resume = false, quiet = false, print_config = false;
+  bool resume = false, print_config = false;
   cli.add_option("config", config, "Run config YAML (see configs/)");
   cli.add_option("--set", sets, "Override a config key: --set train.steps=100 (repeatable)");
   cli.add_flag("--resume", resume, "Continue from the newest checkpoint in run.out_dir (automatic after a torchrun restart)");
-  cli.add_flag("--quiet", quiet, "Only errors on the console");
   cli.add_flag("--print-config", print_config, "Print the resolved config and exit");
   bool force = false;
   cli.add_flag("--force", force, "Write into run.out_dir even if it is a non-empty directory that is not a drope-train run");
@@ -44,8 +45,9 @@ int main(int argc, char** argv) {
                                           "and SVG; a config file named plot: ./plot");
   plot->add_option("run_dir", plot_dir, "Run directory (run.out_dir of a drope-train config)")->required();
   plot->add_option("--out", plot_out, "Output prefix: writes PREFIX.png and PREFIX.svg (default RUN_DIR/curves)");
-  plot->fallthrough();  // --quiet (and refused training flags) after RUN_DIR
+  plot->fallthrough();  // refused training flags after RUN_DIR
   cli.require_subcommand(0, 1);
+  drope::app::add_log_flags(cli, "drope-train");
   drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);
   if (plot->parsed()) {
@@ -55,7 +57,7 @@ int main(int argc, char** argv) {
       });
     return drope::app::run([&] {
       for (const auto& p : drope::train::plot_training_curves(plot_dir, plot_out))
-        if (!quiet) fmt::print("wrote {}\n", p);
+        drope::logging::info("wrote {}", p);
       return 0;
     });
   }
@@ -106,7 +108,6 @@ int main(int argc, char** argv) {
       return 0;
     }
     opt.resume = resume || drope::train::read_dist_env().restart_count > 0;
-    opt.quiet = quiet;
     opt.force = force;
     drope::train::install_tensor_memory_tracker_from_env();  // before the model's tensors exist
     drope::train::Trainer(cfg, opt).run();

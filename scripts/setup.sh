@@ -9,7 +9,7 @@ BUILD_DIR="${DROPE_BUILD_DIR:-$ROOT/build}"
 APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv python3-pip
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev
   libgtest-dev libgmock-dev libcairo2-dev libpcre2-dev libgloo-dev libicu-dev python3-jieba
-  zlib1g-dev libzstd-dev)
+  zlib1g-dev libzstd-dev libspdlog-dev)
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 

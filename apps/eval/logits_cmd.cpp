@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "app_common.h"
+#include "drope/core/log.h"
 #include "drope/eval/logits.h"
 #include "drope/io/model_io.h"
 #include "eval/common.h"
@@ -22,7 +23,7 @@ void add_logits_command(CLI::App& cli, int& rc) {
       auto model = io::load_model(o->model_dir);
       auto batch = eval::read_token_batch(o->tokens, model->config().vocab_size);
       eval::write_logits(model, batch, o->out);
-      fmt::print("wrote logits {}x{}x{} to {}\n", batch.size(0), batch.size(1), model->config().vocab_size, o->out);
+      logging::info("wrote logits {}x{}x{} to {}", batch.size(0), batch.size(1), model->config().vocab_size, o->out);
       return 0;
     });
   });

@@ -11,6 +11,7 @@
 #include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/log.h"
 #include "drope/core/numbers.h"
 #include "drope/eval/logits.h"
 #include "drope/io/model_io.h"
@@ -34,14 +35,14 @@ void write_figure(const plot::Figure& fig, const std::string& dir, const std::st
   for (const char* ext : {"png", "svg"}) {
     const std::string path = (fs::path(dir) / fmt::format("{}.{}", stem, ext)).string();
     plot::save(fig, path);
-    fmt::print(stderr, "wrote {}\n", path);
+    logging::info("wrote {}", path);
   }
 }
 
 void write_text(const std::string& dir, const std::string& name, const std::string& text) {
   const std::string path = (fs::path(dir) / name).string();
   write_file_atomic(path, text);
-  fmt::print(stderr, "wrote {}\n", path);
+  logging::info("wrote {}", path);
 }
 
 }  // namespace detail
@@ -177,7 +178,7 @@ void run_bias_grad(const BiasGradRun& r) {
       if (int64_t(o.text.size()) < r.seq_len)
         fail("{}: {} bytes of text, but --seq-len {} needs at least {}", r.text, o.text.size(), r.seq_len, r.seq_len);
     }
-    fmt::print(stderr, "bias-grad: {} ({})\n", sp.name, sp.source);
+    logging::info("bias-grad: {} ({})", sp.name, sp.source);
     reports.push_back(bias_grad_study(model, sp.name, sp.source, o));
   }
   write_text(r.out, "bias_grad.json", bias_grad_json(reports));
@@ -217,7 +218,7 @@ void run_attention_map(const AttentionMapRun& r) {
   for (const char* ext : {"png", "svg"}) {
     const std::string path = (fs::path(r.out) / fmt::format("attention_L{}_H{}.{}", r.layer, r.head, ext)).string();
     plot::save(heat, path);
-    fmt::print("wrote {}\n", path);
+    logging::info("wrote {}", path);
   }
 }
 

@@ -20,6 +20,7 @@
 #include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/log.h"
 #include "drope/eval/generate.h"
 #include "drope/io/model_io.h"
 #include "drope/ops/layers.h"
@@ -31,16 +32,12 @@ void run_attention(const AttentionRun& r) {
   opt.dtype = r.dtype == "bfloat16" ? at::kBFloat16 : r.dtype == "float64" ? at::kDouble : at::kFloat;
   opt.backward = !r.forward_only;
   if (r.default_impls) opt.impls = default_attention_impls(opt.device);
-  if (!r.quiet)
-    opt.log = [](const std::string& line) {
-      std::fprintf(stderr, "%s\n", line.c_str());
-      std::fflush(stderr);
-    };
+  opt.log = [](const std::string& line) { logging::info("{}", line); };
   const auto res = run_attention_bench(opt);
   fmt::print("{}", format_attention_table(res));
   if (!r.json.empty()) {
     write_attention_bench_json(res, r.json);
-    fmt::print("wrote {}\n", r.json);
+    logging::info("wrote {}", r.json);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "drope/core/error.h"
+#include "drope/core/log.h"
 #include "drope/eval/results.h"
 #include "drope/eval/runners.h"
 #include "drope/plot/plot.h"
@@ -119,11 +120,11 @@ void run_compare(const CompareRun& r) {
   }
   plot::Figure fig;
   if (!r.plot.empty()) fig = plot_summary(r, methods, train_length);  // fails before anything is written
-  for (const auto& p : write_results(r.out, doc, t)) fmt::print("wrote {}\n", p);
+  for (const auto& p : write_results(r.out, doc, t)) logging::info("wrote {}", p);
   if (!r.plot.empty()) {
     plot::save(fig, r.out + ".png");
     plot::save(fig, r.out + ".svg");
-    fmt::print("wrote {}.png and {}.svg\n", r.out, r.out);
+    logging::info("wrote {}.png and {}.svg", r.out, r.out);
   }
   fmt::print("{}", tasks::to_markdown(t));
 }

@@ -3,6 +3,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/log.h"
 #include "drope/eval/generate.h"
 #include "drope/eval/runners.h"
 #include "drope/text/jsonl.h"
@@ -28,7 +29,7 @@ void run_generate(const GenerateRun& r) {
   if (r.out.empty())
     fmt::print("{}", lines);
   else
-    write_file_atomic(r.out, lines), fmt::print("wrote {} generations to {}\n", gens.size(), r.out);
+    write_file_atomic(r.out, lines), logging::info("wrote {} generations to {}", gens.size(), r.out);
 }
 
 }  // namespace drope::eval

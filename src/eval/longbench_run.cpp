@@ -9,6 +9,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/log.h"
 #include "drope/eval/generate.h"
 #include "drope/eval/results.h"
 #include "drope/eval/runners.h"
@@ -43,7 +44,8 @@ void print_and_write(const std::string& prefix, const std::vector<lb::TaskResult
   doc["results"] = rows;
   doc["summary"] = summary;
   auto paths = write_results(prefix, doc, table);
-  fmt::print("{}\nwrote {}\n", tasks::to_markdown(table), fmt::join(paths, ", "));
+  fmt::print("{}\n", tasks::to_markdown(table));
+  logging::info("wrote {}", fmt::join(paths, ", "));
 }
 
 // pred.py's prompt for one sample: middle truncation of the tokenized prompt (halves decoded without
@@ -136,8 +138,8 @@ void run_longbench(const LongBenchRun& r) {
     fs::create_directories(pred_dir);
     write_file_atomic(pred_path, lines);
     results.push_back(lb::score_task(*ds, preds, r.e));
-    fmt::print("{}: {} samples ({} truncated), score {:.2f} → {}\n", ds->name,
-               samples.size(), truncated, results.back().score, pred_path);
+    logging::info("{}: {} samples ({} truncated), score {:.2f} → {}", ds->name, samples.size(), truncated,
+                  results.back().score, pred_path);
   }
   nlohmann::json method = em.describe();
   method["max_length"] = max_length;

@@ -9,6 +9,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/log.h"
 #include "drope/eval/generate.h"
 #include "drope/eval/results.h"
 #include "drope/eval/runners.h"
@@ -64,8 +65,7 @@ std::vector<Generation> generate_all(EvalModel& em, const std::vector<std::strin
     std::vector<std::string> chunk(prompts.begin() + static_cast<std::ptrdiff_t>(b),
                                    prompts.begin() + static_cast<std::ptrdiff_t>(e));
     for (auto& gen : generate(em.model, *em.tokenizer, chunk, g, c.bos)) out.push_back(std::move(gen));
-    fmt::print("  {}: {}/{}\r", what, e, prompts.size());
-    std::fflush(stdout);
+    logging::progress(fmt::format("  {}: {}/{}", what, e, prompts.size()));
   }
   return out;
 }
@@ -77,7 +77,7 @@ void dump_prompts(const NiahRunCommon& c, const std::function<void(const tasks::
   std::string content;
   fill(make_counter(*tok, c.bos), content);
   write_file_atomic(c.dump, content);
-  fmt::print("wrote {}\n", c.dump);
+  logging::info("wrote {}", c.dump);
 }
 
 // The fields every result file of these commands starts with (how the run was set up).
@@ -133,7 +133,7 @@ void run_niah(const NiahRun& o) {
                                 {"keys", s.keys}, {"queries", s.queries}, {"expected", s.expected},
                                 {"needles", s.needles}, {"prompt", s.prompt}});
         }
-        fmt::print("niah_{} @ {}: {} prompts, at most {} prompt tokens (+{} generated)\n", task.name, L, c.trials,
+        logging::info("niah_{} @ {}: {} prompts, at most {} prompt tokens (+{} generated)", task.name, L, c.trials,
                    max_tokens, c.max_new_tokens);
       }
   });
@@ -183,8 +183,7 @@ void run_niah(const NiahRun& o) {
                                     {"score", score}});
       }
       const double score = mean(scores);
-      fmt::print("{}  {}: {:.2f}  (mean prompt {:.0f} tokens)\n", em.label, what, score, tokens / c.trials);
-      std::fflush(stdout);
+      logging::info("{}  {}: {:.2f}  (mean prompt {:.0f} tokens)", em.label, what, score, tokens / c.trials);
       results.push_back({{"task", task.name}, {"length", L}, {"score", score}, {"trials", c.trials},
                          {"mean_prompt_tokens", tokens / c.trials}, {"mean_haystack_units", units / c.trials}});
       summary[fmt::format("{}@{}", task.name, L)] = score;
@@ -212,8 +211,9 @@ void run_niah(const NiahRun& o) {
   doc["results"] = results;
   doc["summary"] = summary;
   write_file_atomic(c.out + ".samples.jsonl", samples_jsonl);
-  for (const auto& p : write_results(c.out, doc, table)) fmt::print("wrote {}\n", p);
-  fmt::print("wrote {}.samples.jsonl\n{}", c.out, tasks::to_markdown(table));
+  for (const auto& p : write_results(c.out, doc, table)) logging::info("wrote {}", p);
+  logging::info("wrote {}.samples.jsonl", c.out);
+  fmt::print("{}", tasks::to_markdown(table));
 }
 
 // ---- niah-grid --------------------------------------------------------------------------------------
@@ -239,7 +239,7 @@ void run_niah_grid(const NiahGridRun& o) {
                                 {"essay_start", s.essay_start}, {"key", s.key}, {"expected", nlohmann::json::array({s.value})},
                                 {"needle", s.needle}, {"prompt", s.prompt}});
         }
-      fmt::print("grid @ {}: {} prompts\n", L, depths.size() * static_cast<size_t>(c.trials));
+      logging::info("grid @ {}: {} prompts", L, depths.size() * static_cast<size_t>(c.trials));
     }
   });
 
@@ -284,8 +284,7 @@ void run_niah_grid(const NiahGridRun& o) {
     std::vector<double> col;
     for (int64_t di = 0; di < rows; ++di) col.push_back(cell[static_cast<size_t>(di * cols + li)]);
     summary[fmt::format("grid@{}", L)] = mean(col);
-    fmt::print("{}  grid @ {}: {:.2f} (mean over {} depths)\n", em.label, L, mean(col), rows);
-    std::fflush(stdout);
+    logging::info("{}  grid @ {}: {:.2f} (mean over {} depths)", em.label, L, mean(col), rows);
   }
   summary["avg"] = mean(cell);
 
@@ -329,8 +328,9 @@ void run_niah_grid(const NiahGridRun& o) {
   plot::save(map, c.out + ".png");
   plot::save(map, c.out + ".svg");
   write_file_atomic(c.out + ".samples.jsonl", samples_jsonl);
-  for (const auto& p : write_results(c.out, doc, table)) fmt::print("wrote {}\n", p);
-  fmt::print("wrote {0}.png, {0}.svg and {0}.samples.jsonl\n{1}", c.out, tasks::to_markdown(table));
+  for (const auto& p : write_results(c.out, doc, table)) logging::info("wrote {}", p);
+  logging::info("wrote {0}.png, {0}.svg and {0}.samples.jsonl", c.out);
+  fmt::print("{}", tasks::to_markdown(table));
 }
 
 }  // namespace drope::eval

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "drope/core/error.h"
+#include "drope/core/log.h"
 #include "drope/eval/perplexity.h"
 #include "drope/eval/results.h"
 #include "drope/eval/runners.h"
@@ -111,9 +112,8 @@ void run_offset_key(const OffsetKeyRun& r) {
     }
     const double acc = percent(score.accuracy()), far_acc = percent(score.far_accuracy());
     const bool has_far = score.far_queries > 0;
-    fmt::print("{}  L={}  accuracy {:.2f}%  far {}  ({} queries, {} far)\n", em.label, L, acc,
-               has_far ? fmt::format("{:.2f}%", far_acc) : "-", score.queries, score.far_queries);
-    std::fflush(stdout);
+    logging::info("{}  L={}  accuracy {:.2f}%  far {}  ({} queries, {} far)", em.label, L, acc,
+                  has_far ? fmt::format("{:.2f}%", far_acc) : "-", score.queries, score.far_queries);
     results.push_back({{"length", L},
                        {"accuracy", acc},
                        {"far_accuracy", has_far ? nlohmann::json(far_acc) : nlohmann::json(nullptr)},
@@ -153,8 +153,8 @@ void run_offset_key(const OffsetKeyRun& r) {
   fig.panels.push_back(panel);
   plot::save(fig, r.out + ".png");
   plot::save(fig, r.out + ".svg");
-  for (const auto& p : write_results(r.out, doc, table)) fmt::print("wrote {}\n", p);
-  fmt::print("wrote {}.png and {}.svg\n", r.out, r.out);
+  for (const auto& p : write_results(r.out, doc, table)) logging::info("wrote {}", p);
+  logging::info("wrote {}.png and {}.svg", r.out, r.out);
 }
 
 }  // namespace drope::eval

@@ -9,6 +9,7 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
+#include "drope/core/log.h"
 #include "drope/core/utf8.h"
 #include "drope/eval/offset_key.h"
 #include "drope/eval/results.h"
@@ -154,8 +155,7 @@ void run_ppl(const PplRun& r) {
     auto p = r.protocol;
     p.length = L;
     const auto res = p.truncate ? perplexity_truncate(em.model, docs, p) : perplexity_sliding(em.model, stream, p);
-    fmt::print("{}  L={}  ppl={:.4f}  ({} windows, {} tokens)\n", em.label, L, res.ppl, res.windows, res.tokens_scored);
-    std::fflush(stdout);
+    logging::info("{}  L={}  ppl={:.4f}  ({} windows, {} tokens)", em.label, L, res.ppl, res.windows, res.tokens_scored);
     results.push_back({{"length", L}, {"ppl", res.ppl}, {"mean_nll", res.mean_nll}, {"windows", res.windows},
                        {"tokens", res.tokens_scored}});
     table.add_row({em.label, std::to_string(L), tasks::fixed(double(L) / double(em.train_length), 2),
@@ -190,8 +190,8 @@ void run_ppl(const PplRun& r) {
   // Plots first: a failed render leaves the previous tables in place as well.
   plot::save(fig, r.out + ".png");
   plot::save(fig, r.out + ".svg");
-  for (const auto& p : write_results(r.out, doc, table)) fmt::print("wrote {}\n", p);
-  fmt::print("wrote {}.png and {}.svg\n", r.out, r.out);
+  for (const auto& p : write_results(r.out, doc, table)) logging::info("wrote {}", p);
+  logging::info("wrote {}.png and {}.svg", r.out, r.out);
 }
 
 void run_fit_temperature(const TemperatureFitRun& r) {
@@ -228,8 +228,8 @@ void run_fit_temperature(const TemperatureFitRun& r) {
   table.columns = {"length", "s", "best beta", "ppl at best", "ppl at beta=1"};
   for (size_t i = 0; i < fit.lengths.size(); ++i) {
     const double s = double(fit.lengths[i]) / double(em.train_length);
-    fmt::print("L={} (s={:.2f}): best β={:.4f} ppl {:.4f} (β=1: {:.4f})\n", fit.lengths[i], s, fit.best_beta[i],
-               fit.best_ppl[i], fit.base_ppl[i]);
+    logging::info("L={} (s={:.2f}): best β={:.4f} ppl {:.4f} (β=1: {:.4f})", fit.lengths[i], s, fit.best_beta[i],
+                  fit.best_ppl[i], fit.base_ppl[i]);
     per.push_back({{"length", fit.lengths[i]}, {"s", s}, {"best_beta", fit.best_beta[i]}, {"best_ppl", fit.best_ppl[i]},
                    {"base_ppl", fit.base_ppl[i]}, {"grid_beta", fit.grid_beta[i]}, {"grid_ppl", fit.grid_ppl[i]}});
     table.add_row({std::to_string(fit.lengths[i]), tasks::fixed(s, 2), tasks::fixed(fit.best_beta[i], 4),
@@ -240,7 +240,7 @@ void run_fit_temperature(const TemperatureFitRun& r) {
               {"method", em.describe()}, {"fits", per}, {"summary", {{"c", fit.c}}}});
   const std::string save = r.save.empty() ? temperature_file(r.method.model_dir) : r.save;
   write_file_atomic(save, doc.dump(2) + "\n");
-  fmt::print("fitted c = {:.4f} (β = 1 + c·ln s); saved to {}\n", fit.c, save);
+  logging::info("fitted c = {:.4f} (β = 1 + c·ln s); saved to {}", fit.c, save);
   if (!r.out.empty()) {
     plot::Figure fig;
     plot::Panel panel;
@@ -258,7 +258,7 @@ void run_fit_temperature(const TemperatureFitRun& r) {
     fig.panels.push_back(panel);
     plot::save(fig, r.out + ".png");
     plot::save(fig, r.out + ".svg");
-    for (const auto& p : write_results(r.out, doc, table)) fmt::print("wrote {}\n", p);
+    for (const auto& p : write_results(r.out, doc, table)) logging::info("wrote {}", p);
   }
 }
 

@@ -10,6 +10,7 @@
 #include "drope/core/files.h"
 #include "drope/core/json.h"
 #include "drope/io/gguf_import.h"
+#include "drope/core/log.h"
 #include "drope/io/safetensors.h"
 #include "drope/model/drope.h"
 
@@ -200,8 +201,8 @@ void load_weights_from(DecoderLM& model, const WeightSet& ws, const std::string&
     fail("{}: unexpected tensor '{}' (checkpoint from another model shape?)", kv.second->path(), kv.first);
   }
   if (skipped > 0)
-    fmt::print(stderr, "warning: {}: ignoring the stored '{}' of {} layer(s): {}\n", src.config_file, skipped_name,
-               skipped, src.unused_reason);
+    logging::warn("{}: ignoring the stored '{}' of {} layer(s): {}", src.config_file, skipped_name, skipped,
+                  src.unused_reason);
 }
 }  // namespace
 

@@ -24,6 +24,7 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
+#include "drope/core/log.h"
 #include "drope/core/tfevents.h"
 #include "drope/io/model_io.h"
 #include "drope/kernels/cpu_isa.h"
@@ -99,7 +100,7 @@ class DropAtStep final : public StepHook {
     const int64_t s = step - 1;  // steps done
     if (s != cfg.drop_at_step || trainer.model()->config().positional.type == PositionalType::kNope) return;
     trainer.replace_model(apply_variant(trainer.model(), drope_variant(cfg), cfg.init));
-    if (trainer.console()) fmt::print("step {}: dropped positional embeddings (qk_norm {})\n", s, name_of(cfg.drope_qk_norm));
+    if (trainer.console()) logging::info("step {}: dropped positional embeddings (qk_norm {})", s, name_of(cfg.drope_qk_norm));
   }
 };
 
@@ -216,7 +217,7 @@ TrainOutcome Trainer::run() {
     const bool stop = stop_requested();
     if (stop || (cfg_.train.checkpoint_every > 0 && state_.step % cfg_.train.checkpoint_every == 0 && !last)) checkpoint();
     if (stop) {
-      if (say_) fmt::print("stop requested: saved {} at step {}\n", out_.last_checkpoint, state_.step);
+      if (say_) logging::info("stop requested: saved {} at step {}", out_.last_checkpoint, state_.step);
       out_.stopped = true;
       return out_;
     }
@@ -245,7 +246,7 @@ void Trainer::build_device() {
   }
   dist_ = std::make_unique<Distributed>(env, device_, cfg_.train.dist_timeout_s);
   main_rank_ = dist_->is_main();
-  say_ = main_rank_ && !opt_.quiet;
+  say_ = !opt_.quiet;  // the logger decides which ranks speak
   world_ = dist_->world();
   // Rank 0 holds the run directory for the whole run: a second drope-train on it is refused.
   if (main_rank_)
@@ -277,7 +278,7 @@ void Trainer::build_data() {
 bool Trainer::resume() {
   if (main_rank_) {
     const int removed = remove_stale_run_temporaries(cfg_.out_dir);
-    if (removed > 0 && say_) fmt::print("removed {} incomplete temporary file(s) of an interrupted run\n", removed);
+    if (removed > 0 && say_) logging::info("removed {} incomplete temporary file(s) of an interrupted run", removed);
   }
   newest_ = latest_checkpoint(cfg_.out_dir);
   ckpt_ = opt_.resume ? newest_ : std::nullopt;
@@ -289,10 +290,10 @@ bool Trainer::resume() {
   moment_ = c.moment;
   opt_steps_ = c.optimizer_steps;
   out_.resumed_from = state_.step;
-  if (say_) fmt::print("resuming from {} (step {})\n", *ckpt_, state_.step);
+  if (say_) logging::info("resuming from {} (step {})", *ckpt_, state_.step);
   if (state_.step >= cfg_.train.steps && state_.extra.is_object() && state_.extra.value("complete", false)) {
     // The run finished (its final checkpoint follows the final validation): nothing to redo or re-log.
-    if (say_) fmt::print("run already complete at step {} (train.steps {})\n", state_.step, cfg_.train.steps);
+    if (say_) logging::info("run already complete at step {} (train.steps {})", state_.step, cfg_.train.steps);
     out_.last_checkpoint = *ckpt_;
     out_.val_loss = state_.extra.value("val_loss", 0.0);
     return true;
@@ -342,6 +343,7 @@ void Trainer::open_run_dir() {
   log_path_ = (fs::path(cfg_.out_dir) / "log.jsonl").string();
   if (main_rank_) {
     fs::create_directories(cfg_.out_dir);
+    if (say_) logging::add_run_file(cfg_.out_dir);  // <out_dir>/drope-train.log, with timestamps
     write_file_atomic((fs::path(cfg_.out_dir) / "config.yaml").string(), opt_.run_yaml);
     if (ckpt_) truncate_log(log_path_, state_.step);
     else write_file_atomic(log_path_, "");
@@ -352,14 +354,14 @@ void Trainer::open_run_dir() {
   if (main_rank_ && cfg_.train.tensorboard) events_ = std::make_unique<EventFileWriter>(cfg_.out_dir, state_.step + 1);
   tty_ = say_ && ::isatty(STDOUT_FILENO);
   if (say_)
-    fmt::print("{}: phase {}, {:.2f}M params, {} layers, positional {}, data {} ({} blocks of {}), batch {} = {} x {} x {} "
-               "(accum x micro x world, backend {}), device {}\n",
-               cfg_.name, name_of(cfg_.phase), n_params_ / 1e6, model_->config().num_layers,
-               name_of(model_->config().positional.type), train_src_->describe(), train_src_->num_blocks(), seq_len_,
-               batch_, accum_, micro_, world_, dist_->backend(), device_.str());
+    logging::info("{}: phase {}, {:.2f}M params, {} layers, positional {}, data {} ({} blocks of {}), batch {} = {} x "
+                  "{} x {} (accum x micro x world, backend {}), device {}",
+                  cfg_.name, name_of(cfg_.phase), n_params_ / 1e6, model_->config().num_layers,
+                  name_of(model_->config().positional.type), train_src_->describe(), train_src_->num_blocks(), seq_len_,
+                  batch_, accum_, micro_, world_, dist_->backend(), device_.str());
   if (say_ && device_.is_cpu())
-    fmt::print("{} | intra-op threads {} | {}\n", describe_cpu_budget(), at::get_num_threads(),
-               kernels::describe_cpu_levels());
+    logging::info("{} | intra-op threads {} | {}", describe_cpu_budget(), at::get_num_threads(),
+                  kernels::describe_cpu_levels());
 }
 
 void Trainer::add_default_hooks() {
@@ -441,9 +443,9 @@ Trainer::StepResult Trainer::train_step() {
 void Trainer::skip_step(const StepResult& r) {
   const int64_t s = state_.step;
   ++bad_steps_;
-  if (main_rank_ && !opt_.quiet)
-    fmt::print(stderr, "warning: step {}: non-finite loss/gradient norm ({} / {}), step skipped ({} in a row, "
-               "limit train.max_bad_steps = {})\n", s + 1, r.loss, r.grad_norm, bad_steps_, cfg_.train.max_bad_steps);
+  if (say_)
+    logging::warn("step {}: non-finite loss/gradient norm ({} / {}), step skipped ({} in a row, "
+                  "limit train.max_bad_steps = {})", s + 1, r.loss, r.grad_norm, bad_steps_, cfg_.train.max_bad_steps);
   if (main_rank_) log_line({{"step", s + 1}, {"skipped", "non-finite loss or gradient"}});
   if (bad_steps_ >= cfg_.train.max_bad_steps)
     fail("aborting at step {}: {} non-finite steps in a row (train.max_bad_steps = {}); the last good "
@@ -474,17 +476,15 @@ void Trainer::log(const StepResult& r) {
     if (const auto m = tensor_memory()) j["tensor_bytes"] = {{"live", m->live}, {"peak", m->peak}};
     if (log_now) log_line(j);
     if (say_) {
-      if (tty_) fmt::print("\r\033[K");
-      fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad-norm {:.3f} | {:.1f}k tok/s | MFU {} | ETA {}\n",
-                 step, steps, r.loss, r.lr, r.grad_norm, tps / 1e3,
+      logging::info("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad-norm {:.3f} | {:.1f}k tok/s | MFU {} | ETA {}",
+                    step, steps, r.loss, r.lr, r.grad_norm, tps / 1e3,
                  mfu >= 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("-"), format_duration(eta));
     }
     t_last_ = now;
     tokens_since_ = 0;
   } else if (tty_) {
     const int width = 30, done = int(width * step / steps);
-    fmt::print("\r[{}{}] step {}/{}", std::string(done, '#'), std::string(width - done, '.'), step, steps);
-    std::fflush(stdout);
+    logging::progress(fmt::format("[{}{}] step {}/{}", std::string(done, '#'), std::string(width - done, '.'), step, steps));
   }
 }
 
@@ -512,7 +512,7 @@ double Trainer::validate() {
 
 void Trainer::log_validation(double vl) {
   if (main_rank_) log_line({{"step", state_.step}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}});
-  if (say_) fmt::print("step {:>6} | validation loss {:.4f} | ppl {:.3f}\n", state_.step, vl, std::exp(vl));
+  if (say_) logging::info("step {:>6} | validation loss {:.4f} | ppl {:.3f}", state_.step, vl, std::exp(vl));
 }
 
 // Rank 0 writes (every rank its shard with a sharded optimizer); every rank learns whether that worked (the
@@ -549,7 +549,7 @@ void Trainer::finish() {
   if (main_rank_) log_line({{"step", state_.step}, {"val_loss", out_.val_loss}, {"val_ppl", std::exp(out_.val_loss)}});
   checkpoint();
   if (say_)
-    fmt::print("done: step {} | validation loss {:.4f} | ppl {:.3f} | checkpoint {}\n", state_.step, out_.val_loss,
+    logging::info("done: step {} | validation loss {:.4f} | ppl {:.3f} | checkpoint {}", state_.step, out_.val_loss,
                std::exp(out_.val_loss), out_.last_checkpoint);
 }
 

@@ -16,7 +16,6 @@ struct AttentionRun {
   std::string dtype = "float32";     // float32 | bfloat16 | float64
   bool forward_only = false;         // skip forward+backward
   bool default_impls = true;         // options.impls not given: default_attention_impls(options.device)
-  bool quiet = false;                // no progress lines on stderr
   std::string json;                  // also write every number as JSON here
 };
 void run_attention(const AttentionRun& r);

@@ -73,7 +73,7 @@ class Trainer {
   const RunConfig& config() const { return cfg_; }
   DecoderLM& model() { return model_; }
   const TrainState& state() const { return state_; }
-  bool console() const { return say_; }  // this process prints progress (rank 0, not quiet)
+  bool console() const { return say_; }  // progress goes to the logger (which picks the ranks that print)
   // Continues with `model` (moved to the training device); the optimizer keeps the moments of parameters
   // whose names stay.
   void replace_model(DecoderLM model);
