@@ -244,8 +244,10 @@ def test_size_flags_are_bounded_before_anything_is_allocated(tmp, model_dir):
         # multiplier x training length beyond any length (1e300 used to overflow the conversion).
         (("drope-eval", "ppl", "--model", model_dir, "--data", text, "--multipliers", "1e300", "--out", tmp / "r"),
          ["--multipliers", "1e+300", "more than"]),
-        (("drope-analyze", "constant-seq", "--preset", "micro", "--seq-len", "99999999"), ["--seq-len", "[2, 4194304]"]),
-        (("drope-analyze", "constant-seq", "--preset", "micro", "--seq-len", "1000000"), ["constant-seq", "needs about"]),
+        (("drope-analyze", "constant-seq", "--preset", "micro", "--seq-len", "99999999"),
+         ["--seq-len", "[2, 4194304]"]),
+        (("drope-analyze", "constant-seq", "--preset", "micro", "--seq-len", "1000000"),
+         ["constant-seq", "needs about"]),
         (("drope-analyze", "bias-grad", "--preset", "micro", "--seq-len", "4000000", "--out", tmp / "bg"),
          ["bias-grad", "needs about"]),
         (("drope-analyze", "rope-scaling", "--head-dim", "100000000000"), ["--head-dim", "65536"]),
