@@ -14,8 +14,8 @@
 #include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
-#include "drope/core/numbers.h"
 #include "drope/core/log.h"
+#include "drope/core/numbers.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/ops/layers.h"
 

@@ -26,8 +26,7 @@ inline std::string numeric_flag_error(const std::string& s, const std::string& t
   if (type == "FLOAT") {
     const double v = std::strtod(s.c_str(), &end);
     if (end != s.c_str() + s.size()) return "";  // not a number at all: CLI11 reports the conversion error
-    if (std::isnan(v) || (std::isinf(v) && errno != ERANGE))
-      return "must be a finite number, got '" + s + "'";
+    if (std::isnan(v) || (std::isinf(v) && errno != ERANGE)) return "must be a finite number, got '" + s + "'";
     if (std::isinf(v)) return "number '" + s + "' is out of range (overflows a double)";
     return "";
   }
@@ -51,8 +50,7 @@ constexpr int64_t kMaxTokensFlag = int64_t(1) << 22;
 
 // Refuses a size flag outside [lo, hi] with a message naming the flag.
 inline void check_size_flag(const std::string& flag, int64_t v, int64_t lo, int64_t hi) {
-  if (v < lo || v > hi)
-    throw drope::Error(fmt::format("{}: expected an integer in [{}, {}], got {}", flag, lo, hi, v));
+  if (v < lo || v > hi) throw drope::Error(fmt::format("{}: expected an integer in [{}, {}], got {}", flag, lo, hi, v));
 }
 
 // Adds the finite/overflow check to every numeric option of `app` and of all its subcommands.

@@ -11,9 +11,9 @@
 
 #include "app_common.h"
 #include "cli_numbers.h"
-#include "log_flags.h"
 #include "drope/analyze/runners.h"
 #include "drope/config/names.h"
+#include "log_flags.h"
 
 int main(int argc, char** argv) {
   namespace an = drope::analyze;
@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
   const std::vector<std::string> kPositional = drope::names_of<drope::PositionalType>();
 
   an::RopeScalingRun rsr;
-  auto* rs = cli.add_subcommand("rope-scaling", "Scaled RoPE frequencies as JSON; with --out also the paper's Figure 6");
+  auto* rs =
+      cli.add_subcommand("rope-scaling", "Scaled RoPE frequencies as JSON; with --out also the paper's Figure 6");
   rs->add_option("--type", rsr.type, drope::join_names(drope::names_of<drope::RopeScalingType>()))
       ->check(CLI::IsMember(drope::names_of<drope::RopeScalingType>()));
   rs->add_option("--factor", rsr.factors, "Extension factor(s) s (default 2,3,4)")->delimiter(',');
@@ -38,7 +39,8 @@ int main(int argc, char** argv) {
   auto* bg = cli.add_subcommand("bias-grad", "Gradients of the attention positional bias A^c (paper Figure 3)");
   bg->add_option("--model", bgr.models, "Model directory (repeatable); seeds vary only the inputs");
   bg->add_option("--config", bgr.configs, "Model YAML (repeatable), initialised once per seed");
-  bg->add_option("--preset", bgr.preset, "With no --model/--config: this preset with RoPE and with NoPE (default tiny)");
+  bg->add_option("--preset", bgr.preset,
+                 "With no --model/--config: this preset with RoPE and with NoPE (default tiny)");
   bg->add_option("--seqs", bgr.seqs, "Input sequences N per seed");
   bg->add_option("--seeds", bgr.seeds, "Seeds M (initialisation and inputs)");
   bg->add_option("--seq-len", bgr.seq_len, "Sequence length T");
@@ -72,9 +74,10 @@ int main(int argc, char** argv) {
   auto* na = cli.add_subcommand("needle-attention",
                                 "Where the last query attends around a needle, per method (paper Figures 7–8)");
   na->add_option("--model", nd.models, "Model directory (repeatable)")->required();
-  na->add_option("--method", nd.methods,
-                 "none | pi:S | ntk:S | yarn:S | ... | temperature:C | temperature:auto | drope+qk (repeatable; default "
-                 "none; docs/evaluation.md)");
+  na->add_option(
+      "--method", nd.methods,
+      "none | pi:S | ntk:S | yarn:S | ... | temperature:C | temperature:auto | drope+qk (repeatable; default "
+      "none; docs/evaluation.md)");
   na->add_option("--tokenizer", nd.tokenizer, "Tokenizer (default: the model directory's; byte tokens if none)");
   na->add_option("--length", nd.length, "Prompt tokens (default 2 × the model's training length)");
   na->add_option("--depth", nd.depth, "Needle depth in % of the haystack (default 50)");

@@ -7,8 +7,8 @@
 
 #include "app_common.h"
 #include "cli_numbers.h"
-#include "log_flags.h"
 #include "drope/bench/runners.h"
+#include "log_flags.h"
 
 int main(int argc, char** argv) {
   CLI::App cli{"drope-bench: benchmarks of the drope ops"};
@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
   att->add_option("--gqa-kv-heads", opt.gqa_kv_heads, "KV heads of the GQA case")->capture_default_str();
   att->add_option("--head-dim", opt.head_dim, "Head dim D")->capture_default_str();
   att->add_option("--window", opt.window, "Sliding window W of the window case")->capture_default_str();
-  att->add_option("--dtype", ar.dtype, "Input dtype")->check(CLI::IsMember({"float32", "bfloat16", "float64"}))
+  att->add_option("--dtype", ar.dtype, "Input dtype")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float64"}))
       ->capture_default_str();
   att->add_option("--device", opt.device, "cpu or cuda (memory: CUDA allocator peak instead of RSS)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
@@ -39,7 +40,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   att->add_option("--max-mem-gb", opt.max_mem_gb, "Skip measurements whose estimated extra memory exceeds this")
       ->capture_default_str();
-  att->add_option("--cases", opt.cases, "Cases among causal, alibi, window, gqa")->delimiter(',')->capture_default_str();
+  att->add_option("--cases", opt.cases, "Cases among causal, alibi, window, gqa")
+      ->delimiter(',')
+      ->capture_default_str();
   auto* impls_opt = att->add_option("--impls", opt.impls,
                                     "Implementations among ours, sdpa, sdpa_mask, reference; with --device cuda also "
                                     "the attention plan's backends forced one at a time: flash, mem_efficient, cudnn, "
@@ -55,7 +58,8 @@ int main(int argc, char** argv) {
   auto* gen = cli.add_subcommand("generate", "Prefill and decode tokens/s of greedy generation (KV cache)");
   gen->add_option("--model", g.model, "Model directory")->required();
   gen->add_option("--context", g.context, "Prompt tokens")->capture_default_str();
-  gen->add_option("--new-tokens", g.new_tokens, "Tokens generated per run (the first ends the prefill)")->capture_default_str();
+  gen->add_option("--new-tokens", g.new_tokens, "Tokens generated per run (the first ends the prefill)")
+      ->capture_default_str();
   gen->add_option("--prefill-chunk", g.chunk, "Prompt tokens per prefill forward")->capture_default_str();
   gen->add_option("--threads", g.threads, "Intra-op threads (0 = LibTorch default)");
   gen->add_option("--seed", g.seed, "Seed of the random prompt");
@@ -67,7 +71,7 @@ int main(int argc, char** argv) {
 
   drope::bench::LayersRun lo;
   auto* lay = cli.add_subcommand("layers", "Fused RMSNorm / rotary / SwiGLU kernels and stacked q/k/v GEMMs vs the "
-                                            "same math in separate ATen ops");
+                                           "same math in separate ATen ops");
   lay->add_option("--batch", lo.batch, "Batch size")->capture_default_str();
   lay->add_option("--seq", lo.seq, "Sequence length")->capture_default_str();
   lay->add_option("--hidden", lo.hidden, "RMSNorm width")->capture_default_str();

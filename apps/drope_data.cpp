@@ -8,8 +8,8 @@
 #include <new>
 #include <string_view>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "drope/core/cpu_budget.h"
@@ -76,8 +76,8 @@ class ProgressPrinter {
       line = fmt::format("scanning: {} documents, {:.1f} MB, {:.1f} MB/s, {}", p.documents, mb, rate,
                          drope::format_duration(p.seconds));
     } else {
-      const double frac = p.text_bytes_total > 0 ? static_cast<double>(p.text_bytes) / static_cast<double>(p.text_bytes_total)
-                                                 : 1.0;
+      const double frac =
+          p.text_bytes_total > 0 ? static_cast<double>(p.text_bytes) / static_cast<double>(p.text_bytes_total) : 1.0;
       const int width = 24, filled = static_cast<int>(width * frac);
       const double eta = frac > 0 ? p.seconds * (1 - frac) / frac : -1;
       line = fmt::format("[{}{}] {:3.0f}% | {}/{} documents | {:.2f}M tokens | {:.1f} MB/s | {} {}",
@@ -102,23 +102,32 @@ int main(int argc, char** argv) {
   drope::text::PrepareOptions po;
   bool train_tokenizer = false;
   bool progress = false;
-  auto* prepare = cli.add_subcommand("prepare", "Text / JSON Lines / parquet files → tokenizer → train/val token shards "
-                                                "+ index.json");
-  prepare->add_option("--input,-i", po.inputs, "Text files (one document each), JSON Lines files (.jsonl, .jsonl.gz, "
-                                               ".jsonl.zst: one document per line), parquet files (.parquet: one "
-                                               "per row), or directories of them (sorted)")->required();
+  auto* prepare =
+      cli.add_subcommand("prepare", "Text / JSON Lines / parquet files → tokenizer → train/val token shards "
+                                    "+ index.json");
+  prepare
+      ->add_option("--input,-i", po.inputs,
+                   "Text files (one document each), JSON Lines files (.jsonl, .jsonl.gz, "
+                   ".jsonl.zst: one document per line), parquet files (.parquet: one "
+                   "per row), or directories of them (sorted)")
+      ->required();
   prepare->add_option("--text-column", po.text_field, "JSON Lines field / parquet column holding the text")
       ->capture_default_str();
   po.threads = drope::cpu_budget().threads;
-  prepare->add_option("--threads", po.threads, "Tokenisation threads (the shards are the same for any count); "
-                                               "default: the CPUs this process may use")->capture_default_str();
+  prepare
+      ->add_option("--threads", po.threads,
+                   "Tokenisation threads (the shards are the same for any count); "
+                   "default: the CPUs this process may use")
+      ->capture_default_str();
   auto* progress_opt = prepare->add_flag("--progress,!--no-progress", progress,
                                          "Progress on stderr (default: only when stderr is a terminal)");
   prepare->add_option("--out", po.out_dir, "Dataset directory to write")->required();
-  prepare->add_option("--tokenizer", po.tokenizer, "Existing tokenizer: SentencePiece .model, tokenizer.json, or a directory");
+  prepare->add_option("--tokenizer", po.tokenizer,
+                      "Existing tokenizer: SentencePiece .model, tokenizer.json, or a directory");
   prepare->add_flag("--train-tokenizer", train_tokenizer, "Train a SentencePiece model on the training documents");
   prepare->add_option("--vocab-size", po.train_vocab_size, "Vocabulary size of the trained SentencePiece model");
-  prepare->add_option("--model-type", po.train_model_type, "SentencePiece model type")->check(CLI::IsMember({"bpe", "unigram"}));
+  prepare->add_option("--model-type", po.train_model_type, "SentencePiece model type")
+      ->check(CLI::IsMember({"bpe", "unigram"}));
   prepare->add_option("--val-fraction", po.val_fraction, "Share of documents held out for validation, in [0, 1)");
   prepare->add_option("--seed", po.seed, "Seed of the validation split");
   prepare->add_option("--shard-tokens", po.shard_tokens, "Tokens per shard file at most");
@@ -145,8 +154,10 @@ int main(int argc, char** argv) {
     if (*prepare) {
       if (train_tokenizer && po.train_vocab_size <= 0) drope::fail("--train-tokenizer needs --vocab-size N");
       if (!train_tokenizer && po.train_vocab_size > 0) drope::fail("--vocab-size is only used with --train-tokenizer");
-      if (train_tokenizer && !po.tokenizer.empty()) drope::fail("give either --tokenizer PATH or --train-tokenizer, not both");
-      if (!train_tokenizer && po.tokenizer.empty()) drope::fail("give --tokenizer PATH or --train-tokenizer --vocab-size N");
+      if (train_tokenizer && !po.tokenizer.empty())
+        drope::fail("give either --tokenizer PATH or --train-tokenizer, not both");
+      if (!train_tokenizer && po.tokenizer.empty())
+        drope::fail("give --tokenizer PATH or --train-tokenizer --vocab-size N");
       drope::app::check_size_flag("--threads", po.threads, 1, 1024);
       const bool tty = ::isatty(STDERR_FILENO) == 1;
       const bool show = progress_opt->count() > 0 ? progress : tty;
@@ -164,10 +175,9 @@ int main(int argc, char** argv) {
                            index.token_bytes == 2 ? "uint16" : "uint32");
       drope::logging::info("train: {} documents, {} tokens, {} shards", tr.documents, tr.tokens, tr.shards.size());
       drope::logging::info("val:   {} documents, {} tokens, {} shards", va.documents, va.tokens, va.shards.size());
-      drope::logging::info("tokenised {:.1f} MB in {:.3f} s ({:.2f} MB/s, {} threads)",
-                           static_cast<double>(last.text_bytes) / 1e6, last.seconds,
-                           last.seconds > 0 ? static_cast<double>(last.text_bytes) / 1e6 / last.seconds : 0.0,
-                           po.threads);
+      drope::logging::info(
+          "tokenised {:.1f} MB in {:.3f} s ({:.2f} MB/s, {} threads)", static_cast<double>(last.text_bytes) / 1e6,
+          last.seconds, last.seconds > 0 ? static_cast<double>(last.text_bytes) / 1e6 / last.seconds : 0.0, po.threads);
     } else if (*encode) {
       const auto tok = drope::text::load_tokenizer(tokenizer);
       if (!texts_file.empty()) {

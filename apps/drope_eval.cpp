@@ -2,11 +2,12 @@
 #include <CLI/CLI.hpp>
 
 #include "cli_numbers.h"
-#include "log_flags.h"
 #include "eval/common.h"
+#include "log_flags.h"
 
 int main(int argc, char** argv) {
-  CLI::App cli{"drope-eval: perplexity, needle-in-a-haystack, offset-key retrieval, LongBench and generation for drope and HF models"};
+  CLI::App cli{
+      "drope-eval: perplexity, needle-in-a-haystack, offset-key retrieval, LongBench and generation for drope and HF models"};
   cli.require_subcommand(1);
   int rc = 0;
   drope::evalcli::add_logits_command(cli, rc);

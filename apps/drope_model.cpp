@@ -4,12 +4,11 @@
 #include <utility>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "app_common.h"
 #include "cli_numbers.h"
-#include "log_flags.h"
 #include "drope/core/error.h"
 #include "drope/core/gguf.h"
 #include "drope/core/log.h"
@@ -17,6 +16,7 @@
 #include "drope/io/safetensors.h"
 #include "drope/model/drope.h"
 #include "drope/text/gguf_tokenizer.h"
+#include "log_flags.h"
 
 namespace {
 
@@ -53,7 +53,8 @@ void print_info(drope::DecoderLM& m) {
              c.qk_norm, c.softmax_temperature, c.max_position,
              c.softmax_scale > 0 ? fmt::format("  softmax_scale {}", c.softmax_scale) : "");
   std::string plan;
-  for (const auto& l : c.layer_plan()) plan += fmt::format("{}{} ", kind_name(l.kind), l.window ? fmt::format("/w{}", l.window) : "");
+  for (const auto& l : c.layer_plan())
+    plan += fmt::format("{}{} ", kind_name(l.kind), l.window ? fmt::format("/w{}", l.window) : "");
   fmt::print("layers: {}\n", plan);
   fmt::print("parameters: {} ({:.2f}M)\n", m->num_parameters(), m->num_parameters() / 1e6);
 }
@@ -69,10 +70,8 @@ std::vector<std::pair<std::string, std::string>> gguf_extras(const std::string& 
              f.header().tensors.size(), counts.substr(1));
   const auto tok = drope::text::gguf_tokenizer_files(f);
   std::vector<std::pair<std::string, std::string>> files = {{"tokenizer_config.json", tok.tokenizer_config_json}};
-  if (tok.kind == "hf-bpe")
-    files.emplace_back("tokenizer.json", tok.tokenizer_json);
-  else
-    files.emplace_back("tokenizer.model", tok.tokenizer_model);
+  if (tok.kind == "hf-bpe") files.emplace_back("tokenizer.json", tok.tokenizer_json);
+  else files.emplace_back("tokenizer.model", tok.tokenizer_model);
   return files;
 }
 
@@ -95,7 +94,8 @@ void gguf_info(const std::string& path, const std::string& out) {
   }
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& t : h.tensors) {
-    fmt::print("  {:<40} {:<10} {}\n", t.name, drope::gguf::type_traits(t.type)->name, c10::str(at::IntArrayRef(t.shape())));
+    fmt::print("  {:<40} {:<10} {}\n", t.name, drope::gguf::type_traits(t.type)->name,
+               c10::str(at::IntArrayRef(t.shape())));
     if (out.empty()) continue;
     at::Tensor x = at::empty(t.shape(), at::kFloat);
     f.read_float(t, x.data_ptr<float>());
@@ -123,8 +123,9 @@ void save(drope::DecoderLM& m, const std::string& out, const drope::io::SaveOpti
     drope::logging::info("saved {} (DroPE reference config.json, model_type {}_drope + model.safetensors)", out,
                          m->config().arch);
   else
-    drope::logging::info("saved {} ({})", out, hf ? "drope.yaml + HF config.json + model.safetensors"
-                                                 : "drope.yaml + model.safetensors; HF cannot express this model");
+    drope::logging::info("saved {} ({})", out,
+                         hf ? "drope.yaml + HF config.json + model.safetensors"
+                            : "drope.yaml + model.safetensors; HF cannot express this model");
 }
 
 // The import options of --positional ("" = none).
@@ -145,8 +146,9 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   bool per_head = false, force = false;
   const char* force_help = "Replace --out even if it is a non-empty directory that is not a drope model";
-  const std::string format_help = "Output format: drope (drope.yaml + safetensors, HF config.json when HF can express "
-                                  "the model) | drope-reference (the DroPE authors' llama_drope / qwen2_drope config.json)";
+  const std::string format_help =
+      "Output format: drope (drope.yaml + safetensors, HF config.json when HF can express "
+      "the model) | drope-reference (the DroPE authors' llama_drope / qwen2_drope config.json)";
   const std::string positional_help =
       "Override the imported model's positional encoding in every layer: rope | nope (a RoPE-less checkpoint saved "
       "as plain Llama: nope)";
@@ -154,7 +156,8 @@ int main(int argc, char** argv) {
     c->add_option("--format", format, format_help)->check(CLI::IsMember(drope::names_of<drope::ModelFormat>()));
   };
   const auto add_positional = [&](CLI::App* c) {
-    c->add_option("--positional", positional, positional_help)->check(CLI::IsMember(drope::io::import_positional_names()));
+    c->add_option("--positional", positional, positional_help)
+        ->check(CLI::IsMember(drope::io::import_positional_names()));
   };
 
   auto* info = cli.add_subcommand("info", "Print a model's shape, layer plan and parameter count");

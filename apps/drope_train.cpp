@@ -1,22 +1,22 @@
 // drope-train: pretraining, DroPE recalibration and RoPE-scaling fine-tuning from a YAML run config,
 // single process or data parallel under torchrun (`torchrun --no-python --nproc_per_node=N drope-train ...`);
 // `drope-train plot RUN_DIR` draws a run's loss and learning-rate curves from its log.jsonl.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "app_common.h"
 #include "cli_numbers.h"
-#include "log_flags.h"
 #include "drope/core/error.h"
 #include "drope/core/log.h"
-#include "drope/train/curves.h"
 #include "drope/io/model_io.h"
+#include "drope/train/curves.h"
 #include "drope/train/distributed.h"
 #include "drope/train/memory_plan.h"
 #include "drope/train/recompute.h"
-#include "drope/train/tensor_memory.h"
 #include "drope/train/run_config.h"
+#include "drope/train/tensor_memory.h"
 #include "drope/train/trainer.h"
+#include "log_flags.h"
 
 int main(int argc, char** argv) {
   CLI::App cli{"drope-train: train decoder LMs with RoPE / NoPE / ALiBi / RNoPE-SWA, DroPE recalibration"};
@@ -25,18 +25,22 @@ int main(int argc, char** argv) {
   bool resume = false, print_config = false;
   cli.add_option("config", config, "Run config YAML (see configs/)");
   cli.add_option("--set", sets, "Override a config key: --set train.steps=100 (repeatable)");
-  cli.add_flag("--resume", resume, "Continue from the newest checkpoint in run.out_dir (automatic after a torchrun restart)");
+  cli.add_flag("--resume", resume,
+               "Continue from the newest checkpoint in run.out_dir (automatic after a torchrun restart)");
   cli.add_flag("--print-config", print_config, "Print the resolved config and exit");
   bool force = false;
-  cli.add_flag("--force", force, "Write into run.out_dir even if it is a non-empty directory that is not a drope-train run");
+  cli.add_flag("--force", force,
+               "Write into run.out_dir even if it is a non-empty directory that is not a drope-train run");
   bool plan = false;
   int64_t plan_world = 0;
   double gpu_mem_gb = 80;
-  cli.add_flag("--plan", plan, "Print the memory plan per rank for every train.shard mode (and the largest micro-batch "
-                               "that fits --gpu-mem-gb) and exit; nothing is allocated");
+  cli.add_flag("--plan", plan,
+               "Print the memory plan per rank for every train.shard mode (and the largest micro-batch "
+               "that fits --gpu-mem-gb) and exit; nothing is allocated");
   auto* world_opt =
       cli.add_option("--world", plan_world, "With --plan: data-parallel world size (default: WORLD_SIZE, else 1)");
-  auto* gpu_mem_opt = cli.add_option("--gpu-mem-gb", gpu_mem_gb, "With --plan: device memory per rank in GB (default 80)");
+  auto* gpu_mem_opt =
+      cli.add_option("--gpu-mem-gb", gpu_mem_gb, "With --plan: device memory per rank in GB (default 80)");
   bool plan_json = false;
   auto* json_opt =
       cli.add_flag("--json", plan_json, "With --plan: one JSON object per shard mode (bytes) instead of the table");
@@ -56,8 +60,7 @@ int main(int argc, char** argv) {
         drope::fail("drope-train plot takes RUN_DIR and --out only (not a config, --set, --resume or --print-config)");
       });
     return drope::app::run([&] {
-      for (const auto& p : drope::train::plot_training_curves(plot_dir, plot_out))
-        drope::logging::info("wrote {}", p);
+      for (const auto& p : drope::train::plot_training_curves(plot_dir, plot_out)) drope::logging::info("wrote {}", p);
       return 0;
     });
   }
@@ -76,13 +79,15 @@ int main(int argc, char** argv) {
     if (plan) {
       if (world_opt->count() > 0) drope::app::check_size_flag("--world", plan_world, 1, 1 << 20);
       const int world = world_opt->count() > 0 ? int(plan_world) : drope::train::read_dist_env().world;
-      if (!(gpu_mem_gb > 0 && gpu_mem_gb <= 1e6)) drope::fail("--gpu-mem-gb: expected a number in (0, 1e6], got {}", gpu_mem_gb);
+      if (!(gpu_mem_gb > 0 && gpu_mem_gb <= 1e6))
+        drope::fail("--gpu-mem-gb: expected a number in (0, 1e6], got {}", gpu_mem_gb);
       drope::train::PlanInput in;
       in.model = cfg.init.empty() ? cfg.model : drope::io::load_model_config_dir(cfg.init);
       in.seq_len = cfg.data.seq_len;
       in.world = world;
       if (cfg.data.batch_size % world != 0)
-        drope::fail("{}: data.batch_size {} is not a multiple of the world size {}", cfg.source, cfg.data.batch_size, world);
+        drope::fail("{}: data.batch_size {} is not a multiple of the world size {}", cfg.source, cfg.data.batch_size,
+                    world);
       in.micro_batch = cfg.data.micro_batch > 0 ? cfg.data.micro_batch : cfg.data.batch_size / world;
       if (cfg.data.batch_size % (in.micro_batch * world) != 0)
         drope::fail("{}: data.batch_size {} is not a multiple of micro_batch ({}) x world size ({})", cfg.source,

@@ -27,12 +27,14 @@ inline LogFlags& log_flags() {
 
 namespace detail {
 inline void add_log_flags_to(CLI::App& app, LogFlags& f) {
-  app.add_option("--log-level", f.level, "Console messages at this level and above: trace, debug, info (default), "
-                                         "warn, error or off")
+  app.add_option("--log-level", f.level,
+                 "Console messages at this level and above: trace, debug, info (default), "
+                 "warn, error or off")
       ->group("Logging");
   app.add_flag("--quiet", f.quiet, "Only warnings and errors on the console (--log-level warn)")->group("Logging");
-  app.add_option("--log-ranks", f.ranks, "Under torchrun / Slurm: 0 (default: rank 0 logs, the others only errors) "
-                                         "or all (every rank, each line prefixed [rank N])")
+  app.add_option("--log-ranks", f.ranks,
+                 "Under torchrun / Slurm: 0 (default: rank 0 logs, the others only errors) "
+                 "or all (every rank, each line prefixed [rank N])")
       ->group("Logging");
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) add_log_flags_to(*sub, f);
 }

@@ -54,7 +54,8 @@ TEST(Analyze, HandBuiltAttentionMatchesClosedForm) {
   const double diag = (0.0 + (0.7 - 0.3) + (0.3 - 0.35)) / 3.0;
   // Previous token: (1/3)[0 + (0.3 − 0.7) + (0.5 − (0.2 + 0.3)/2)].
   const double prev = (0.0 + (0.3 - 0.7) + (0.5 - 0.25)) / 3.0;
-  EXPECT_NEAR(analyze::positional_bias(a, analyze::bias_weights(BiasWeights::kDiagonal, 3)).item<double>(), diag, 1e-15);
+  EXPECT_NEAR(analyze::positional_bias(a, analyze::bias_weights(BiasWeights::kDiagonal, 3)).item<double>(), diag,
+              1e-15);
   EXPECT_NEAR(analyze::positional_bias(a, analyze::bias_weights(BiasWeights::kPreviousToken, 3)).item<double>(), prev,
               1e-15);
   // Batched over leading dims; a pure diagonal head attains the maximum (T − 1)/T.
@@ -67,7 +68,8 @@ TEST(Analyze, HandBuiltAttentionMatchesClosedForm) {
 TEST(Analyze, UniformAttentionHasZeroBias) {
   const int64_t T = 17;
   auto rows = torch::arange(1, T + 1, torch::kDouble).view({T, 1});
-  auto uniform = torch::where(torch::ones({T, T}, torch::kBool).tril(), 1.0 / rows, torch::zeros({T, T}, torch::kDouble));
+  auto uniform =
+      torch::where(torch::ones({T, T}, torch::kBool).tril(), 1.0 / rows, torch::zeros({T, T}, torch::kDouble));
   for (auto w : {BiasWeights::kDiagonal, BiasWeights::kPreviousToken})
     EXPECT_LT(std::abs(analyze::positional_bias(uniform, analyze::bias_weights(w, T)).item<double>()), 1e-15);
 }
@@ -117,8 +119,9 @@ TEST(Analyze, BiasAndGradientMatchFiniteDifferences) {
     // The library's norms are the norms of these gradients.
     EXPECT_NEAR(r.grad_wq, g[0].norm().item<double>(), 1e-12);
     EXPECT_NEAR(r.grad_wk, g[1].norm().item<double>(), 1e-12);
-    EXPECT_GE(r.grad_all, std::sqrt(r.grad_wq * r.grad_wq + r.grad_wk * r.grad_wk + std::pow(g[2].norm().item<double>(), 2)) *
-                              (1 - 1e-12));
+    EXPECT_GE(r.grad_all,
+              std::sqrt(r.grad_wq * r.grad_wq + r.grad_wk * r.grad_wk + std::pow(g[2].norm().item<double>(), 2)) *
+                  (1 - 1e-12));
   }
 }
 
@@ -178,10 +181,12 @@ TEST(Analyze, ConstantSequenceNopeExactRopeNot) {
   EXPECT_GT(rope.bias_grad_wq, 1e-6);
   EXPECT_GT(rope.bias_grad_wk, 1e-6);
   EXPECT_LT(rope.output_spread, 1e-12);  // part (4) holds for RoPE too
-  test::expect_error([&] {
-    DecoderLM m(micro("nope"));
-    analyze::constant_sequence_check(m, 256, 8);
-  }, {"token 256", "[0, 256)"});
+  test::expect_error(
+      [&] {
+        DecoderLM m(micro("nope"));
+        analyze::constant_sequence_check(m, 256, 8);
+      },
+      {"token 256", "[0, 256)"});
 }
 
 TEST(Analyze, AttentionMapAndLayerHeadChecks) {

@@ -111,10 +111,8 @@ TEST(RNoPESWA, LayerMasksFollowThePlan) {
       for (int64_t j = 0; j < 12; ++j) {
         const bool visible = j <= i && (global || j > i - 4);
         const double mass = p.index({torch::indexing::Slice(), i, j}).abs().max().item<double>();
-        if (visible)
-          EXPECT_GT(mass, 0.0) << layer << " " << i << " " << j;
-        else
-          EXPECT_EQ(mass, 0.0) << layer << " " << i << " " << j;
+        if (visible) EXPECT_GT(mass, 0.0) << layer << " " << i << " " << j;
+        else EXPECT_EQ(mass, 0.0) << layer << " " << i << " " << j;
       }
   }
 }

@@ -92,7 +92,8 @@ bool check_case(const Case& c, torch::Dtype dtype, bool backward = true, int for
     force.emplace(ops::AttnBackend(forced));
   }
   EXPECT_TRUE(ops::uses_fused_attention(qd, kd, vd, p_gpu));
-  const auto used = forced >= 0 ? ops::AttnBackend(forced) : ops::cuda_attention_plan(qd, kd, vd, p_gpu, backward).backend;
+  const auto used =
+      forced >= 0 ? ops::AttnBackend(forced) : ops::cuda_attention_plan(qd, kd, vd, p_gpu, backward).backend;
   // Outputs within 2× the error of LibTorch's plain-ATen attention in the same dtype (the float64 reference on
   // the rounded inputs is exact). Gradients within 4×, 5× for the memory-efficient kernel: on an H100 LibTorch's
   // fused kernels' bfloat16 gradients measured up to 3.1× (cuDNN), 2.4× (SDPA) and 3.9× (memory-efficient, also
@@ -108,8 +109,8 @@ bool check_case(const Case& c, torch::Dtype dtype, bool backward = true, int for
     const double e_got = max_err(got.out, exact.out);
     const double e_lib = max_err(lib.out, exact.out);
     EXPECT_LE(e_got, 2 * e_lib + 2e-3) << "libtorch error " << e_lib;
-    const auto lse_exact = ops::reference_attention(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble),
-                                                    p_cpu).lse;
+    const auto lse_exact =
+        ops::reference_attention(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble), p_cpu).lse;
     EXPECT_LE(max_err(got.lse, lse_exact), 2e-3);
     return true;
   }

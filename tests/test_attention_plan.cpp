@@ -27,8 +27,8 @@
 #include <torch/torch.h>
 
 #include "attention_cases.h"
-#include "drope/ops/attention_backends.h"
 #include "drope/ops/attention.h"
+#include "drope/ops/attention_backends.h"
 #include "drope/ops/attention_plan.h"
 
 using namespace drope;
@@ -72,7 +72,8 @@ be::FlashFwdOut emulate_flash(const be::FlashFwdIn& in) {
   const int64_t nseq = varlen ? in.cu_q.size(0) - 1 : in.q.size(0);
   auto out = torch::zeros(in.q.sizes(), in.q.options());
   const int64_t total_q = varlen ? in.q.size(0) : 0;
-  auto lse_all = varlen ? torch::zeros({H, total_q}, in.q.options()) : torch::zeros({nseq, H, in.q.size(1)}, in.q.options());
+  auto lse_all =
+      varlen ? torch::zeros({H, total_q}, in.q.options()) : torch::zeros({nseq, H, in.q.size(1)}, in.q.options());
   std::vector<torch::Tensor> outs;
   for (int64_t n = 0; n < nseq; ++n) {
     torch::Tensor qs, ks, vs;  // (sq, H, D), (sk, Hk, D)
@@ -215,7 +216,7 @@ using Case = test::AttentionCase;
 // the CUDA kernels, head dims 64/128), with the head dims FA2 takes (multiples of 8) and one it does not (12).
 std::vector<Case> option_grid() {
   std::vector<Case> cases;
-  const int64_t shapes[][4] = {{70, 70, -1, 16}, {1, 77, -1, 16}, {13, 90, -1, 8},  {10, 40, 7, 24},
+  const int64_t shapes[][4] = {{70, 70, -1, 16}, {1, 77, -1, 16},    {13, 90, -1, 8},   {10, 40, 7, 24},
                                {31, 31, -1, 12}, {130, 130, -1, 64}, {45, 200, -1, 64}, {70, 160, 20, 128}};
   for (bool causal : {true, false})
     for (int64_t window : {0, 5, 37})

@@ -37,7 +37,8 @@ TEST(Config, PresetsMatchSpec) {
 
 TEST(Config, YamlPresetWithOverrides) {
   auto d = test::tmp_dir("cfg_ok");
-  auto p = write(d, "m.yaml", "model:\n  preset: tiny\n  num_layers: 8\n  positional:\n    type: rnope-swa\n    window: 16\n");
+  auto p = write(d, "m.yaml",
+                 "model:\n  preset: tiny\n  num_layers: 8\n  positional:\n    type: rnope-swa\n    window: 16\n");
   auto c = load_model_config_file(p);
   EXPECT_EQ(c.num_layers, 8);
   EXPECT_EQ(c.hidden_size, 128);
@@ -71,8 +72,8 @@ TEST(Config, YamlRoundTrip) {
 TEST(Config, UnknownKeyNamesFileLineAndKey) {
   auto d = test::tmp_dir("cfg_bad");
   auto p = write(d, "typo.yaml", "model:\n  preset: tiny\n  positional:\n    type: rope\n    rope_thetta: 5\n");
-  test::expect_error([&] { load_model_config_file(p); }, {"typo.yaml:5:", "model.positional.rope_thetta", "unknown key",
-                                                          "rope_theta"});
+  test::expect_error([&] { load_model_config_file(p); },
+                     {"typo.yaml:5:", "model.positional.rope_thetta", "unknown key", "rope_theta"});
 }
 
 TEST(Config, WrongTypeAndBadChoice) {
@@ -167,11 +168,13 @@ TEST(Config, NonFiniteAndOverflowingNumbersAreRefused) {
       load_model_config_file(p);
       ADD_FAILURE() << "accepted: " << c.yaml;
     } catch (const Error& e) {
-      for (const auto& s : n) EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what() << "\nmissing: " << s;
+      for (const auto& s : n)
+        EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what() << "\nmissing: " << s;
     }
   }
   // The same check guards configs built in code (HF import, presets edited by a caller).
   auto c = model_preset("micro");
   c.positional.rope_theta = std::numeric_limits<double>::infinity();
-  test::expect_error([&] { c.validate("src"); }, {"src: model.positional.rope_theta must be a finite number > 1, got inf"});
+  test::expect_error([&] { c.validate("src"); },
+                     {"src: model.positional.rope_theta must be a finite number > 1, got inf"});
 }

@@ -227,7 +227,8 @@ TEST(Generate, StopsAtEosAndStopCheck) {
   EXPECT_EQ(g[0].finish, "eos");
   EXPECT_EQ(g[0].tokens, std::vector<int32_t>(ref.begin(), ref.begin() + long(first)));
   // A stop check that fires after 2 tokens.
-  auto s = eval::generate_tokens(m, {prompt}, opt, -1, [](size_t, const std::vector<int32_t>& t) { return t.size() == 2; });
+  auto s =
+      eval::generate_tokens(m, {prompt}, opt, -1, [](size_t, const std::vector<int32_t>& t) { return t.size() == 2; });
   EXPECT_EQ(s[0].finish, "stop");
   EXPECT_EQ(s[0].tokens, std::vector<int32_t>(ref.begin(), ref.begin() + 2));
   opt.max_new_tokens = 0;
@@ -249,7 +250,8 @@ TEST(Perplexity, SlidingWindowMatchesPerTokenDefinition) {
     auto lp = torch::log_softmax(m->forward(ids_of(stream).narrow(1, begin, end - begin)), -1)[0];
     double sum = 0;
     int64_t n = 0;
-    for (int64_t t = std::max(prev_end, begin + 1); t < end; ++t, ++n) sum -= lp[t - begin - 1][stream[size_t(t)]].item<double>();
+    for (int64_t t = std::max(prev_end, begin + 1); t < end; ++t, ++n)
+      sum -= lp[t - begin - 1][stream[size_t(t)]].item<double>();
     window_means.push_back(sum / double(n));
     scored += n;
     prev_end = end;
@@ -285,7 +287,8 @@ TEST(Perplexity, ANonFiniteLossIsAnErrorNotNan) {
 
 TEST(Perplexity, TruncateScoresFirstLTokensOfLongDocuments) {
   auto m = make(cfg_for("nope"));
-  std::vector<std::vector<int32_t>> docs = {random_tokens(20, 256, 61), random_tokens(5, 256, 62), random_tokens(16, 256, 63)};
+  std::vector<std::vector<int32_t>> docs = {random_tokens(20, 256, 61), random_tokens(5, 256, 62),
+                                            random_tokens(16, 256, 63)};
   eval::PerplexityOptions o;
   o.length = 16;
   o.truncate = true;

@@ -1,6 +1,7 @@
 // Never delete what we did not create: our temporaries have a name only we produce (with our pid), only
 // those of dead processes are cleaned, a non-empty directory that is not ours is never replaced, an output
-// is never an input, and a directory being written is locked against a second process. Also the strict parts of a checkpoint's state.json. Torch-free.
+// is never an input, and a directory being written is locked against a second process. Also the strict parts of a
+// checkpoint's state.json. Torch-free.
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,9 +49,13 @@ TEST(FileSafety, OnlyOurStaleTemporariesAreRemoved) {
   const auto dir = fs::path(tmp_dir("file_safety_stale"));
   const pid_t gone = dead_pid();
   const std::string g = std::to_string(gone);
-  const std::vector<std::string> keep = {"notes.tmp-1-2", "data.tmp-" + g + "-abc", "x.tmp-delete",
+  const std::vector<std::string> keep = {"notes.tmp-1-2",
+                                         "data.tmp-" + g + "-abc",
+                                         "x.tmp-delete",
                                          ".drope-tmp-" + std::to_string(::getpid()) + "-ab.live",
-                                         ".drope-tmp-" + g + "-xyz.nothex", ".drope-tmp-" + g + "-ab.", ".drope-tmp--ab.x",
+                                         ".drope-tmp-" + g + "-xyz.nothex",
+                                         ".drope-tmp-" + g + "-ab.",
+                                         ".drope-tmp--ab.x",
                                          "drope-tmp-" + g + "-ab.x"};
   for (const auto& k : keep) touch(dir / k);
   touch(dir / (".drope-tmp-" + g + "-deadbeef.config.yaml"), "half");
@@ -110,8 +115,9 @@ TEST(FileSafety, AnOutputIsNeverAnInputNorInsideOneNorHoldsOne) {
   expect_error([&] { drope::check_output_dir((dir / "models").string(), model_rule(in, true)); },
                {"contains the input --model"});
   // An input given through a symlink is the same input.
-  expect_error([&] { drope::check_output_dir(model.string(), model_rule({{"--model", (dir / "link").string()}}, true)); },
-               {"is the input --model"});
+  expect_error(
+      [&] { drope::check_output_dir(model.string(), model_rule({{"--model", (dir / "link").string()}}, true)); },
+      {"is the input --model"});
   // A sibling is fine; an absent input or an empty path is not compared.
   drope::check_output_dir((dir / "models" / "m2").string(), model_rule(in));
   drope::check_output_dir(model.string(), model_rule({{"--model", (dir / "absent").string()}, {"--tokenizer", ""}}));
@@ -175,7 +181,9 @@ TEST(FileSafety, DirLockRefusesASecondProcessAndTakesOverAfterItDies) {
 TEST(FileSafety, DirLockRemovesOnlyTheEmptyDirectoriesItCreated) {
   const auto root = fs::path(tmp_dir("file_safety_lock_dirs"));
   for (const auto where : {drope::DirLock::Where::kInside, drope::DirLock::Where::kBeside}) {
-    { drope::DirLock l((root / "a" / "b" / "out").string(), where); }  // a refused run: nothing was written
+    {
+      drope::DirLock l((root / "a" / "b" / "out").string(), where);
+    }  // a refused run: nothing was written
     EXPECT_FALSE(fs::exists(root / "a"));
     {
       drope::DirLock l((root / "a" / "b" / "out").string(), where);
@@ -201,8 +209,9 @@ TEST(FileSafety, DirLockRefusesALockFileThatIsAFifo) {
 TEST(FileSafety, DirectoryWriteErrorsNameTheTargetNotTheTemporary) {
   const auto dir = fs::path(tmp_dir("file_safety_names"));
   const std::string out = (dir / "ds").string();
-  expect_error([&] { drope::write_dir_atomic(out, [](const std::string& tmp) { drope::fail("{}/train/a.bin: boom", tmp); }); },
-               {out + "/train/a.bin: boom"});
+  expect_error(
+      [&] { drope::write_dir_atomic(out, [](const std::string& tmp) { drope::fail("{}/train/a.bin: boom", tmp); }); },
+      {out + "/train/a.bin: boom"});
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 0);
 }
 

@@ -35,10 +35,8 @@ Result run(const Inputs& in, const Case& c, torch::Dtype dtype, bool reference) 
   auto q = in.q.to(dtype).requires_grad_(), k = in.k.to(dtype).requires_grad_(), v = in.v.to(dtype).requires_grad_();
   const auto p = c.params();
   torch::Tensor out;
-  if (reference)
-    out = ops::reference_attention(q, k, v, p).out;
-  else
-    out = ops::attention(q, k, v, p);
+  if (reference) out = ops::reference_attention(q, k, v, p).out;
+  else out = ops::attention(q, k, v, p);
   auto loss = (out.to(torch::kDouble) * in.g).sum();
   auto grads = torch::autograd::grad({loss}, {q, k, v});
   return {out.detach().to(torch::kDouble), grads[0].to(torch::kDouble), grads[1].to(torch::kDouble),
@@ -213,7 +211,8 @@ TEST(FusedAttention, BFloat16NoWorseThanLibTorch) {
         const auto p = c.params();
         const auto in = random_inputs(c);
         const auto q = in.q.to(torch::kBFloat16), k = in.k.to(torch::kBFloat16), v = in.v.to(torch::kBFloat16);
-        const auto exact = ops::reference_attention(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble), p).out;
+        const auto exact =
+            ops::reference_attention(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble), p).out;
         const auto got = ops::attention(q, k, v, p);
         ASSERT_EQ(got.scalar_type(), torch::kBFloat16);
         // LibTorch's bf16 attention: SDPA with the equivalent dense additive mask.

@@ -34,11 +34,16 @@ struct Target {
 };
 
 const std::vector<Target> kTargets = {
-    {"checkpoint_state", drope_fuzz_checkpoint_state}, {"dataset_index", drope_fuzz_dataset_index},
-    {"hf_config", drope_fuzz_hf_config},               {"model_config", drope_fuzz_model_config},
-    {"safetensors_header", drope_fuzz_safetensors_header}, {"token_shard", drope_fuzz_token_shard},
-      {"tokenizer_json", drope_fuzz_tokenizer_json},     {"sentencepiece_model", drope_fuzz_sentencepiece_model},
-      {"json", drope_fuzz_json},                         {"gguf", drope_fuzz_gguf},
+    {"checkpoint_state", drope_fuzz_checkpoint_state},
+    {"dataset_index", drope_fuzz_dataset_index},
+    {"hf_config", drope_fuzz_hf_config},
+    {"model_config", drope_fuzz_model_config},
+    {"safetensors_header", drope_fuzz_safetensors_header},
+    {"token_shard", drope_fuzz_token_shard},
+    {"tokenizer_json", drope_fuzz_tokenizer_json},
+    {"sentencepiece_model", drope_fuzz_sentencepiece_model},
+    {"json", drope_fuzz_json},
+    {"gguf", drope_fuzz_gguf},
 };
 
 // Runs every file of `dir` (if it exists) through the target; returns how many.

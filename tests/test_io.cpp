@@ -21,12 +21,11 @@ namespace fs = std::filesystem;
 
 TEST(Safetensors, RoundTripAllDtypes) {
   auto d = test::tmp_dir("st_rt");
-  std::vector<std::pair<std::string, at::Tensor>> ts = {
-      {"a", torch::randn({3, 4})},
-      {"b", torch::randn({5}).to(torch::kBFloat16)},
-      {"c", torch::randn({2, 2, 2}).to(torch::kHalf)},
-      {"d", torch::arange(7, torch::kLong)},
-      {"e", torch::zeros({0, 3})}};
+  std::vector<std::pair<std::string, at::Tensor>> ts = {{"a", torch::randn({3, 4})},
+                                                        {"b", torch::randn({5}).to(torch::kBFloat16)},
+                                                        {"c", torch::randn({2, 2, 2}).to(torch::kHalf)},
+                                                        {"d", torch::arange(7, torch::kLong)},
+                                                        {"e", torch::zeros({0, 3})}};
   io::save_safetensors(d + "/x.safetensors", ts, {{"k", "v"}});
   io::SafetensorsFile f(d + "/x.safetensors");
   EXPECT_EQ(f.header().metadata.at("k"), "v");
@@ -63,16 +62,24 @@ TEST(Safetensors, HostileHeadersAreRejectedWithClearErrors) {
     return s + json + std::string(64, '\0');
   };
   test::expect_error([&] { open(write("j.safetensors", hdr("{not json"))); }, {"j.safetensors", "JSON"});
-  test::expect_error([&] { open(write("dt.safetensors", hdr(R"({"x":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})"))); },
-                     {"dt.safetensors", "'x'", "Q7"});
-  test::expect_error([&] { open(write("sz.safetensors", hdr(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})"))); },
-                     {"sz.safetensors", "'x'", "12 bytes"});
   test::expect_error(
-      [&] { open(write("big.safetensors", hdr(R"({"x":{"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,8]}})"))); },
+      [&] { open(write("dt.safetensors", hdr(R"({"x":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})"))); },
+      {"dt.safetensors", "'x'", "Q7"});
+  test::expect_error(
+      [&] { open(write("sz.safetensors", hdr(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})"))); },
+      {"sz.safetensors", "'x'", "12 bytes"});
+  test::expect_error(
+      [&] {
+        open(write("big.safetensors", hdr(R"({"x":{"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,8]}})")));
+      },
       {"big.safetensors", "'x'"});
-  test::expect_error([&] {
-    open(write("ov.safetensors", hdr(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})")));
-  }, {"ov.safetensors", "overlap"});
+  test::expect_error(
+      [&] {
+        open(write(
+            "ov.safetensors",
+            hdr(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})")));
+      },
+      {"ov.safetensors", "overlap"});
 }
 
 TEST(ModelIO, SaveLoadRoundTripAndStrictLoading) {
@@ -133,8 +140,7 @@ TEST(ModelIO, NonFiniteWeightsAreRefusedNamingTensorAndFile) {
     auto t = kv.value().detach().clone();
     if (kv.key() == bad) {
       auto flat = t.view({-1});
-      for (int i = 0; i < 12; ++i)
-        flat[i * 7] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+      for (int i = 0; i < 12; ++i) flat[i * 7] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
     }
     ts.emplace_back(kv.key(), t);
   }
@@ -164,20 +170,23 @@ TEST(ModelIO, HfConfigErrors) {
   test::expect_error([] { io::parse_hf_config("{\"model_type\": \"gpt2\"}", "c.json"); }, {"c.json", "gpt2"});
   test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"hidden_size\": \"big\"}", "c.json"); },
                      {"c.json", "hidden_size"});
-  test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"rope_scaling\": {\"type\": \"su\"}}", "c.json"); },
-                     {"c.json", "su"});
+  test::expect_error(
+      [] { io::parse_hf_config("{\"model_type\": \"llama\", \"rope_scaling\": {\"type\": \"su\"}}", "c.json"); },
+      {"c.json", "su"});
   test::expect_error([] { io::parse_hf_config("[1,", "c.json"); }, {"c.json", "JSON"});
   // Keys of the wrong kind are refused, not read as "absent".
   for (const char* v : {"\"linear\"", "[1,2]", "4"})
-    test::expect_error([&] { io::parse_hf_config(std::string("{\"model_type\": \"llama\", \"rope_scaling\": ") + v + "}", "c.json"); },
-                       {"c.json: rope_scaling must be an object or null, got " + std::string(v)});
+    test::expect_error(
+        [&] { io::parse_hf_config(std::string("{\"model_type\": \"llama\", \"rope_scaling\": ") + v + "}", "c.json"); },
+        {"c.json: rope_scaling must be an object or null, got " + std::string(v)});
   test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"rope_parameters\": \"x\"}", "c.json"); },
                      {"c.json: rope_parameters must be an object or null"});
   test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"bos_token_id\": -5}", "c.json"); },
                      {"c.json: bos_token_id must be a token id >= 0 or null, got -5"});
   test::expect_error([] { io::parse_hf_config("{\"model_type\": \"llama\", \"eos_token_id\": [-2, 3]}", "c.json"); },
                      {"c.json: eos_token_id must be a token id >= 0 or null"});
-  EXPECT_NO_THROW(io::parse_hf_config("{\"model_type\": \"llama\", \"bos_token_id\": [], \"rope_scaling\": null}", "c.json"));
+  EXPECT_NO_THROW(
+      io::parse_hf_config("{\"model_type\": \"llama\", \"bos_token_id\": [], \"rope_scaling\": null}", "c.json"));
 }
 
 namespace {
@@ -192,14 +201,16 @@ std::string small_config(const std::string& type, const std::string& extra, int 
 TEST(ModelIO, DropeReferenceConfigs) {
   // attention_type → QK-norm mode; RoPE (and its scaling) gone; softmax_scale kept; the unused norm listed.
   auto a = io::import_hf_config(small_config("llama_drope", R"("attention_type": "qk_norm_nope",
-      "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16})"), "c.json");
+      "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16})"),
+                                "c.json");
   EXPECT_EQ(a.config.positional.type, PositionalType::kNope);
   EXPECT_EQ(a.config.positional.scaling.type, RopeScalingType::kNone);
   EXPECT_EQ(a.config.qk_norm, QkNorm::kQk);
   EXPECT_FALSE(a.config.qk_norm_per_head);
   EXPECT_EQ(a.config.softmax_scale, 0.0);
   EXPECT_TRUE(a.unused.empty());
-  auto q = io::import_hf_config(small_config("qwen2_drope", R"("attention_type": "q_norm_nope", "softmax_scale": 0.25)"), "c.json");
+  auto q = io::import_hf_config(
+      small_config("qwen2_drope", R"("attention_type": "q_norm_nope", "softmax_scale": 0.25)"), "c.json");
   EXPECT_EQ(q.config.arch, "qwen2");
   EXPECT_TRUE(q.config.attention_bias);
   EXPECT_EQ(q.config.qk_norm, QkNorm::kQ);
@@ -207,7 +218,8 @@ TEST(ModelIO, DropeReferenceConfigs) {
   ASSERT_EQ(q.unused.size(), 1u);
   EXPECT_EQ(q.unused[0].suffix, "self_attn.k_norm.weight");
   EXPECT_EQ(q.unused[0].size, 2 * 16);
-  auto k = io::import_hf_config(small_config("llama_drope", R"("attention_type": "k_norm_nope", "softmax_scale": null)"), "c.json");
+  auto k = io::import_hf_config(
+      small_config("llama_drope", R"("attention_type": "k_norm_nope", "softmax_scale": null)"), "c.json");
   EXPECT_EQ(k.config.qk_norm, QkNorm::kK);
   EXPECT_EQ(k.config.softmax_scale, 0.0);
   ASSERT_EQ(k.unused.size(), 1u);
@@ -227,8 +239,9 @@ TEST(ModelIO, DropeReferenceConfigs) {
   test::expect_error([] { io::parse_hf_config(small_config("llama_drope", R"("attention_type": "rope")"), "c.json"); },
                      {"c.json", "attention_type", "'rope'", "qk_norm_nope"});
   for (const char* bad : {"0", "-1", "\"big\"", "[1]"})
-    test::expect_error([&] { io::parse_hf_config(small_config("llama_drope", std::string("\"softmax_scale\": ") + bad), "c.json"); },
-                       {"c.json", "softmax_scale"});
+    test::expect_error(
+        [&] { io::parse_hf_config(small_config("llama_drope", std::string("\"softmax_scale\": ") + bad), "c.json"); },
+        {"c.json", "softmax_scale"});
   auto rope = io::parse_hf_config(small_config("llama", ""), "c.json");
   test::expect_error([&] { io::drope_reference_config_json(rope); }, {"drope-reference", "layer 0 is RoPE"});
   auto per_head = a.config;
@@ -249,13 +262,15 @@ TEST(ModelIO, SmolLM3Configs) {
   EXPECT_EQ(p.rope_theta, 2e6);
   EXPECT_EQ(p.window, 0);
   EXPECT_TRUE(plan(R"("no_rope_layers": [1, 1])", 2).layers.empty());  // RoPE everywhere: a plain Llama
-  EXPECT_EQ(plan(R"("no_rope_layers": [0, true, 1, 0, 1])", 3).layers, (std::vector<std::string>{"nope", "rope", "rope"}));
+  EXPECT_EQ(plan(R"("no_rope_layers": [0, true, 1, 0, 1])", 3).layers,
+            (std::vector<std::string>{"nope", "rope", "rope"}));
   // Sliding window: NoPE layers when only use_sliding_window + sliding_window are set; layer_types when given.
   auto w = plan(R"("no_rope_layers": [1, 0], "use_sliding_window": true, "sliding_window": 8)", 2);
   EXPECT_EQ(w.layers, (std::vector<std::string>{"rope", "nope-swa"}));
   EXPECT_EQ(w.window, 8);
   EXPECT_EQ(plan(R"("no_rope_layers": [1, 0], "sliding_window": 8)", 2).window, 0);
-  auto t = plan(R"("no_rope_layers": [1, 1], "sliding_window": 5, "layer_types": ["sliding_attention", "full_attention"])", 2);
+  auto t = plan(
+      R"("no_rope_layers": [1, 1], "sliding_window": 5, "layer_types": ["sliding_attention", "full_attention"])", 2);
   EXPECT_EQ(t.layers, (std::vector<std::string>{"rope-swa", "rope"}));
   EXPECT_EQ(t.window, 5);
   test::expect_error([&] { plan(R"("no_rope_layers": [1])", 2); }, {"c.json", "no_rope_layers", "1 entries", "2"});
@@ -300,5 +315,6 @@ TEST(Safetensors, FifosAreRefusedAndLayoutMustBeExact) {
   ASSERT_NE(at, std::string::npos);
   dup[at + 1] = 'a';  // the header now names "a" twice
   write_file_atomic(d + "/dup.safetensors", dup);
-  test::expect_error([&] { io::SafetensorsFile f(d + "/dup.safetensors"); }, {"dup.safetensors", "duplicate key \"a\""});
+  test::expect_error([&] { io::SafetensorsFile f(d + "/dup.safetensors"); },
+                     {"dup.safetensors", "duplicate key \"a\""});
 }

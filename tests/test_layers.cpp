@@ -90,7 +90,8 @@ TEST(FusedLayers, RotaryMatchesDefinition) {
     for (int64_t D : {2, 16, 64}) {
       const int64_t B = 2, H = 3, T = 19;
       auto angle = torch::rand({T, D / 2}, dtype) * 6;
-      auto cos = torch::cat({angle.cos(), angle.cos()}, -1) * 1.1, sin = torch::cat({angle.sin(), angle.sin()}, -1) * 1.1;
+      auto cos = torch::cat({angle.cos(), angle.cos()}, -1) * 1.1,
+           sin = torch::cat({angle.sin(), angle.sin()}, -1) * 1.1;
       auto g = torch::randn({B, H, T, D}, dtype);
       // Contiguous, and a (B, T, H, D) projection viewed as (B, H, T, D) as the model passes it.
       expect_fused_equals_composite(op, {torch::randn({B, H, T, D}, dtype), cos, sin}, g, tol);
@@ -140,10 +141,12 @@ void expect_central_differences(const Op& op, std::vector<torch::Tensor> inputs)
 TEST(FusedLayers, GradientsMatchCentralDifferences) {
   torch::manual_seed(3);
   auto rnd = [](at::IntArrayRef shape) { return torch::randn(shape, torch::kDouble); };
-  expect_central_differences([](const std::vector<torch::Tensor>& t) { return ops::rms_norm(t[0], t[1], 1e-5); }, {rnd({2, 3, 8}), rnd({8})});
+  expect_central_differences([](const std::vector<torch::Tensor>& t) { return ops::rms_norm(t[0], t[1], 1e-5); },
+                             {rnd({2, 3, 8}), rnd({8})});
   auto angle = torch::rand({4, 3}, torch::kDouble) * 6;
   auto cos = torch::cat({angle.cos(), angle.cos()}, -1), sin = torch::cat({angle.sin(), angle.sin()}, -1);
-  expect_central_differences([&](const std::vector<torch::Tensor>& t) { return ops::rotary(t[0], cos, sin); }, {rnd({1, 2, 4, 6})});
+  expect_central_differences([&](const std::vector<torch::Tensor>& t) { return ops::rotary(t[0], cos, sin); },
+                             {rnd({1, 2, 4, 6})});
 }
 
 TEST(FusedLayers, OneDnnLinearDefault) {
@@ -161,7 +164,8 @@ TEST(FusedLayers, LinearOnOneDnnMatchesFloat64) {
   EXPECT_TRUE(ops::onednn_linear_available());
   ops::ForceOneDnnLinear onednn(true);  // the process default is MKL on Intel CPUs
   torch::manual_seed(11);
-  auto x = torch::randn({3, 37, 48}), w = torch::randn({40, 48}) * 0.2, b = torch::randn({40}), g = torch::randn({3, 37, 40});
+  auto x = torch::randn({3, 37, 48}), w = torch::randn({40, 48}) * 0.2, b = torch::randn({40}),
+       g = torch::randn({3, 37, 40});
   auto x64 = x.to(torch::kDouble).requires_grad_(true), w64 = w.to(torch::kDouble).requires_grad_(true),
        b64 = b.to(torch::kDouble).requires_grad_(true);
   auto want = torch::linear(x64, w64, b64);
@@ -169,7 +173,8 @@ TEST(FusedLayers, LinearOnOneDnnMatchesFloat64) {
   for (bool with_bias : {true, false}) {
     for (int threads : {1, 2}) {
       with_threads(threads, [&] {
-        auto xx = x.clone().requires_grad_(true), ww = w.clone().requires_grad_(true), bb = b.clone().requires_grad_(true);
+        auto xx = x.clone().requires_grad_(true), ww = w.clone().requires_grad_(true),
+             bb = b.clone().requires_grad_(true);
         auto y = ops::linear(xx, ww, with_bias ? bb : torch::Tensor());
         ASSERT_EQ(y.sizes(), (std::vector<int64_t>{3, 37, 40}));
         auto ref = with_bias ? want : want - b64;
@@ -189,8 +194,9 @@ TEST(FusedLayers, LinearOnOneDnnMatchesFloat64) {
   auto dx = torch::autograd::grad({y.sum()}, {xx})[0];
   EXPECT_LT(max_diff(dx, torch::ones({111, 40}).mm(w)), 1e-4);
   const auto x2 = x.reshape({-1, 48}), g2 = g.reshape({-1, 40});
-  EXPECT_LT(max_diff(ops::matmul_nt(x2.t(), g2.t()).to(torch::kDouble), x2.t().to(torch::kDouble).mm(g2.to(torch::kDouble))),
-            1e-4);
+  EXPECT_LT(
+      max_diff(ops::matmul_nt(x2.t(), g2.t()).to(torch::kDouble), x2.t().to(torch::kDouble).mm(g2.to(torch::kDouble))),
+      1e-4);
 }
 
 TEST(FusedLayers, SwiGluMatchesDefinition) {
@@ -234,7 +240,8 @@ TEST(FusedLayers, LinearSplitMatchesSeparateLinears) {
     const double tol = dtype == torch::kDouble ? 1e-12 : 2e-5;
     const int64_t C = 40;
     auto x = torch::randn({2, 13, C}, dtype);
-    std::vector<torch::Tensor> ws{torch::randn({32, C}, dtype), torch::randn({8, C}, dtype), torch::randn({8, C}, dtype)};
+    std::vector<torch::Tensor> ws{torch::randn({32, C}, dtype), torch::randn({8, C}, dtype),
+                                  torch::randn({8, C}, dtype)};
     // Biases on all, on none, and on some (Qwen2 has q/k/v biases, Llama none).
     for (int mask : {0, 7, 5}) {
       std::vector<torch::Tensor> bs(3);
@@ -261,7 +268,9 @@ TEST(FusedLayers, LinearSplitMatchesSeparateLinears) {
   auto w0 = torch::randn({4, 6}, torch::kDouble).requires_grad_(true), w1 = torch::randn({3, 6}, torch::kDouble);
   auto p = ops::linear_split(x, {w0, w1});
   auto gr = torch::autograd::grad({(p[0].sum() + 2 * p[1].sum())}, {x, w0});
-  EXPECT_LE(max_diff(gr[0], torch::ones({5, 4}, torch::kDouble).mm(w0) + 2 * torch::ones({5, 3}, torch::kDouble).mm(w1)), 1e-12);
+  EXPECT_LE(
+      max_diff(gr[0], torch::ones({5, 4}, torch::kDouble).mm(w0) + 2 * torch::ones({5, 3}, torch::kDouble).mm(w1)),
+      1e-12);
   EXPECT_LE(max_diff(gr[1], torch::ones({4, 5}, torch::kDouble).mm(x.detach())), 1e-12);
   EXPECT_FALSE(w1.grad().defined());
 }
@@ -269,9 +278,12 @@ TEST(FusedLayers, LinearSplitMatchesSeparateLinears) {
 TEST(FusedLayers, StackedGradientsMatchCentralDifferences) {
   torch::manual_seed(14);
   auto rnd = [](at::IntArrayRef shape) { return torch::randn(shape, torch::kDouble); };
-  expect_central_differences([](const std::vector<torch::Tensor>& t) { return ops::swiglu(t[0], t[1], t[3], t[2], {}); },
-                             {rnd({2, 3, 4}), rnd({5, 4}), rnd({5, 4}), rnd({5})});
   expect_central_differences(
-      [](const std::vector<torch::Tensor>& t) { return torch::cat(ops::linear_split(t[0], {t[1], t[2]}, {{}, t[3]}), -1); },
+      [](const std::vector<torch::Tensor>& t) { return ops::swiglu(t[0], t[1], t[3], t[2], {}); },
+      {rnd({2, 3, 4}), rnd({5, 4}), rnd({5, 4}), rnd({5})});
+  expect_central_differences(
+      [](const std::vector<torch::Tensor>& t) {
+        return torch::cat(ops::linear_split(t[0], {t[1], t[2]}, {{}, t[3]}), -1);
+      },
       {rnd({3, 4}), rnd({2, 4}), rnd({3, 4}), rnd({3})});
 }

@@ -48,8 +48,8 @@ TEST(LinearCrossEntropy, MatchesFullLogitsFloat64) {
   auto h = torch::randn({N, C}, opt), w = torch::randn({V, C}, opt) * 0.3, u = torch::randn({V, C}, opt);
   auto y = torch::randint(0, V, {N}, torch::kLong);
   y.index_put_({torch::tensor({2, 5, 36})}, -100);  // ignored rows
-  auto ref = run([&](auto& hh, auto& ww) { return torch::nn::functional::cross_entropy(hh.matmul(ww.t()), y); }, h,
-                 w, u);
+  auto ref =
+      run([&](auto& hh, auto& ww) { return torch::nn::functional::cross_entropy(hh.matmul(ww.t()), y); }, h, w, u);
   for (int64_t chunk : {0, 1, 4, 16, 37, 100}) {
     auto got = run([&](auto& hh, auto& ww) { return ops::linear_cross_entropy(hh, ww, y, -100, chunk); }, h, w, u);
     SCOPED_TRACE(chunk);
@@ -102,7 +102,8 @@ TEST(LinearCrossEntropy, AllIgnoredIsNanAsCrossEntropy) {
 TEST(LinearCrossEntropy, RejectsBadLabelsAndShapes) {
   auto h = torch::randn({3, 4}), w = torch::randn({5, 4});
   expect_c10_error([&] { ops::linear_cross_entropy(h, w, torch::tensor({0, 5, 1}, torch::kLong)); }, "[0, 5)");
-  expect_c10_error([&] { ops::linear_cross_entropy(h, w, torch::tensor({0, 1}, torch::kLong)); }, "labels must be int64");
+  expect_c10_error([&] { ops::linear_cross_entropy(h, w, torch::tensor({0, 1}, torch::kLong)); },
+                   "labels must be int64");
   expect_c10_error([&] { ops::linear_cross_entropy(h, torch::randn({5, 3}), torch::tensor({0, 1, 2}, torch::kLong)); },
                    "hidden (N, C) and weight (V, C)");
 }

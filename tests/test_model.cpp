@@ -39,7 +39,8 @@ torch::Tensor diagonal_weights(int64_t T) {
 double grad_norm(DecoderLM& m, const char* name) {
   double n = 0;
   for (auto& kv : m->named_parameters())
-    if (kv.key().find(name) != std::string::npos && kv.value().grad().defined()) n += kv.value().grad().norm().item<double>();
+    if (kv.key().find(name) != std::string::npos && kv.value().grad().defined())
+      n += kv.value().grad().norm().item<double>();
   return n;
 }
 

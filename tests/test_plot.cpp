@@ -118,9 +118,13 @@ TEST(Plot, TicksAreReadable) {
 
 TEST(Plot, TicksEndAtAnyMagnitude) {
   // Ranges narrower than the spacing of doubles there: a few distinct ticks, in order, and an end.
-  for (const auto& [lo, hi, ints] : std::vector<std::tuple<double, double, bool>>{
-           {1e17, 1e17 + 16, false}, {1e17, 1e17 + 64, true}, {1e300, std::nextafter(1e300, 2e300), false},
-           {-1.7e308, 1.7e308, false}, {0, 1e308, true}, {-5e-324, 5e-324, false}}) {
+  for (const auto& [lo, hi, ints] :
+       std::vector<std::tuple<double, double, bool>>{{1e17, 1e17 + 16, false},
+                                                     {1e17, 1e17 + 64, true},
+                                                     {1e300, std::nextafter(1e300, 2e300), false},
+                                                     {-1.7e308, 1.7e308, false},
+                                                     {0, 1e308, true},
+                                                     {-5e-324, 5e-324, false}}) {
     const auto t = plot::ticks(lo, hi, false, ints);
     EXPECT_LE(t.size(), 64u) << lo << " " << hi;
     for (size_t i = 1; i < t.size(); ++i) EXPECT_LT(t[i - 1], t[i]) << lo << " " << hi;

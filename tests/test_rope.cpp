@@ -77,7 +77,8 @@ TEST(Rope, LogitsDependOnlyOnRelativePosition) {
   };
   for (int64_t delta : {0, 1, 7, 100}) {
     const double ref = logit(10 + delta, 10);
-    for (int64_t shift : {1, 13, 500}) EXPECT_NEAR(logit(10 + delta + shift, 10 + shift), ref, 2e-3) << delta << " " << shift;
+    for (int64_t shift : {1, 13, 500})
+      EXPECT_NEAR(logit(10 + delta + shift, 10 + shift), ref, 2e-3) << delta << " " << shift;
   }
   EXPECT_GT(std::abs(logit(11, 10) - logit(40, 10)), 1e-3);  // and it does depend on the distance
 }

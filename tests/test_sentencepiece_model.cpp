@@ -78,7 +78,8 @@ struct Trie {
   std::string blob(int64_t declared_bytes = -1) const {
     std::string t;
     for (uint32_t u : units) t += le32(u);
-    return le32(declared_bytes < 0 ? static_cast<uint32_t>(t.size()) : static_cast<uint32_t>(declared_bytes)) + t + pool;
+    return le32(declared_bytes < 0 ? static_cast<uint32_t>(t.size()) : static_cast<uint32_t>(declared_bytes)) + t +
+           pool;
   }
 };
 
@@ -89,7 +90,8 @@ std::string write_model(const std::string& dir, const std::string& name, const s
 }
 
 // Loads `bytes` as a model and uses it; expects a clean refusal naming the file and `needle`.
-void expect_refused(const std::string& dir, const std::string& name, const std::string& bytes, const std::string& needle) {
+void expect_refused(const std::string& dir, const std::string& name, const std::string& bytes,
+                    const std::string& needle) {
   SCOPED_TRACE(name);
   const std::string p = write_model(dir, name, bytes);
   expect_error(
@@ -120,7 +122,8 @@ TEST(SentencePieceModel, HandBuiltModelsLoadAndNormalise) {
 TEST(SentencePieceModel, TrainedModelsPass) {
   const auto dir = tmp_dir("spm_model_trained");
   std::string text;
-  for (int i = 0; i < 300; ++i) text += "The quick brown fox jumps over the lazy dog " + std::to_string(i) + " ﬁ ① Ａ\n";
+  for (int i = 0; i < 300; ++i)
+    text += "The quick brown fox jumps over the lazy dog " + std::to_string(i) + " ﬁ ① Ａ\n";
   const std::string corpus = write_model(dir, "corpus.txt", text);
   for (const char* rule : {"identity", "nmt_nfkc"}) {
     SCOPED_TRACE(rule);

@@ -84,7 +84,8 @@ json byte_bpe_json() {
   json vocab = json::object();
   for (int b = 0; b < 256; ++b) vocab[bc[b]] = b;
   const std::string sp = bc[' '];
-  const std::vector<std::pair<std::string, std::string>> merges = {{"t", "h"}, {"th", "e"}, {sp, "the"}, {"a", "n"}, {sp, "an"}};
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"t", "h"}, {"th", "e"}, {sp, "the"}, {"a", "n"}, {sp, "an"}};
   json m = json::array();
   int next = 256;
   for (const auto& [a, b] : merges) {
@@ -92,14 +93,26 @@ json byte_bpe_json() {
     m.push_back(json::array({a, b}));
   }
   return {{"version", "1.0"},
-          {"added_tokens", json::array({{{"id", next}, {"content", "<|endoftext|>"}, {"single_word", false},
-                                         {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", true}}})},
+          {"added_tokens", json::array({{{"id", next},
+                                         {"content", "<|endoftext|>"},
+                                         {"single_word", false},
+                                         {"lstrip", false},
+                                         {"rstrip", false},
+                                         {"normalized", false},
+                                         {"special", true}}})},
           {"normalizer", nullptr},
-          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+          {"pre_tokenizer",
+           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
           {"post_processor", nullptr},
           {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
-          {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"fuse_unk", false},
-                     {"byte_fallback", false}, {"vocab", vocab}, {"merges", m}}}};
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"vocab", vocab},
+            {"merges", m}}}};
 }
 
 std::string write_tokenizer(const std::string& dir, const json& j) {
@@ -211,14 +224,25 @@ TEST(Shard, IndexIsValidatedAndMatchedAgainstShards) {
   bad([](json& j) { j["format"] = "other"; }, {index_path, "format"});
   bad([](json& j) { j["version"] = 9; }, {index_path, "unsupported version 9"});
   bad([](json& j) { j["dtype"] = "int8"; }, {index_path, "dtype", "uint16 or uint32"});
-  bad([](json& j) { j["splits"]["train"]["shards"][0]["tokens"] = "3"; }, {index_path, "splits.train.shards[0].tokens", "integer"});
-  bad([](json& j) { j["splits"]["train"]["shards"][0]["file"] = "../x.bin"; }, {index_path, "splits.train.shards[0].file"});
+  bad([](json& j) { j["splits"]["train"]["shards"][0]["tokens"] = "3"; },
+      {index_path, "splits.train.shards[0].tokens", "integer"});
+  bad([](json& j) { j["splits"]["train"]["shards"][0]["file"] = "../x.bin"; },
+      {index_path, "splits.train.shards[0].file"});
   bad([](json& j) { j["splits"]["train"]["tokens"] = 4; }, {index_path, "does not match"});
   bad([](json& j) { j["tokenizer"].erase("vocab_size"); }, {index_path, "tokenizer.vocab_size", "missing"});
-  bad([](json& j) { j["splits"]["train"]["shards"][0]["tokens"] = 2; j["splits"]["train"]["tokens"] = 2; },
+  bad(
+      [](json& j) {
+        j["splits"]["train"]["shards"][0]["tokens"] = 2;
+        j["splits"]["train"]["tokens"] = 2;
+      },
       {"shard_00000.bin", "holds 3 tokens", "lists 2"});
   bad([](json& j) { j["tokenizer"]["eos_id"] = 4; }, {"shard_00000.bin", "EOS id 3"});
-  bad([](json& j) { j["tokenizer"]["vocab_size"] = 2; j["tokenizer"]["eos_id"] = -1; }, {"shard_00000.bin", "EOS id 3"});
+  bad(
+      [](json& j) {
+        j["tokenizer"]["vocab_size"] = 2;
+        j["tokenizer"]["eos_id"] = -1;
+      },
+      {"shard_00000.bin", "EOS id 3"});
   write(index_path, "{ not json");
   expect_error([&] { TokenStream::open(dir, "train"); }, {index_path, "invalid JSON"});
 }
@@ -373,7 +397,8 @@ TEST(Tokenizer, ByteLevelBpeEncodesMergesAndSpecialTokens) {
     EXPECT_EQ(tok->decode(tok->encode(text)), text);
   EXPECT_EQ(tok->decode({'a', 261, 'b'}, /*skip_special=*/true), "ab");
   // A lone UTF-8 lead byte decodes to U+FFFD.
-  EXPECT_EQ(tok->decode({0xC3, 'a'}), "\xEF\xBF\xBD" "a");
+  EXPECT_EQ(tok->decode({0xC3, 'a'}), "\xEF\xBF\xBD"
+                                      "a");
   expect_error([&] { tok->decode({1, 262}); }, {"token id 262", "tokenizer.json"});
 }
 
@@ -389,7 +414,8 @@ TEST(Tokenizer, BpeJsonIsValidatedWhereItEnters) {
       load_hf_bpe(p);
       ADD_FAILURE() << "expected an error for " << j.dump().substr(0, 80);
     } catch (const drope::Error& e) {
-      for (const auto& s : n) EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what() << "\nmissing: " << s;
+      for (const auto& s : n)
+        EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what() << "\nmissing: " << s;
     }
   };
   bad([](json& j) { j.erase("model"); }, {"model: missing"});
@@ -397,7 +423,8 @@ TEST(Tokenizer, BpeJsonIsValidatedWhereItEnters) {
   bad([](json& j) { j["model"]["vocab"] = json::array(); }, {"model.vocab", "expected an object"});
   bad([](json& j) { j["model"]["vocab"]["Ġthe"] = "x"; }, {"model.vocab[\"Ġthe\"]", "integer"});
   bad([](json& j) { j["model"]["vocab"]["zz"] = 3; }, {"id 3 is also used"});
-  bad([](json& j) { j["model"]["merges"][1] = json::array({"th", "qq"}); }, {"model.merges[1]", "\"qq\" is not in model.vocab"});
+  bad([](json& j) { j["model"]["merges"][1] = json::array({"th", "qq"}); },
+      {"model.merges[1]", "\"qq\" is not in model.vocab"});
   bad([](json& j) { j["model"]["merges"][2] = "t e"; }, {"model.merges[2]", "\"te\" is not in model.vocab"});
   bad([](json& j) { j["model"]["merges"][0] = "the"; }, {"model.merges[0]", "two tokens"});
   bad([](json& j) { j["model"]["merges"][0] = 5; }, {"model.merges[0]"});
@@ -405,26 +432,33 @@ TEST(Tokenizer, BpeJsonIsValidatedWhereItEnters) {
   bad([](json& j) { j["model"]["unk_token"] = "<unk>"; }, {"model.unk_token", "not in model.vocab"});
   bad([](json& j) { j["normalizer"] = {{"type", "NFKC"}}; }, {"normalizer.type", "NFKC"});
   bad([](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }, {"pre_tokenizer.type", "Whitespace"});
-  bad([](json& j) {
-    j["pre_tokenizer"] = {{"type", "Sequence"},
-                          {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}},
-                                                          {"behavior", "Isolated"}, {"invert", false}}})}};
-  },
+  bad(
+      [](json& j) {
+        j["pre_tokenizer"] = {{"type", "Sequence"},
+                              {"pretokenizers", json::array({{{"type", "Split"},
+                                                              {"pattern", {{"Regex", "(unclosed"}}},
+                                                              {"behavior", "Isolated"},
+                                                              {"invert", false}}})}};
+      },
       {"pre_tokenizer.pretokenizers[0].pattern", "invalid regex"});
-  bad([](json& j) {
-    j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Sideways"}};
-  },
+  bad(
+      [](json& j) {
+        j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Sideways"}};
+      },
       {"pre_tokenizer.behavior", "Sideways"});
   // Step limits: ByteLevel steps double the text each; any step passes over the whole text.
-  bad([](json& j) {
-    j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array()}};
-    for (int i = 0; i < 40; ++i) j["pre_tokenizer"]["pretokenizers"].push_back({{"type", "ByteLevel"}, {"use_regex", false}});
-  },
+  bad(
+      [](json& j) {
+        j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array()}};
+        for (int i = 0; i < 40; ++i)
+          j["pre_tokenizer"]["pretokenizers"].push_back({{"type", "ByteLevel"}, {"use_regex", false}});
+      },
       {"pre_tokenizer.pretokenizers[1].type", "second ByteLevel"});
-  bad([](json& j) {
-    j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array()}};
-    for (int i = 0; i < 1000; ++i) j["pre_tokenizer"]["pretokenizers"].push_back({{"type", "Digits"}});
-  },
+  bad(
+      [](json& j) {
+        j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array()}};
+        for (int i = 0; i < 1000; ++i) j["pre_tokenizer"]["pretokenizers"].push_back({{"type", "Digits"}});
+      },
       {"pre_tokenizer.pretokenizers[32]", "more than 32 pre-tokenizer steps"});
   bad([](json& j) { j["added_tokens"][0].erase("content"); }, {"added_tokens[0].content", "missing"});
   bad([](json& j) { j["added_tokens"][0]["id"] = -2; }, {"added_tokens[0].id"});
@@ -451,7 +485,10 @@ TEST(Tokenizer, Utf8Helpers) {
   EXPECT_EQ(utf8_error_offset(std::string("ab\xc3", 3)), 2);
   EXPECT_EQ(utf8_error_offset("\xed\xa0\x80"), 0);  // surrogate
   EXPECT_EQ(utf8_error_offset("\xc0\xaf"), 0);      // overlong
-  EXPECT_EQ(utf8_lossy("a\xf0\x9f\x9a" "b"), "a\xEF\xBF\xBD" "b");  // one U+FFFD per maximal prefix
+  EXPECT_EQ(utf8_lossy("a\xf0\x9f\x9a"
+                       "b"),
+            "a\xEF\xBF\xBD"
+            "b");  // one U+FFFD per maximal prefix
   EXPECT_EQ(utf8_lossy("\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
@@ -467,7 +504,9 @@ std::vector<std::string> write_corpus(const std::string& dir) {
     write((fs::path(dir) / "texts" / fmt::format("doc{}.txt", i)).string(),
           fmt::format("Document {} says the answer is {} — café 東京.\n\nSecond paragraph {}.\n", i, 40 + i, i));
   const std::string jl = (fs::path(dir) / "more.jsonl").string();
-  write(jl, "{\"text\": \"json one\", \"id\": 1}\n\n{\"text\": \"json two 🚀\"}\n{\"text\": \"\"}\n{\"text\": \"json three\"}\n");
+  write(
+      jl,
+      "{\"text\": \"json one\", \"id\": 1}\n\n{\"text\": \"json two 🚀\"}\n{\"text\": \"\"}\n{\"text\": \"json three\"}\n");
   return {(fs::path(dir) / "texts").string(), jl};
 }
 
@@ -522,7 +561,8 @@ TEST(Prepare, WritesSplitsShardsIndexAndTokenizer) {
   std::sort(docs.begin(), docs.end());
   std::vector<std::string> expect = {"json one", "json two 🚀", "json three"};
   for (int i = 0; i < 5; ++i)
-    expect.push_back(fmt::format("Document {} says the answer is {} — café 東京.\n\nSecond paragraph {}.\n", i, 40 + i, i));
+    expect.push_back(
+        fmt::format("Document {} says the answer is {} — café 東京.\n\nSecond paragraph {}.\n", i, 40 + i, i));
   std::sort(expect.begin(), expect.end());
   EXPECT_EQ(docs, expect);
 
@@ -532,7 +572,8 @@ TEST(Prepare, WritesSplitsShardsIndexAndTokenizer) {
   o.threads = 3;
   EXPECT_EQ(prepare_dataset(o).splits.at("val").tokens, idx.splits.at("val").tokens);
   for (const char* f : {"index.json", "train/shard_00000.bin", "train/shard_00002.bin", "val/shard_00000.bin"})
-    EXPECT_EQ(drope::read_file((fs::path(dir) / "data2" / f).string()), drope::read_file((fs::path(dir) / "data" / f).string()))
+    EXPECT_EQ(drope::read_file((fs::path(dir) / "data2" / f).string()),
+              drope::read_file((fs::path(dir) / "data" / f).string()))
         << f;
   o.paragraphs = true;
   EXPECT_EQ(prepare_dataset(o).meta["documents"], 13);
@@ -641,7 +682,8 @@ TEST(LineReader, SplitsLinesAndBoundsTheirLength) {
   expect_error([&] { small.next(line); }, {path + ":3", "longer than 50 bytes"});
 
   write(dir + "/empty.jsonl.gz", "");
-  expect_error([&] { LineReader(dir + "/empty.jsonl.gz").next(line); }, {"empty.jsonl.gz", "empty file, expected gzip"});
+  expect_error([&] { LineReader(dir + "/empty.jsonl.gz").next(line); },
+               {"empty.jsonl.gz", "empty file, expected gzip"});
   write(dir + "/empty.txt", "");
   EXPECT_FALSE(LineReader(dir + "/empty.txt").next(line));
   EXPECT_EQ(compression_of("x.jsonl.zst"), Compression::zstd);

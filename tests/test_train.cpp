@@ -2,8 +2,8 @@
 
 #include <torch/torch.h>
 
-#include "drope/core/files.h"
 #include "drope/config/model_config.h"
+#include "drope/core/files.h"
 #include "test_util.h"
 
 using namespace drope;

@@ -58,9 +58,11 @@ TEST(AdamW, MatchesLibTorchAdamW) {
     ours.set_force_unfused(unfused);
     std::vector<torch::optim::OptimizerParamGroup> groups;
     groups.emplace_back(std::vector<torch::Tensor>{w_ref},
-                        std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
+                        std::make_unique<torch::optim::AdamWOptions>(
+                            torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
     groups.emplace_back(std::vector<torch::Tensor>{b_ref},
-                        std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
+                        std::make_unique<torch::optim::AdamWOptions>(
+                            torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
     torch::optim::AdamW ref(std::move(groups), torch::optim::AdamWOptions(1e-2));
     for (int s = 0; s < 6; ++s) {
       auto g = torch::randn({5, 4}), gb = torch::randn({4});
@@ -84,12 +86,14 @@ TEST(AdamW, MatchesLibTorchAdamW) {
 
 namespace {
 std::string write_cfg(const std::string& dir, const std::string& extra = "") {
-  const std::string text = "run: {name: t, out_dir: " + dir + "/run, seed: 3}\n"
+  const std::string text = "run: {name: t, out_dir: " + dir +
+                           "/run, seed: 3}\n"
                            "model: {preset: micro, max_position: 32}\n"
                            "data: {text: /usr/share/common-licenses/GPL-3, seq_len: 32, batch_size: 4}\n"
                            "optim: {lr: 3.0e-3}\n"
                            "schedule: {type: cosine, warmup: 2, steps: 6}\n"
-                           "train: {steps: 6, log_every: 1, eval_batches: 2}\n" + extra;
+                           "train: {steps: 6, log_every: 1, eval_batches: 2}\n" +
+                           extra;
   write_file_atomic(dir + "/cfg.yaml", text);
   return dir + "/cfg.yaml";
 }
@@ -103,7 +107,8 @@ TEST(RunConfig, StrictWithOverridesAndRoundTrip) {
   EXPECT_EQ(cfg.model.positional.type, PositionalType::kNope);
   write_file_atomic(d + "/rt.yaml", run_config_to_yaml(cfg));
   EXPECT_EQ(run_config_to_yaml(load_run_config(d + "/rt.yaml")), run_config_to_yaml(cfg));
-  test::expect_error([&] { load_run_config(write_cfg(d), {"train.stepz=3"}); }, {"cfg.yaml", "train.stepz", "unknown key"});
+  test::expect_error([&] { load_run_config(write_cfg(d), {"train.stepz=3"}); },
+                     {"cfg.yaml", "train.stepz", "unknown key"});
   test::expect_error([&] { load_run_config(write_cfg(d), {"nodot"}); }, {"--set 'nodot'"});
   test::expect_error([&] { load_run_config(write_cfg(d), {"run.phase=drope"}); }, {"run.init"});
   test::expect_error([&] { load_run_config(write_cfg(d, "trian: {steps: 3}\n")); }, {"cfg.yaml:7", "'trian'"});
@@ -274,7 +279,8 @@ TEST(Trainer, StepHooksRunAroundEveryStepAndCanSkipOne) {
 TEST(Trainer, OffsetKeyTaskLossIsOnTheAnswersOnly) {
   torch::set_num_threads(1);
   auto d = test::tmp_dir("offsetkey");
-  const std::string text = "run: {name: t, out_dir: " + d + "/run, seed: 5}\n"
+  const std::string text = "run: {name: t, out_dir: " + d +
+                           "/run, seed: 5}\n"
                            "model: {preset: micro, vocab_size: 256, max_position: 32}\n"
                            "data: {task: offset-key, seq_len: 32, batch_size: 4}\n"
                            "optim: {lr: 3.0e-3}\n"
@@ -298,11 +304,11 @@ TEST(Trainer, OffsetKeyTaskLossIsOnTheAnswersOnly) {
   double sum = 0, all_targets = 0;
   int64_t n = 0;
   for (int64_t b = 0; b < 4; ++b) {
-    const auto s = tasks::make_offset_key_sequence(5, tasks::offset_key_index(tasks::OffsetKeySplit::train, uint64_t(b)), 33);
+    const auto s =
+        tasks::make_offset_key_sequence(5, tasks::offset_key_index(tasks::OffsetKeySplit::train, uint64_t(b)), 33);
     auto ids = torch::tensor(s.tokens, torch::kLong).view({1, -1});
     auto logp = torch::log_softmax(model->forward(ids.narrow(1, 0, 32)).to(torch::kDouble), -1)[0];  // (32, V)
-    for (size_t q = 0; q < s.answers.size(); ++q, ++n)
-      sum -= logp[s.answer_positions[q]][s.answers[q]].item<double>();
+    for (size_t q = 0; q < s.answers.size(); ++q, ++n) sum -= logp[s.answer_positions[q]][s.answers[q]].item<double>();
     for (int64_t t = 0; t < 32; ++t) all_targets -= logp[t][s.tokens[size_t(t + 1)]].item<double>() / (4 * 32);
   }
   EXPECT_EQ(n, 16);

@@ -25,8 +25,8 @@ void expect_error(F&& f, std::initializer_list<std::string> needles) {
     f();
     ADD_FAILURE() << "expected drope::Error";
   } catch (const drope::Error& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << "message: " << e.what()
-                                                                                              << "\nmissing: " << n;
+    for (const auto& n : needles)
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << "message: " << e.what() << "\nmissing: " << n;
   }
 }
 

@@ -41,8 +41,9 @@ TEST(Names, EveryNameRoundTrips) {
 }
 
 TEST(Names, UnknownNameListsEveryChoice) {
-  test::expect_error([] { parse_name<RopeScalingType>("rope", "--type"); },
-                     {"--type", "RoPE scaling type", "'rope'", "none, pi, ntk, dynamic-ntk, yarn, dynamic-yarn or llama3"});
+  test::expect_error(
+      [] { parse_name<RopeScalingType>("rope", "--type"); },
+      {"--type", "RoPE scaling type", "'rope'", "none, pi, ntk, dynamic-ntk, yarn, dynamic-yarn or llama3"});
   // YAML validation uses the same table (llama3 was missing from one of five hand-written lists).
   const auto d = test::tmp_dir("names");
   write_file_atomic(d + "/m.yaml", "preset: micro\npositional: {type: xpos}\n");

@@ -28,7 +28,8 @@ void add_longbench_commands(CLI::App& cli, int& rc) {
 
   auto s = std::make_shared<eval::LongBenchScoreRun>();
   auto* score = cli.add_subcommand("longbench-score", "Score LongBench prediction files like the official eval.py");
-  score->add_option("--pred", s->pred, "Directory of <task>.jsonl prediction files (pred, answers, all_classes, length)")
+  score
+      ->add_option("--pred", s->pred, "Directory of <task>.jsonl prediction files (pred, answers, all_classes, length)")
       ->required();
   score->add_flag("--e", s->e, "LongBench-E: scores per length bucket (needs 'length')");
   score->add_option("--out", s->out, "Output prefix for .json/.csv/.md (default <pred>/result)");

@@ -5,7 +5,6 @@ namespace drope::evalcli {
 
 namespace {
 
-
 void add_common_options(CLI::App* cmd, MethodOptions& m, eval::NiahRunCommon& c) {
   add_method_options(cmd, m);
   // --model is not needed to only dump prompts (a tokenizer suffices); checked by the run.
@@ -36,7 +35,8 @@ void add_niah_commands(CLI::App& cli, int& rc) {
                   "Comma-separated: single_1..3, multikey_1..3, multivalue, multiquery, 'paper' (multiquery, "
                   "multikey_1, multivalue) or 'all' (default)");
   cmd->add_option("--trials", o->run.c.trials, "Samples per task and length (default 500)");
-  cmd->add_option("--out", o->run.c.out, "Output prefix: .json/.csv/.md table and .samples.jsonl (default results/niah)");
+  cmd->add_option("--out", o->run.c.out,
+                  "Output prefix: .json/.csv/.md table and .samples.jsonl (default results/niah)");
   on_run(cmd, o, rc, &eval::run_niah);
 
   auto g = std::make_shared<MethodRun<eval::NiahGridRun>>();
@@ -46,8 +46,9 @@ void add_niah_commands(CLI::App& cli, int& rc) {
   add_common_options(grid, g->m, g->run.c);
   grid->add_option("--depths", g->run.depths, "Needle depths in % (default 0,10,...,100)");
   grid->add_option("--trials", g->run.c.trials, "Samples per cell (default 5)");
-  grid->add_option("--out", g->run.c.out,
-                   "Output prefix: .json/.csv/.md table, .png/.svg heatmap, .samples.jsonl (default results/niah-grid)");
+  grid->add_option(
+      "--out", g->run.c.out,
+      "Output prefix: .json/.csv/.md table, .png/.svg heatmap, .samples.jsonl (default results/niah-grid)");
   on_run(grid, g, rc, &eval::run_niah_grid);
 }
 

@@ -29,15 +29,17 @@ void add_ppl_commands(CLI::App& cli, int& rc) {
   cmd->add_option("--multipliers", o->run.multipliers, "Window lengths as multiples of the training length")
       ->delimiter(',');
   add_window_options(cmd, o->run.protocol);
-  cmd->add_flag("--truncate", o->run.protocol.truncate, "Score the first L tokens of each long-enough document instead");
+  cmd->add_flag("--truncate", o->run.protocol.truncate,
+                "Score the first L tokens of each long-enough document instead");
   cmd->add_option("--with", o->run.with, "Earlier ppl result JSON files to draw beside this method");
   cmd->add_option("--out", o->run.out, "Output prefix: .json/.csv/.md tables, .png/.svg plot (default results/ppl)");
   on_run(cmd, o, rc, &eval::run_ppl);
 
   auto f = std::make_shared<MethodRun<eval::TemperatureFitRun>>();
-  auto* fit = cli.add_subcommand("fit-temperature",
-                                 "Fit c of the attention temperature β = 1 + c·ln(L/C) on held-out text or task data; saved for "
-                                 "--temperature auto");
+  auto* fit = cli.add_subcommand(
+      "fit-temperature",
+      "Fit c of the attention temperature β = 1 + c·ln(L/C) on held-out text or task data; saved for "
+      "--temperature auto");
   add_method_options(fit, f->m);
   add_data_options(fit, f->run.data, false);
   fit->add_option("--task", f->run.task, "Fit on a synthetic task's held-out sequences instead of --data: offset-key");
@@ -46,7 +48,8 @@ void add_ppl_commands(CLI::App& cli, int& rc) {
   fit->add_option("--batch-size", f->run.batch, "--task: sequences per forward (default 16)");
   fit->add_option("--lengths", f->run.lengths, "Target lengths (> training length)")->delimiter(',');
   fit->add_option("--multipliers", f->run.multipliers,
-                  "Target lengths as multiples of the training length (default 2,4)")->delimiter(',');
+                  "Target lengths as multiples of the training length (default 2,4)")
+      ->delimiter(',');
   add_window_options(fit, f->run.protocol);
   fit->add_option("--beta-max", f->run.beta_max, "Largest β searched (default 2.5)");
   fit->add_option("--save", f->run.save, "Where to save the fit (default <model>/temperature.json)");

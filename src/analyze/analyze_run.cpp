@@ -116,8 +116,9 @@ std::vector<ModelSpec> bias_grad_specs(const BiasGradRun& r) {
 // every layer's activations and (H, T, T) attention probabilities, `elt`-byte elements (an estimate).
 void check_analysis_fits(const ModelConfig& c, int64_t tokens, double elt, const std::string& what) {
   const double T = double(tokens), D = double(c.resolved_head_dim());
-  const double per_layer = T * (6.0 * double(c.hidden_size) + 2.0 * double(c.num_heads) * D +
-                                3.0 * double(c.intermediate_size)) + double(c.num_heads) * T * T;
+  const double per_layer =
+      T * (6.0 * double(c.hidden_size) + 2.0 * double(c.num_heads) * D + 3.0 * double(c.intermediate_size)) +
+      double(c.num_heads) * T * T;
   check_memory_estimate(2.0 * elt * double(c.num_layers) * per_layer, fmt::format("{} of {} tokens", what, tokens),
                         "use a shorter sequence");
 }
@@ -147,7 +148,10 @@ void run_rope_scaling(const RopeScalingRun& r) {
     auto fr = rope_frequencies(theta, head_dim, sc, max_position, r.seq_len > 0 ? r.seq_len : max_position);
     std::vector<double> gamma(fr.inv_freq.size());
     for (size_t i = 0; i < gamma.size(); ++i) gamma[i] = fr.inv_freq[i] / base[i];
-    res.push_back({{"type", s.type}, {"factor", f}, {"inv_freq", fr.inv_freq}, {"gamma", gamma},
+    res.push_back({{"type", s.type},
+                   {"factor", f},
+                   {"inv_freq", fr.inv_freq},
+                   {"gamma", gamma},
                    {"attention_factor", fr.attention_factor}});
   }
   if (!r.out.empty()) {
@@ -214,7 +218,8 @@ void run_attention_map(const AttentionMapRun& r) {
   }
   check_analysis_fits(model->config(), ids.size(1), 4, "attention");
   auto map = attention_map(model, ids, r.layer, r.head);  // (T, T)
-  auto heat = attention_heatmap(map, labels, fmt::format("{}: layer {}, head {}", spec.name, r.layer, r.head), r.log_color);
+  auto heat =
+      attention_heatmap(map, labels, fmt::format("{}: layer {}, head {}", spec.name, r.layer, r.head), r.log_color);
   for (const char* ext : {"png", "svg"}) {
     const std::string path = (fs::path(r.out) / fmt::format("attention_L{}_H{}.{}", r.layer, r.head, ext)).string();
     plot::save(heat, path);

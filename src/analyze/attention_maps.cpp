@@ -73,10 +73,16 @@ std::string needle_attention_json(const std::vector<NeedleAttention>& runs) {
   nlohmann::json j = eval::new_results("needle-attention");
   j["runs"] = nlohmann::json::array();
   for (const auto& r : runs)
-    j["runs"].push_back({{"label", r.label}, {"needle_begin", r.needle_begin}, {"needle_end", r.needle_end},
-                 {"prompt_tokens", r.prompt_tokens}, {"key_offset", r.key_offset}, {"mean", r.mean},
-                 {"per_layer", r.per_layer}, {"needle_mass", r.needle_mass},
-                 {"mean_needle_mass", r.mean_needle_mass}, {"uniform_mass", r.uniform_mass}});
+    j["runs"].push_back({{"label", r.label},
+                         {"needle_begin", r.needle_begin},
+                         {"needle_end", r.needle_end},
+                         {"prompt_tokens", r.prompt_tokens},
+                         {"key_offset", r.key_offset},
+                         {"mean", r.mean},
+                         {"per_layer", r.per_layer},
+                         {"needle_mass", r.needle_mass},
+                         {"mean_needle_mass", r.mean_needle_mass},
+                         {"uniform_mass", r.uniform_mass}});
   return j.dump(2) + "\n";
 }
 
@@ -176,16 +182,11 @@ std::vector<std::string> byte_labels(const torch::Tensor& ids) {
   std::vector<std::string> out;
   for (int64_t i = 0; i < v.numel(); ++i) {
     const int64_t t = v.data_ptr<int64_t>()[i];
-    if (t == ' ')
-      out.push_back("\u2423");
-    else if (t == '\n')
-      out.push_back("\\n");
-    else if (t == '\t')
-      out.push_back("\\t");
-    else if (t > 32 && t < 127)
-      out.push_back(std::string(1, char(t)));
-    else
-      out.push_back(fmt::format("#{}", t));
+    if (t == ' ') out.push_back("\u2423");
+    else if (t == '\n') out.push_back("\\n");
+    else if (t == '\t') out.push_back("\\t");
+    else if (t > 32 && t < 127) out.push_back(std::string(1, char(t)));
+    else out.push_back(fmt::format("#{}", t));
   }
   return out;
 }

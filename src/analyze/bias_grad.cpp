@@ -166,8 +166,11 @@ std::string bias_grad_json(const std::vector<BiasGradReport>& reports) {
       json layers = json::array();
       for (size_t l = 0; l < c.layers.size(); ++l) {
         const auto& s = c.layers[l];
-        layers.push_back({{"layer", l}, {"bias", spread_json(s.bias)}, {"grad_wq", spread_json(s.grad_wq)},
-                          {"grad_wk", spread_json(s.grad_wk)}, {"grad_all", spread_json(s.grad_all)}});
+        layers.push_back({{"layer", l},
+                          {"bias", spread_json(s.bias)},
+                          {"grad_wq", spread_json(s.grad_wq)},
+                          {"grad_wk", spread_json(s.grad_wk)},
+                          {"grad_all", spread_json(s.grad_all)}});
       }
       weights[bias_weights_name(c.weights)] = layers;
     }
@@ -220,13 +223,13 @@ std::string bias_grad_table(const std::vector<BiasGradReport>& reports) {
   for (const auto& r : reports) name_w = std::max(name_w, r.model.size());
   for (size_t k = 0; k < reports[0].curves.size(); ++k) {
     out += fmt::format("\n{} head\n", bias_weights_name(reports[0].curves[k].weights));
-    out += fmt::format("  {:<{}}  {:>5}  {:>11}  {:>11}  {:>11}  {:>23}\n", "model", name_w, "layer", "A^c", "|dA/dW_Q|",
-                       "|dA/dW_K|", "|grad_theta A| +- std");
+    out += fmt::format("  {:<{}}  {:>5}  {:>11}  {:>11}  {:>11}  {:>23}\n", "model", name_w, "layer", "A^c",
+                       "|dA/dW_Q|", "|dA/dW_K|", "|grad_theta A| +- std");
     for (const auto& r : reports)
       for (size_t l = 0; l < r.curves[k].layers.size(); ++l) {
         const auto& s = r.curves[k].layers[l];
-        out += fmt::format("  {:<{}}  {:>5}  {:>11.3e}  {:>11.3e}  {:>11.3e}  {:>11.3e} +- {:<9.2e}\n", r.model, name_w, l,
-                           s.bias.mean, s.grad_wq.mean, s.grad_wk.mean, s.grad_all.mean, s.grad_all.std);
+        out += fmt::format("  {:<{}}  {:>5}  {:>11.3e}  {:>11.3e}  {:>11.3e}  {:>11.3e} +- {:<9.2e}\n", r.model, name_w,
+                           l, s.bias.mean, s.grad_wq.mean, s.grad_wk.mean, s.grad_all.mean, s.grad_all.std);
       }
   }
   return out;
@@ -236,8 +239,9 @@ plot::Figure bias_grad_figure(const std::vector<BiasGradReport>& reports) {
   plot::Figure fig;
   if (reports.empty()) return fig;
   const auto& o = reports[0].options;
-  fig.title = fmt::format("Positional-bias gradients at initialisation (T = {}, {} seqs \u00d7 {} seeds; band \u00b11 std)",
-                          o.seq_len, o.num_seqs, o.num_seeds);
+  fig.title =
+      fmt::format("Positional-bias gradients at initialisation (T = {}, {} seqs \u00d7 {} seeds; band \u00b11 std)",
+                  o.seq_len, o.num_seqs, o.num_seeds);
   const char* titles[] = {"Diagonal head bias", "Off-diagonal (previous-token) head bias"};
   for (size_t k = 0; k < reports[0].curves.size(); ++k) {
     plot::Panel p;

@@ -33,8 +33,7 @@ using detail::norm_of;
 
 ConstantSequenceReport constant_sequence_check(DecoderLM& model, int64_t token, int64_t T) {
   const auto& cfg = model->config();
-  if (token < 0 || token >= cfg.vocab_size)
-    fail("token {} is outside the vocabulary [0, {})", token, cfg.vocab_size);
+  if (token < 0 || token >= cfg.vocab_size) fail("token {} is outside the vocabulary [0, {})", token, cfg.vocab_size);
   if (T < 2) fail("sequence length must be at least 2, got {}", T);
   torch::AutoGradMode grad_on(true);
   ConstantSequenceReport r;

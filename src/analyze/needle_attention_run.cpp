@@ -69,8 +69,8 @@ struct NeedlePrompt {
   torch::Tensor ids;  // (1, length)
   int64_t needle_begin = 0, needle_end = 0;
 };
-NeedlePrompt needle_prompt(const Encoder& encode, const std::string& hay, const NeedleText& nt, int64_t L,
-                           double depth, int64_t vocab, const std::string& dir) {
+NeedlePrompt needle_prompt(const Encoder& encode, const std::string& hay, const NeedleText& nt, int64_t L, double depth,
+                           int64_t vocab, const std::string& dir) {
   const auto q = encode(nt.question), n = encode(nt.needle);
   const int64_t room = L - int64_t(q.size() + n.size());
   if (room < 1) fail("--length {} is too short for the needle and question ({} tokens)", L, q.size() + n.size());
@@ -116,8 +116,8 @@ void run_needle_attention(const NeedleAttentionRun& nd) {
       const std::string label = variant.is_identity() ? stem_of(dir) : fmt::format("{} {}", stem_of(dir), m);
       runs.push_back(needle_attention(model, p.ids, p.needle_begin, p.needle_end, nd.window, label));
       const auto& r = runs.back();
-      fmt::print("{:<32} needle mass {:.4f} (uniform {:.4f}) over {} layers; prompt {} tokens, needle at {}\n",
-                 label, r.mean_needle_mass, r.uniform_mass, r.needle_mass.size(), r.prompt_tokens, p.needle_begin);
+      fmt::print("{:<32} needle mass {:.4f} (uniform {:.4f}) over {} layers; prompt {} tokens, needle at {}\n", label,
+                 r.mean_needle_mass, r.uniform_mass, r.needle_mass.size(), r.prompt_tokens, p.needle_begin);
     }
   }
   fs::create_directories(nd.out);

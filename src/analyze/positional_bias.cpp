@@ -24,9 +24,7 @@ double norm_of(const std::vector<torch::Tensor>& grads) {
 
 // ----- A^c -----------------------------------------------------------------------------------------
 
-const char* bias_weights_name(BiasWeights w) {
-  return w == BiasWeights::kDiagonal ? "diagonal" : "previous-token";
-}
+const char* bias_weights_name(BiasWeights w) { return w == BiasWeights::kDiagonal ? "diagonal" : "previous-token"; }
 
 torch::Tensor bias_weights(BiasWeights w, int64_t T, torch::ScalarType dtype) {
   TORCH_CHECK(T >= 1, "bias_weights: T must be >= 1, got ", T);

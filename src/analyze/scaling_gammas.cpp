@@ -58,8 +58,9 @@ std::string gamma_csv(const std::vector<GammaCurve>& curves) {
 
 plot::Figure gamma_figure(const std::vector<GammaCurve>& curves, double theta, int64_t head_dim, int64_t train_length) {
   plot::Figure fig;
-  fig.title = fmt::format("RoPE frequency scaling \u03b3_m = \u03c9'_m / \u03c9_m   (d = {}, \u03b8 = {:g}, L\u2080 = {})",
-                          head_dim, theta, train_length);
+  fig.title =
+      fmt::format("RoPE frequency scaling \u03b3_m = \u03c9'_m / \u03c9_m   (d = {}, \u03b8 = {:g}, L\u2080 = {})",
+                  head_dim, theta, train_length);
   fig.panel_width = 400;
   std::vector<double> factors;
   std::vector<std::string> types;

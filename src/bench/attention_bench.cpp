@@ -18,10 +18,10 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <torch/autograd.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
+#include <nlohmann/json.hpp>
 
 #include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
@@ -246,7 +246,8 @@ AttnFn make_fn(const std::string& impl, const Setup& s, const at::Tensor& mask) 
       return ops::attention(q, k, v, p);
     };
   if (impl == "ours")
-    return [p = s.p](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) { return ops::attention(q, k, v, p); };
+    return
+        [p = s.p](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) { return ops::attention(q, k, v, p); };
   if (impl == "sdpa")
     return [gqa](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
       return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, std::nullopt, gqa);
@@ -261,7 +262,8 @@ AttnFn make_fn(const std::string& impl, const Setup& s, const at::Tensor& mask) 
 }
 
 // Analytic extra memory (bytes) and a one-word description.
-std::pair<double, std::string> analytic_memory(const AttentionBenchOptions& o, const Setup& s, const std::string& impl) {
+std::pair<double, std::string> analytic_memory(const AttentionBenchOptions& o, const Setup& s,
+                                               const std::string& impl) {
   const double B = double(o.batch), H = double(s.H), T = double(s.T), D = double(o.head_dim);
   const double out_lse = B * H * T * (D * double(elt_size(o.dtype)) + 4.0);
   const double mask = (s.mask_per_head ? H : 1.0) * T * T * double(elt_size(o.dtype));
@@ -269,7 +271,8 @@ std::pair<double, std::string> analytic_memory(const AttentionBenchOptions& o, c
   if (impl == "ours" || impl == "sdpa" || impl == "flash" || impl == "own_cuda") return {out_lse, "O(T·D)"};
   if (impl == "sdpa_mask") return {out_lse + mask, s.mask_per_head ? "O(T·S·H) mask" : "O(T·S) mask"};
   if (dense_bias_impl(impl)) {  // the plan's dense additive bias for ALiBi / windows (causal: a mask type)
-    if (s.name == "alibi" || s.name == "window") return {out_lse + mask, s.mask_per_head ? "O(T·S·H) bias" : "O(T·S) bias"};
+    if (s.name == "alibi" || s.name == "window")
+      return {out_lse + mask, s.mask_per_head ? "O(T·S·H) bias" : "O(T·S) bias"};
     return {out_lse, "O(T·D)"};
   }
   return {logits, "O(T·S·H)"};
@@ -279,7 +282,8 @@ std::pair<double, std::string> analytic_memory(const AttentionBenchOptions& o, c
 double estimated_bytes(const AttentionBenchOptions& o, const Setup& s, const std::string& impl, bool backward) {
   const auto [bytes, _] = analytic_memory(o, s, impl);
   if (impl == "ours" || impl == "sdpa" || impl == "flash" || impl == "own_cuda") return bytes * (backward ? 6.0 : 1.0);
-  if (dense_bias_impl(impl)) return bytes * (backward ? 6.0 : 1.0) + 2.0 * (bytes - analytic_memory(o, s, "ours").first);
+  if (dense_bias_impl(impl))
+    return bytes * (backward ? 6.0 : 1.0) + 2.0 * (bytes - analytic_memory(o, s, "ours").first);
   if (impl == "sdpa_mask") {
     const double mask_f32 = (s.mask_per_head ? double(s.H) : 1.0) * double(s.T) * double(s.T) * 4.0;
     return bytes + 2.0 * mask_f32;  // float32 build temporaries
@@ -422,7 +426,8 @@ at::Tensor measure(Ctx& c, const Setup& s, const std::string& impl, bool bwd, co
 
 void validate(const AttentionBenchOptions& o) {
   if (o.lengths.empty()) fail("attention bench: no lengths given");
-  if (o.device != "cpu" && o.device != "cuda") fail("attention bench: --device must be cpu or cuda, got '{}'", o.device);
+  if (o.device != "cpu" && o.device != "cuda")
+    fail("attention bench: --device must be cpu or cuda, got '{}'", o.device);
   if (o.device == "cuda" && !torch::cuda::is_available())
     fail("attention bench: --device cuda, but no CUDA device is available on this machine");
 #ifndef DROPE_WITH_CUDA
@@ -441,10 +446,11 @@ void validate(const AttentionBenchOptions& o) {
   }
   for (auto T : o.lengths)
     if (T <= 0 || T > (int64_t(1) << 22)) fail("attention bench: --lengths must be in [1, 4194304], got {}", T);
-  if (o.batch <= 0 || o.heads <= 0 || o.head_dim <= 0) fail("attention bench: batch, heads and head dim must be positive");
+  if (o.batch <= 0 || o.heads <= 0 || o.head_dim <= 0)
+    fail("attention bench: batch, heads and head dim must be positive");
   if (o.batch > 4096 || o.heads > 4096 || o.head_dim > 1024)
-    fail("attention bench: --batch and --heads must be at most 4096 and --head-dim at most 1024, got {}, {}, {}", o.batch,
-         o.heads, o.head_dim);
+    fail("attention bench: --batch and --heads must be at most 4096 and --head-dim at most 1024, got {}, {}, {}",
+         o.batch, o.heads, o.head_dim);
   // q, k, v, out and their gradients (8 tensors of B·H·T·D) must fit in this machine's available memory before
   // anything is allocated (--max-mem-gb then skips single measurements, e.g. a dense mask, that do not fit).
   const double elt = o.dtype == at::kDouble ? 8 : o.dtype == at::kFloat ? 4 : 2;
@@ -632,18 +638,18 @@ std::string format_attention_table(const AttentionBenchResult& r) {
         };
         const std::string mem =
             row.analytic_bytes < 0 ? "-" : fmt::format("{} {}", mb(row.analytic_bytes), row.analytic_note);
-        out += fmt::format("{:>6}  {:<10} {:>12} {:>8} {:>12} {:>8} {:>7} {:>7}  {:>20} {:>9} {:>9} {:>9}{}\n", T, row.impl,
-                           time_cell(row.fwd), tf_cell(row.fwd), time_cell(row.fwdbwd), tf_cell(row.fwdbwd),
-                           ratio(row.fwd, ours ? &ours->fwd : nullptr), ratio(row.fwdbwd, ours ? &ours->fwdbwd : nullptr),
-                           mem, rss_cell(row.fwd), rss_cell(row.fwdbwd),
-                           row.max_abs_diff >= 0 ? fmt::format("{:.1e}", row.max_abs_diff) : std::string("-"),
-                           backend_cell(row));
+        out += fmt::format(
+            "{:>6}  {:<10} {:>12} {:>8} {:>12} {:>8} {:>7} {:>7}  {:>20} {:>9} {:>9} {:>9}{}\n", T, row.impl,
+            time_cell(row.fwd), tf_cell(row.fwd), time_cell(row.fwdbwd), tf_cell(row.fwdbwd),
+            ratio(row.fwd, ours ? &ours->fwd : nullptr), ratio(row.fwdbwd, ours ? &ours->fwdbwd : nullptr), mem,
+            rss_cell(row.fwd), rss_cell(row.fwdbwd),
+            row.max_abs_diff >= 0 ? fmt::format("{:.1e}", row.max_abs_diff) : std::string("-"), backend_cell(row));
         for (const auto* m : {&row.fwd, &row.fwdbwd})
           if (m->status.rfind("error", 0) == 0)
             errors.push_back(fmt::format("{} T={} {}: {}", cname, T, row.impl, m->status));
           else if (m->status.rfind("n/a: ", 0) == 0)  // a forced CUDA backend that cannot run the call
-            errors.push_back(fmt::format("{} T={} {} {}: {}", cname, T, row.impl, m == &row.fwd ? "fwd" : "fwd+bwd",
-                                         m->status));
+            errors.push_back(
+                fmt::format("{} T={} {} {}: {}", cname, T, row.impl, m == &row.fwd ? "fwd" : "fwd+bwd", m->status));
       }
     }
   }
@@ -671,9 +677,15 @@ std::string attention_bench_json(const AttentionBenchResult& r) {
   };
   json rows = json::array();
   for (const auto& row : r.rows) {
-    json j{{"case", row.case_name}, {"impl", row.impl}, {"T", row.T}, {"S", row.T}, {"kv_heads", row.kv_heads},
-           {"analytic_extra_bytes", row.analytic_bytes}, {"analytic_note", row.analytic_note},
-           {"fwd", meas(row.fwd)}, {"fwdbwd", meas(row.fwdbwd)}};
+    json j{{"case", row.case_name},
+           {"impl", row.impl},
+           {"T", row.T},
+           {"S", row.T},
+           {"kv_heads", row.kv_heads},
+           {"analytic_extra_bytes", row.analytic_bytes},
+           {"analytic_note", row.analytic_note},
+           {"fwd", meas(row.fwd)},
+           {"fwdbwd", meas(row.fwdbwd)}};
     if (row.max_abs_diff >= 0) j["max_abs_diff_vs_ours"] = row.max_abs_diff;
     rows.push_back(std::move(j));
   }

@@ -13,9 +13,9 @@
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
@@ -57,19 +57,23 @@ std::vector<LayerCase> layer_cases(const LayersRun& lo, const torch::TensorOptio
   auto cos = torch::cat({angle.cos(), angle.cos()}, -1), sin = torch::cat({angle.sin(), angle.sin()}, -1);
   auto rms_w = torch::randn({lo.hidden}, opt);
   return {
-      {"rms_norm", {torch::randn({B, T, lo.hidden}, opt), rms_w},
+      {"rms_norm",
+       {torch::randn({B, T, lo.hidden}, opt), rms_w},
        [](const std::vector<torch::Tensor>& t) { return ops::rms_norm(t[0], t[1], 1e-5); }},
       // q as the model passes it: a (B, T, H, D) projection viewed as (B, H, T, D).
-      {"rotary", {torch::randn({B, T, lo.heads, lo.head_dim}, opt).transpose(1, 2)},
+      {"rotary",
+       {torch::randn({B, T, lo.heads, lo.head_dim}, opt).transpose(1, 2)},
        [cos, sin](const std::vector<torch::Tensor>& t) { return ops::rotary(t[0], cos, sin); }},
       // The MLP's hidden activation silu(x·gateᵀ)·(x·upᵀ): ATen runs two GEMMs, silu and a product.
-      {"swiglu", {torch::randn({B, T, lo.hidden}, opt), torch::randn({lo.ffn, lo.hidden}, opt) * 0.05,
-                  torch::randn({lo.ffn, lo.hidden}, opt) * 0.05},
+      {"swiglu",
+       {torch::randn({B, T, lo.hidden}, opt), torch::randn({lo.ffn, lo.hidden}, opt) * 0.05,
+        torch::randn({lo.ffn, lo.hidden}, opt) * 0.05},
        [](const std::vector<torch::Tensor>& t) { return ops::swiglu(t[0], t[1], {}, t[2], {}); }},
       // The attention's q, k and v projections (summed, so that one tensor comes out): three GEMMs in ATen.
-      {"qkv_proj", {torch::randn({B, T, lo.hidden}, opt), torch::randn({lo.heads * lo.head_dim, lo.hidden}, opt) * 0.05,
-                    torch::randn({lo.kv_heads * lo.head_dim, lo.hidden}, opt) * 0.05,
-                    torch::randn({lo.kv_heads * lo.head_dim, lo.hidden}, opt) * 0.05},
+      {"qkv_proj",
+       {torch::randn({B, T, lo.hidden}, opt), torch::randn({lo.heads * lo.head_dim, lo.hidden}, opt) * 0.05,
+        torch::randn({lo.kv_heads * lo.head_dim, lo.hidden}, opt) * 0.05,
+        torch::randn({lo.kv_heads * lo.head_dim, lo.hidden}, opt) * 0.05},
        [](const std::vector<torch::Tensor>& t) {
          auto p = ops::linear_split(t[0], {t[1], t[2], t[3]});
          return p[0].sum(-1) + p[1].sum(-1) + p[2].sum(-1);
@@ -115,8 +119,8 @@ double peak_rss_kb() {
 }  // namespace
 
 void run_layers(const LayersRun& lo) {
-  if (lo.batch < 1 || lo.seq < 1 || lo.hidden < 1 || lo.heads < 1 || lo.kv_heads < 1 || lo.ffn < 1 ||
-      lo.head_dim < 2 || lo.head_dim % 2 || lo.repeats < 1)
+  if (lo.batch < 1 || lo.seq < 1 || lo.hidden < 1 || lo.heads < 1 || lo.kv_heads < 1 || lo.ffn < 1 || lo.head_dim < 2 ||
+      lo.head_dim % 2 || lo.repeats < 1)
     fail("drope-bench layers: sizes and --repeats must be >= 1, --head-dim even");
   {
     // The cases' inputs, and during one case its outputs and gradients (the SwiGLU's gate|up the largest).
@@ -124,7 +128,8 @@ void run_layers(const LayersRun& lo) {
     const double hd = double(lo.head_dim), proj = double(lo.heads + 2 * lo.kv_heads) * hd;
     const double inputs = 3 * bt * double(lo.hidden) + bt * double(lo.heads) * hd +
                           2 * double(lo.ffn) * double(lo.hidden) + proj * double(lo.hidden);
-    const double per_case = 3 * bt * std::max({double(lo.hidden), double(lo.heads) * hd, proj}) + 4 * bt * double(lo.ffn);
+    const double per_case =
+        3 * bt * std::max({double(lo.hidden), double(lo.heads) * hd, proj}) + 4 * bt * double(lo.ffn);
     check_memory_estimate(elt * (2 * inputs + per_case), "drope-bench layers with these sizes",
                           "use a smaller --batch, --seq, --hidden or --ffn");
   }
@@ -132,9 +137,10 @@ void run_layers(const LayersRun& lo) {
   const auto opt = torch::TensorOptions().dtype(lo.dtype == "float64" ? torch::kDouble : torch::kFloat);
   auto cases = layer_cases(lo, opt);
   nlohmann::json out = nlohmann::json::array();
-  fmt::print("batch {} x seq {}, hidden {}, heads {} ({} kv) x {}, ffn {}, {}, {} threads; median of {} alternating runs (ms)\n",
-             lo.batch, lo.seq, lo.hidden, lo.heads, lo.kv_heads, lo.head_dim, lo.ffn, lo.dtype, at::get_num_threads(),
-             lo.repeats);
+  fmt::print(
+      "batch {} x seq {}, hidden {}, heads {} ({} kv) x {}, ffn {}, {}, {} threads; median of {} alternating runs (ms)\n",
+      lo.batch, lo.seq, lo.hidden, lo.heads, lo.kv_heads, lo.head_dim, lo.ffn, lo.dtype, at::get_num_threads(),
+      lo.repeats);
   fmt::print("| op | fused fwd | ATen fwd | speed-up | fused fwd+bwd | ATen fwd+bwd | speed-up |\n"
              "|---|---:|---:|---:|---:|---:|---:|\n");
   for (auto& c : cases) {
@@ -153,8 +159,11 @@ void run_layers(const LayersRun& lo) {
     for (int i = 0; i < 2; ++i) t[i][0] = fwd[i], t[i][1] = both[i];
     fmt::print("| {} | {:.3f} | {:.3f} | {:.2f}x | {:.3f} | {:.3f} | {:.2f}x |\n", c.name, t[0][0], t[1][0],
                t[1][0] / t[0][0], t[0][1], t[1][1], t[1][1] / t[0][1]);
-    out.push_back({{"op", c.name}, {"fused_fwd_ms", t[0][0]}, {"aten_fwd_ms", t[1][0]},
-                   {"fused_fwd_bwd_ms", t[0][1]}, {"aten_fwd_bwd_ms", t[1][1]}});
+    out.push_back({{"op", c.name},
+                   {"fused_fwd_ms", t[0][0]},
+                   {"aten_fwd_ms", t[1][0]},
+                   {"fused_fwd_bwd_ms", t[0][1]},
+                   {"aten_fwd_bwd_ms", t[1][1]}});
   }
   if (!lo.json.empty()) write_file_atomic(lo.json, out.dump(2) + "\n");
 }

@@ -179,10 +179,12 @@ void ModelConfig::validate(const std::string& src) const {
     if ((int64_t)positional.layers.size() != num_layers)
       fail("{}: model.positional.layers has {} entries, expected one per layer ({})", src, positional.layers.size(),
            num_layers);
-    for (const auto& l : positional.layers) parse_layer_positional(l, positional.window, src + ": model.positional.layers");
+    for (const auto& l : positional.layers)
+      parse_layer_positional(l, positional.window, src + ": model.positional.layers");
   }
   const auto& s = positional.scaling;
-  number("positional.scaling.factor", s.factor, s.type != RopeScalingType::kNone ? scaling_factor_range() : Interval::any());
+  number("positional.scaling.factor", s.factor,
+         s.type != RopeScalingType::kNone ? scaling_factor_range() : Interval::any());
   if (s.original_max_position < 0) fail("{}: model.positional.scaling.original_max_position must be >= 0", src);
   number("positional.scaling.beta_fast", s.beta_fast, Interval::positive());
   number("positional.scaling.beta_slow", s.beta_slow, Interval::positive());
@@ -288,8 +290,7 @@ std::string model_config_to_yaml(const ModelConfig& c) {
   e << YAML::Key << "type" << YAML::Value << std::string(name_of(c.positional.type));
   e << YAML::Key << "rope_theta" << YAML::Value << c.positional.rope_theta;
   e << YAML::Key << "window" << YAML::Value << c.positional.window;
-  if (!c.positional.layers.empty())
-    e << YAML::Key << "layers" << YAML::Value << YAML::Flow << c.positional.layers;
+  if (!c.positional.layers.empty()) e << YAML::Key << "layers" << YAML::Value << YAML::Flow << c.positional.layers;
   const auto& s = c.positional.scaling;
   e << YAML::Key << "scaling" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "type" << YAML::Value << std::string(name_of(s.type));

@@ -180,8 +180,10 @@ std::string describe_cpu_budget() {
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   char quota[32] = "none";
   if (b.quota > 0) std::snprintf(quota, sizeof quota, "%.2f", b.quota);
-  std::snprintf(line, sizeof line, "cpus: affinity %d, cgroup quota %s -> %d threads; OMP_NUM_THREADS=%s GOMP_SPINCOUNT=%s OMP_WAIT_POLICY=%s",
-                b.affinity, quota, b.threads, omp ? omp : "-", spin ? spin : "-", wait ? wait : "-");
+  std::snprintf(
+      line, sizeof line,
+      "cpus: affinity %d, cgroup quota %s -> %d threads; OMP_NUM_THREADS=%s GOMP_SPINCOUNT=%s OMP_WAIT_POLICY=%s",
+      b.affinity, quota, b.threads, omp ? omp : "-", spin ? spin : "-", wait ? wait : "-");
   return line;
 }
 

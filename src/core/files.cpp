@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstdint>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -96,7 +96,7 @@ namespace {
 
 // Device and inode of `p` (symlinks followed), or nullopt when it does not exist.
 std::optional<std::pair<dev_t, ino_t>> file_id(const fs::path& p) {
-  struct stat st {};
+  struct stat st{};
   if (::stat(p.c_str(), &st) != 0) return std::nullopt;
   return std::make_pair(st.st_dev, st.st_ino);
 }
@@ -128,12 +128,14 @@ void check_output_dir(const std::string& dir, const OutputDirRule& rule) {
     if (is_at_or_above(*in_id, dir))
       fail("{} {} is inside the input {} {}; choose an output directory outside it", rule.flag, dir, name, in);
     if (out_id && is_at_or_above(*out_id, in))
-      fail("{} {} contains the input {} {}; choose an output directory that does not hold it", rule.flag, dir, name, in);
+      fail("{} {} contains the input {} {}; choose an output directory that does not hold it", rule.flag, dir, name,
+           in);
   }
   std::error_code ec;
   const auto st = fs::symlink_status(dir, ec);
   if (ec || !fs::exists(st)) return;
-  if (!fs::is_directory(fs::status(dir, ec))) fail("{} {}: exists and is not a directory; refusing to replace it", rule.flag, dir);
+  if (!fs::is_directory(fs::status(dir, ec)))
+    fail("{} {}: exists and is not a directory; refusing to replace it", rule.flag, dir);
   if (fs::is_empty(dir, ec) && !ec) return;
   for (const auto& m : rule.markers)
     if (fs::exists(fs::path(dir) / m, ec)) return;
@@ -192,7 +194,7 @@ DirLock::DirLock(const std::string& dir, Where where) {
   for (int attempt = 0;; ++attempt) {
     const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0644);
     if (fd < 0) fail("{}: cannot open the lock file {} ({})", dir, path_, std::strerror(errno));
-    struct stat mine {};
+    struct stat mine{};
     if (::fstat(fd, &mine) != 0 || !S_ISREG(mine.st_mode)) {
       ::close(fd);
       fail("{}: the lock file {} is not a regular file", dir, path_);
@@ -205,12 +207,14 @@ DirLock::DirLock(const std::string& dir, Where where) {
       const int64_t holder = err == EWOULDBLOCK ? read_lock_pid(fd) : 0;
       ::close(fd);
       if (err != EWOULDBLOCK) fail("{}: cannot lock {} ({})", dir, path_, std::strerror(err));
-      if (holder > 0) fail("{} is in use by process {}; wait for it to end or choose another directory", dir, describe_process(holder));
+      if (holder > 0)
+        fail("{} is in use by process {}; wait for it to end or choose another directory", dir,
+             describe_process(holder));
       fail("{} is in use by another process; wait for it to end or choose another directory", dir);
     }
     // A holder that removes its lock file on release may have done so after our open: hold the file that the
     // path names now, or try again.
-    struct stat now {};
+    struct stat now{};
     if (::stat(path_.c_str(), &now) == 0 && now.st_dev == mine.st_dev && now.st_ino == mine.st_ino) {
       fd_ = fd;
       break;
@@ -288,7 +292,7 @@ const char* file_kind(mode_t m) {
 }  // namespace
 
 InputFile::InputFile(const std::string& path) {
-  struct stat st {};
+  struct stat st{};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT || errno == ENOTDIR) fail("{}: file not found", path);
     fail("{}: cannot open for reading ({})", path, std::strerror(errno));
@@ -358,7 +362,6 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   out.resize(got);
   return out;
 }
-
 
 void fsync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);

@@ -18,17 +18,23 @@ using nlohmann::json;
 namespace {
 
 constexpr TypeTraits kF32{"F32", 1, 4}, kF16{"F16", 1, 2}, kBF16{"BF16", 1, 2}, kQ4_0{"Q4_0", 32, 18},
-    kQ4_1{"Q4_1", 32, 20}, kQ5_0{"Q5_0", 32, 22}, kQ5_1{"Q5_1", 32, 24}, kQ8_0{"Q8_0", 32, 34},
-    kQ2_K{"Q2_K", 256, 84}, kQ3_K{"Q3_K", 256, 110}, kQ4_K{"Q4_K", 256, 144}, kQ5_K{"Q5_K", 256, 176},
-    kQ6_K{"Q6_K", 256, 210};
+    kQ4_1{"Q4_1", 32, 20}, kQ5_0{"Q5_0", 32, 22}, kQ5_1{"Q5_1", 32, 24}, kQ8_0{"Q8_0", 32, 34}, kQ2_K{"Q2_K", 256, 84},
+    kQ3_K{"Q3_K", 256, 110}, kQ4_K{"Q4_K", 256, 144}, kQ5_K{"Q5_K", 256, 176}, kQ6_K{"Q6_K", 256, 210};
 
 // Bytes a value of scalar type `t` takes, 0 for string/array.
 uint64_t scalar_bytes(ValueType t) {
   switch (t) {
-    case ValueType::kUint8: case ValueType::kInt8: case ValueType::kBool: return 1;
-    case ValueType::kUint16: case ValueType::kInt16: return 2;
-    case ValueType::kUint32: case ValueType::kInt32: case ValueType::kFloat32: return 4;
-    case ValueType::kUint64: case ValueType::kInt64: case ValueType::kFloat64: return 8;
+    case ValueType::kUint8:
+    case ValueType::kInt8:
+    case ValueType::kBool: return 1;
+    case ValueType::kUint16:
+    case ValueType::kInt16: return 2;
+    case ValueType::kUint32:
+    case ValueType::kInt32:
+    case ValueType::kFloat32: return 4;
+    case ValueType::kUint64:
+    case ValueType::kInt64:
+    case ValueType::kFloat64: return 8;
     default: return 0;
   }
 }
@@ -353,8 +359,7 @@ Header parse_header(const uint8_t* data, uint64_t size, const std::string& path)
   h.version = c.get<uint32_t>("version");
   if (h.version == 0x02000000u || h.version == 0x03000000u)
     fail("{}: big-endian GGUF files are not supported; convert it to little-endian", path);
-  if (h.version != 2 && h.version != 3)
-    fail("{}: GGUF version {} is not supported (expected 2 or 3)", path, h.version);
+  if (h.version != 2 && h.version != 3) fail("{}: GGUF version {} is not supported (expected 2 or 3)", path, h.version);
   const auto n_tensors = c.get<uint64_t>("tensor count");
   const auto n_kv = c.get<uint64_t>("metadata count");
   // Each tensor info takes at least 8 (name length) + 4 (dims) + 8 (one dim) + 4 (type) + 8 (offset) bytes,
@@ -391,11 +396,13 @@ Header parse_header(const uint8_t* data, uint64_t size, const std::string& path)
     if (t.name.empty()) fail("{}: tensor #{} has an empty name", path, i);
     if (seen.count(t.name)) fail("{}: tensor '{}' appears twice", path, t.name);
     const auto nd = c.get<uint32_t>("dimension count of tensor '" + t.name + "'");
-    if (nd < 1 || nd > kMaxDims) fail("{}: tensor '{}' has {} dimensions (expected 1 to {})", path, t.name, nd, kMaxDims);
+    if (nd < 1 || nd > kMaxDims)
+      fail("{}: tensor '{}' has {} dimensions (expected 1 to {})", path, t.name, nd, kMaxDims);
     uint64_t elems = 1;
     for (uint32_t k = 0; k < nd; ++k) {
       const auto d = c.get<uint64_t>("dimensions of tensor '" + t.name + "'");
-      if (d < 1 || d > (uint64_t{1} << 40)) fail("{}: tensor '{}' dimension {} is {} (expected 1 to 2^40)", path, t.name, k, d);
+      if (d < 1 || d > (uint64_t{1} << 40))
+        fail("{}: tensor '{}' dimension {} is {} (expected 1 to 2^40)", path, t.name, k, d);
       if (elems > (uint64_t{1} << 50) / d) fail("{}: tensor '{}' has more than 2^50 elements", path, t.name);
       elems *= d;
       t.dims.push_back(static_cast<int64_t>(d));
@@ -403,8 +410,9 @@ Header parse_header(const uint8_t* data, uint64_t size, const std::string& path)
     t.type = c.get<uint32_t>("type of tensor '" + t.name + "'");
     t.offset = c.get<uint64_t>("offset of tensor '" + t.name + "'");
     const TypeTraits* tr = type_traits(t.type);
-    if (!tr) fail("{}: tensor '{}' has {}, which drope cannot read (supported: {})", path, t.name,
-                  type_label(t.type), supported_type_names());
+    if (!tr)
+      fail("{}: tensor '{}' has {}, which drope cannot read (supported: {})", path, t.name, type_label(t.type),
+           supported_type_names());
     if (t.dims[0] % tr->block_elems != 0)
       fail("{}: tensor '{}': its rows of {} elements are not whole {} blocks of {}", path, t.name, t.dims[0], tr->name,
            tr->block_elems);
@@ -434,7 +442,9 @@ Header parse_header(const uint8_t* data, uint64_t size, const std::string& path)
 }
 
 File::File(const std::string& path)
-    : path_(path), file_(std::make_unique<MappedFile>(path)), header_(parse_header(file_->data(), file_->size(), path)) {
+    : path_(path),
+      file_(std::make_unique<MappedFile>(path)),
+      header_(parse_header(file_->data(), file_->size(), path)) {
   for (size_t i = 0; i < header_.tensors.size(); ++i) by_name_.emplace(header_.tensors[i].name, i);
 }
 
@@ -457,7 +467,8 @@ bool is_int(ValueType t) {
 
 std::string File::get_string(const std::string& key) const {
   const MetaValue& v = need(*this, key);
-  if (v.type != ValueType::kString) fail("{}: metadata '{}' must be a string, got {}", path_, key, value_type_name(v.type));
+  if (v.type != ValueType::kString)
+    fail("{}: metadata '{}' must be a string, got {}", path_, key, value_type_name(v.type));
   return v.value.get<std::string>();
 }
 int64_t File::get_int(const std::string& key) const {
@@ -486,7 +497,8 @@ const json& File::get_array(const std::string& key, ValueType elem) const {
                        (elem == ValueType::kFloat32 && (v.elem_type == ValueType::kFloat64));
   if (v.type != ValueType::kArray || !elem_ok)
     fail("{}: metadata '{}' must be an array of {}, got {}{}", path_, key, value_type_name(elem),
-         value_type_name(v.type), v.type == ValueType::kArray ? std::string(" of ") + value_type_name(v.elem_type) : "");
+         value_type_name(v.type),
+         v.type == ValueType::kArray ? std::string(" of ") + value_type_name(v.elem_type) : "");
   return v.value;
 }
 std::string File::get_string(const std::string& key, const std::string& def) const {

@@ -127,7 +127,9 @@ json parse_json(std::string_view text, const std::string& source) {
   return root;
 }
 
-json read_json_file(const std::string& path, uint64_t max_bytes) { return parse_json(read_file(path, max_bytes), path); }
+json read_json_file(const std::string& path, uint64_t max_bytes) {
+  return parse_json(read_file(path, max_bytes), path);
+}
 
 int64_t json_int64(const json& v, const std::string& where) {
   if (v.is_number_unsigned()) {

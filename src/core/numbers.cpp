@@ -19,7 +19,8 @@ bool Interval::contains(double v) const {
 
 std::string Interval::describe() const {
   const bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
-  if (has_lo && has_hi) return fmt::format("a number in {}{:g}, {:g}{}", lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
+  if (has_lo && has_hi)
+    return fmt::format("a number in {}{:g}, {:g}{}", lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
   if (has_lo) return fmt::format("a finite number {} {:g}", lo_open ? ">" : ">=", lo);
   if (has_hi) return fmt::format("a finite number {} {:g}", hi_open ? "<" : "<=", hi);
   return "a finite number";

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <cctype>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -139,8 +139,7 @@ EventFileWriter::EventFileWriter(const std::string& dir, int64_t start_step) {
   if (ec) fail("{}: cannot list the directory ({})", dir, ec.message());
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  path_ = (fs::path(dir) / fmt::format("{}{:010d}.{}.{}", kPrefix, seconds, safe_name_part(host), ::getpid()))
-              .string();
+  path_ = (fs::path(dir) / fmt::format("{}{:010d}.{}.{}", kPrefix, seconds, safe_name_part(host), ::getpid())).string();
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("{}: cannot create the TensorBoard events file ({})", path_, std::strerror(errno));
   write_record(event_file_version(now));

@@ -46,7 +46,8 @@ void check_structure(const YAML::Node& root, const std::string& source) {
       fail("{}: more than {} YAML nodes (aliases repeating large lists?)", source, kMaxYamlNodes);
     if (!node.IsMap() && !node.IsSequence()) continue;
     if (depth >= kMaxYamlDepth)
-      fail("{}:{}: YAML nested more than {} levels deep (the nesting limit)", source, node.Mark().line + 1, kMaxYamlDepth);
+      fail("{}:{}: YAML nested more than {} levels deep (the nesting limit)", source, node.Mark().line + 1,
+           kMaxYamlDepth);
     if (node.IsSequence()) {
       for (const auto& child : node) todo.emplace_back(child, depth + 1);
       continue;

@@ -62,8 +62,7 @@ plot::Figure plot_summary(const CompareRun& r, const std::vector<std::pair<std::
   if (!banded)
     for (auto& s : panel.series) s.lower.clear(), s.upper.clear();
   if (train_length > 0)
-    panel.series.push_back(plot::guide_line("train length", {train_length, train_length},
-                                            {y_lo, y_hi}));
+    panel.series.push_back(plot::guide_line("train length", {train_length, train_length}, {y_lo, y_hi}));
   plot::Figure fig;
   fig.panel_width = 600;  // room for a title and a legend beside up to eight lines
   fig.panels.push_back(panel);
@@ -113,8 +112,7 @@ void run_compare(const CompareRun& r) {
   doc["methods"] = nlohmann::json::array();
   for (const auto& [label, summary] : methods) {
     std::vector<std::string> row = {label};
-    for (const auto& c : columns)
-      row.push_back(summary.contains(c) ? tasks::fixed(summary[c].get<double>(), 2) : "");
+    for (const auto& c : columns) row.push_back(summary.contains(c) ? tasks::fixed(summary[c].get<double>(), 2) : "");
     t.add_row(row);
     doc["methods"].push_back({{"label", label}, {"summary", summary}});
   }

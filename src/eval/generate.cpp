@@ -86,7 +86,8 @@ std::vector<TokenGeneration> generate_tokens(DecoderLM& model, const std::vector
     std::vector<KVCache> rows(B);
     std::vector<int32_t> next(B);
     auto t0 = std::chrono::steady_clock::now();
-    for (size_t b = 0; b < B; ++b) next[b] = greedy_token(prefill(model, prompts[begin + b], opt.prefill_chunk, rows[b]));
+    for (size_t b = 0; b < B; ++b)
+      next[b] = greedy_token(prefill(model, prompts[begin + b], opt.prefill_chunk, rows[b]));
     KVCache cache = B == 1 ? std::move(rows[0]) : merge(rows, opt.max_new_tokens);
     auto t1 = std::chrono::steady_clock::now();
     if (opt.stats) {
@@ -113,10 +114,8 @@ std::vector<TokenGeneration> generate_tokens(DecoderLM& model, const std::vector
           continue;
         }
         g.tokens.push_back(next[b]);
-        if (stop_check && stop_check(begin + b, g.tokens))
-          finish(b, "stop");
-        else if (int64_t(g.tokens.size()) >= opt.max_new_tokens)
-          finish(b, "length");
+        if (stop_check && stop_check(begin + b, g.tokens)) finish(b, "stop");
+        else if (int64_t(g.tokens.size()) >= opt.max_new_tokens) finish(b, "length");
       }
       if (live == 0) break;
       // One decode step for the whole batch (finished rows feed their last token; output ignored).
@@ -131,7 +130,8 @@ std::vector<TokenGeneration> generate_tokens(DecoderLM& model, const std::vector
       for (size_t b = 0; b < B; ++b) next[b] = int32_t(best[int64_t(b)].item<int64_t>());
       if (opt.stats) ++opt.stats->decode_steps;
     }
-    if (opt.stats) opt.stats->decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    if (opt.stats)
+      opt.stats->decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
   return out;
 }

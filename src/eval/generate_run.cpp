@@ -22,14 +22,15 @@ void run_generate(const GenerateRun& r) {
   auto gens = generate(em.model, *em.tokenizer, prompts, r.options, r.bos);
   std::string lines;
   for (size_t i = 0; i < gens.size(); ++i) {
-    nlohmann::json j = {{"prompt", prompts[i]}, {"output", gens[i].text}, {"finish", gens[i].finish},
-                        {"prompt_tokens", gens[i].prompt_tokens}, {"tokens", gens[i].tokens}};
+    nlohmann::json j = {{"prompt", prompts[i]},
+                        {"output", gens[i].text},
+                        {"finish", gens[i].finish},
+                        {"prompt_tokens", gens[i].prompt_tokens},
+                        {"tokens", gens[i].tokens}};
     lines += j.dump() + "\n";
   }
-  if (r.out.empty())
-    fmt::print("{}", lines);
-  else
-    write_file_atomic(r.out, lines), logging::info("wrote {} generations to {}", gens.size(), r.out);
+  if (r.out.empty()) fmt::print("{}", lines);
+  else write_file_atomic(r.out, lines), logging::info("wrote {} generations to {}", gens.size(), r.out);
 }
 
 }  // namespace drope::eval

@@ -18,7 +18,8 @@ at::Tensor read_token_batch(const std::string& path, int64_t vocab) {
     const auto& row = j[b];
     if (!row.is_array() || row.empty()) fail("{}: entry {} must be a non-empty list of token ids", path, b);
     if (row.size() != T)
-      fail("{}: entry {} has {} tokens but entry 0 has {}; all lists must have the same length", path, b, row.size(), T);
+      fail("{}: entry {} has {} tokens but entry 0 has {}; all lists must have the same length", path, b, row.size(),
+           T);
     for (size_t t = 0; t < row.size(); ++t) {
       if (!row[t].is_number()) fail("{}: entry {}, position {}: expected an integer token id", path, b, t);
       const int64_t id = json_int64(row[t], fmt::format("{}: entry {}, position {}: token id", path, b, t));

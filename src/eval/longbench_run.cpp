@@ -146,8 +146,7 @@ void run_longbench(const LongBenchRun& r) {
   method["limit"] = r.limit;
   method["bos"] = r.bos;
   method["chat_format"] = r.chat_format;
-  print_and_write(prefix, results, r.e, fmt::format("{} ({})", r.e ? "LongBench-E" : "LongBench", em.label),
-                  method);
+  print_and_write(prefix, results, r.e, fmt::format("{} ({})", r.e ? "LongBench-E" : "LongBench", em.label), method);
 }
 
 void run_longbench_score(const LongBenchScoreRun& r) {

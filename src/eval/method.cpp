@@ -42,14 +42,14 @@ EvalModel load_eval_model(const MethodSpec& m, bool need_tokenizer) {
   }
   if (need_tokenizer) {
     const std::string tpath = m.tokenizer.empty() ? m.model_dir : m.tokenizer;
-    const bool has = !m.tokenizer.empty() || gguf::is_gguf_path(tpath) || fs::exists(fs::path(tpath) / "tokenizer.json") ||
-                     fs::exists(fs::path(tpath) / "tokenizer.model");
+    const bool has = !m.tokenizer.empty() || gguf::is_gguf_path(tpath) ||
+                     fs::exists(fs::path(tpath) / "tokenizer.json") || fs::exists(fs::path(tpath) / "tokenizer.model");
     if (!has)
       fail("the model at {} has no tokenizer (tokenizer.json or tokenizer.model); pass --tokenizer", m.model_dir);
     em.tokenizer = text::load_tokenizer(tpath);
     if (em.tokenizer->vocab_size() > cfg.vocab_size)
-      fail("tokenizer {} has {} ids but the model's vocabulary is {}", em.tokenizer->path(),
-           em.tokenizer->vocab_size(), cfg.vocab_size);
+      fail("tokenizer {} has {} ids but the model's vocabulary is {}", em.tokenizer->path(), em.tokenizer->vocab_size(),
+           cfg.vocab_size);
   }
   return em;
 }

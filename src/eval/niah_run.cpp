@@ -54,8 +54,8 @@ std::string json_line(const nlohmann::json& j) {
 }
 
 // Greedy generations for `prompts`, `batch` at a time, reporting progress per batch.
-std::vector<Generation> generate_all(EvalModel& em, const std::vector<std::string>& prompts,
-                                           const NiahRunCommon& c, const std::string& what) {
+std::vector<Generation> generate_all(EvalModel& em, const std::vector<std::string>& prompts, const NiahRunCommon& c,
+                                     const std::string& what) {
   GenerateOptions g;
   g.max_new_tokens = c.max_new_tokens;
   g.batch_size = c.batch;
@@ -85,13 +85,13 @@ nlohmann::json run_settings(const std::string& kind, const NiahRunCommon& c, con
                             const std::string& haystack) {
   nlohmann::json doc = new_results(kind);
   doc.update({{"method", em.describe()},
-          {"trials", c.trials},
-          {"seed", c.seed},
-          {"haystack", haystack},
-          {"haystack_start", c.haystack_start},
-          {"max_new_tokens", c.max_new_tokens},
-          {"bos", c.bos},
-          {"metric", "string_match_all"}});
+              {"trials", c.trials},
+              {"seed", c.seed},
+              {"haystack", haystack},
+              {"haystack_start", c.haystack_start},
+              {"max_new_tokens", c.max_new_tokens},
+              {"bos", c.bos},
+              {"metric", "string_match_all"}});
   return doc;
 }
 
@@ -114,29 +114,39 @@ void run_niah(const NiahRun& o) {
   const auto lengths = tasks::parse_int_list(c.lengths, "--lengths");
   for (int64_t L : lengths) check_length(L);
   check_common(c);
-  const bool need_essay =
-      std::any_of(task_list.begin(), task_list.end(), [](const tasks::NiahTask& t) { return t.haystack == tasks::Haystack::essay; });
+  const bool need_essay = std::any_of(task_list.begin(), task_list.end(),
+                                      [](const tasks::NiahTask& t) { return t.haystack == tasks::Haystack::essay; });
   tasks::EssayText essay;  // a --haystack given explicitly is checked even when no task reads it
   if (need_essay || c.haystack != tasks::kDefaultHaystack) essay = tasks::load_essay(c.haystack, "--haystack");
   const auto nopt = niah_options(c);
 
-  if (!c.dump.empty()) return dump_prompts(c, [&](const tasks::TokenCounter& counter, std::string& content) {
-    for (const auto& task : task_list)
-      for (int64_t L : lengths) {
-        int64_t hint = 0, max_tokens = 0;
-        for (int64_t t = 0; t < c.trials; ++t) {
-          const auto s = tasks::make_niah_sample(task, L, c.seed, t, essay, counter, nopt, &hint);
-          max_tokens = std::max(max_tokens, s.prompt_tokens);
-          content += json_line({{"task", s.task}, {"length", s.length}, {"trial", s.trial}, {"seed", s.seed},
-                                {"prompt_tokens", s.prompt_tokens}, {"haystack_units", s.haystack_units},
-                                {"essay_start", s.essay_start}, {"depths", s.depths}, {"positions", s.positions},
-                                {"keys", s.keys}, {"queries", s.queries}, {"expected", s.expected},
-                                {"needles", s.needles}, {"prompt", s.prompt}});
+  if (!c.dump.empty())
+    return dump_prompts(c, [&](const tasks::TokenCounter& counter, std::string& content) {
+      for (const auto& task : task_list)
+        for (int64_t L : lengths) {
+          int64_t hint = 0, max_tokens = 0;
+          for (int64_t t = 0; t < c.trials; ++t) {
+            const auto s = tasks::make_niah_sample(task, L, c.seed, t, essay, counter, nopt, &hint);
+            max_tokens = std::max(max_tokens, s.prompt_tokens);
+            content += json_line({{"task", s.task},
+                                  {"length", s.length},
+                                  {"trial", s.trial},
+                                  {"seed", s.seed},
+                                  {"prompt_tokens", s.prompt_tokens},
+                                  {"haystack_units", s.haystack_units},
+                                  {"essay_start", s.essay_start},
+                                  {"depths", s.depths},
+                                  {"positions", s.positions},
+                                  {"keys", s.keys},
+                                  {"queries", s.queries},
+                                  {"expected", s.expected},
+                                  {"needles", s.needles},
+                                  {"prompt", s.prompt}});
+          }
+          logging::info("niah_{} @ {}: {} prompts, at most {} prompt tokens (+{} generated)", task.name, L, c.trials,
+                        max_tokens, c.max_new_tokens);
         }
-        logging::info("niah_{} @ {}: {} prompts, at most {} prompt tokens (+{} generated)", task.name, L, c.trials,
-                   max_tokens, c.max_new_tokens);
-      }
-  });
+    });
 
   auto em = load_eval_model(c.method, true);
   const auto counter = make_counter(*em.tokenizer, c.bos);
@@ -176,16 +186,28 @@ void run_niah(const NiahRun& o) {
         scores.push_back(score);
         tokens += static_cast<double>(s.prompt_tokens);
         units += static_cast<double>(s.haystack_units);
-        samples_jsonl += json_line({{"task", s.task}, {"length", s.length}, {"trial", s.trial}, {"seed", s.seed},
-                                    {"prompt_tokens", s.prompt_tokens}, {"haystack_units", s.haystack_units},
-                                    {"depths", s.depths}, {"positions", s.positions}, {"queries", s.queries},
-                                    {"expected", s.expected}, {"output", output}, {"finish", gens[i].finish},
+        samples_jsonl += json_line({{"task", s.task},
+                                    {"length", s.length},
+                                    {"trial", s.trial},
+                                    {"seed", s.seed},
+                                    {"prompt_tokens", s.prompt_tokens},
+                                    {"haystack_units", s.haystack_units},
+                                    {"depths", s.depths},
+                                    {"positions", s.positions},
+                                    {"queries", s.queries},
+                                    {"expected", s.expected},
+                                    {"output", output},
+                                    {"finish", gens[i].finish},
                                     {"score", score}});
       }
       const double score = mean(scores);
       logging::info("{}  {}: {:.2f}  (mean prompt {:.0f} tokens)", em.label, what, score, tokens / c.trials);
-      results.push_back({{"task", task.name}, {"length", L}, {"score", score}, {"trials", c.trials},
-                         {"mean_prompt_tokens", tokens / c.trials}, {"mean_haystack_units", units / c.trials}});
+      results.push_back({{"task", task.name},
+                         {"length", L},
+                         {"score", score},
+                         {"trials", c.trials},
+                         {"mean_prompt_tokens", tokens / c.trials},
+                         {"mean_haystack_units", units / c.trials}});
       summary[fmt::format("{}@{}", task.name, L)] = score;
       row.push_back(tasks::fixed(score, 2));
       task_scores.push_back(score);
@@ -227,21 +249,30 @@ void run_niah_grid(const NiahGridRun& o) {
   const auto essay = tasks::load_essay(c.haystack, "--haystack");
   const auto nopt = niah_options(c);
 
-  if (!c.dump.empty()) return dump_prompts(c, [&](const tasks::TokenCounter& counter, std::string& content) {
-    for (int64_t L : lengths) {
-      int64_t hint = 0;
-      for (double d : depths)
-        for (int64_t t = 0; t < c.trials; ++t) {
-          const auto s = tasks::make_kamradt_sample(L, d, c.seed, t, essay, counter, nopt, &hint);
-          content += json_line({{"length", s.length}, {"depth", s.depth}, {"actual_depth", s.actual_depth},
-                                {"trial", s.trial}, {"seed", s.seed}, {"prompt_tokens", s.prompt_tokens},
-                                {"haystack_units", s.haystack_units}, {"sentences_before", s.sentences_before},
-                                {"essay_start", s.essay_start}, {"key", s.key}, {"expected", nlohmann::json::array({s.value})},
-                                {"needle", s.needle}, {"prompt", s.prompt}});
-        }
-      logging::info("grid @ {}: {} prompts", L, depths.size() * static_cast<size_t>(c.trials));
-    }
-  });
+  if (!c.dump.empty())
+    return dump_prompts(c, [&](const tasks::TokenCounter& counter, std::string& content) {
+      for (int64_t L : lengths) {
+        int64_t hint = 0;
+        for (double d : depths)
+          for (int64_t t = 0; t < c.trials; ++t) {
+            const auto s = tasks::make_kamradt_sample(L, d, c.seed, t, essay, counter, nopt, &hint);
+            content += json_line({{"length", s.length},
+                                  {"depth", s.depth},
+                                  {"actual_depth", s.actual_depth},
+                                  {"trial", s.trial},
+                                  {"seed", s.seed},
+                                  {"prompt_tokens", s.prompt_tokens},
+                                  {"haystack_units", s.haystack_units},
+                                  {"sentences_before", s.sentences_before},
+                                  {"essay_start", s.essay_start},
+                                  {"key", s.key},
+                                  {"expected", nlohmann::json::array({s.value})},
+                                  {"needle", s.needle},
+                                  {"prompt", s.prompt}});
+          }
+        logging::info("grid @ {}: {} prompts", L, depths.size() * static_cast<size_t>(c.trials));
+      }
+    });
 
   auto em = load_eval_model(c.method, true);
   const auto counter = make_counter(*em.tokenizer, c.bos);
@@ -272,13 +303,24 @@ void run_niah_grid(const NiahGridRun& o) {
         const double score = tasks::string_match_all(output, {s.value});
         scores.push_back(score);
         actual += s.actual_depth;
-        samples_jsonl += json_line({{"length", s.length}, {"depth", s.depth}, {"actual_depth", s.actual_depth},
-                                    {"trial", s.trial}, {"seed", s.seed}, {"prompt_tokens", s.prompt_tokens},
-                                    {"haystack_units", s.haystack_units}, {"key", s.key}, {"expected", nlohmann::json::array({s.value})},
-                                    {"output", output}, {"finish", gens[i].finish}, {"score", score}});
+        samples_jsonl += json_line({{"length", s.length},
+                                    {"depth", s.depth},
+                                    {"actual_depth", s.actual_depth},
+                                    {"trial", s.trial},
+                                    {"seed", s.seed},
+                                    {"prompt_tokens", s.prompt_tokens},
+                                    {"haystack_units", s.haystack_units},
+                                    {"key", s.key},
+                                    {"expected", nlohmann::json::array({s.value})},
+                                    {"output", output},
+                                    {"finish", gens[i].finish},
+                                    {"score", score}});
       }
       cell[static_cast<size_t>(di * cols + li)] = mean(scores);
-      results.push_back({{"length", L}, {"depth", depths[di]}, {"score", mean(scores)}, {"trials", c.trials},
+      results.push_back({{"length", L},
+                         {"depth", depths[di]},
+                         {"score", mean(scores)},
+                         {"trials", c.trials},
                          {"mean_actual_depth", actual / c.trials}});
     }
     std::vector<double> col;
@@ -301,7 +343,8 @@ void run_niah_grid(const NiahGridRun& o) {
     table.add_row(row);
   }
   std::vector<std::string> mean_row = {"mean"};
-  for (int64_t li = 0; li < cols; ++li) mean_row.push_back(tasks::fixed(summary[fmt::format("grid@{}", lengths[li])].get<double>(), 2));
+  for (int64_t li = 0; li < cols; ++li)
+    mean_row.push_back(tasks::fixed(summary[fmt::format("grid@{}", lengths[li])].get<double>(), 2));
   mean_row.push_back(tasks::fixed(mean(cell), 2));
   table.add_row(mean_row);
 

@@ -48,7 +48,8 @@ double percent(double fraction) { return 100.0 * fraction; }
 }  // namespace
 
 double offset_key_answer_nll(DecoderLM& model, uint64_t seed, int64_t length, int64_t sequences, int64_t batch) {
-  if (sequences <= 0 || batch <= 0) fail("offset-key: need sequences > 0 and batch > 0, got {} and {}", sequences, batch);
+  if (sequences <= 0 || batch <= 0)
+    fail("offset-key: need sequences > 0 and batch > 0, got {} and {}", sequences, batch);
   tasks::check_offset_key_length(length, "offset-key held-out length");
   torch::NoGradGuard no_grad;
   double nll = 0;
@@ -78,7 +79,8 @@ double offset_key_answer_nll(DecoderLM& model, uint64_t seed, int64_t length, in
 void run_offset_key(const OffsetKeyRun& r) {
   if (r.queries <= 0 || r.queries > kMaxQueries)
     fail("--queries: expected an integer in [1, {}], got {}", kMaxQueries, r.queries);
-  if (r.batch <= 0 || r.batch > kMaxQueries) fail("--batch-size: expected an integer in [1, {}], got {}", kMaxQueries, r.batch);
+  if (r.batch <= 0 || r.batch > kMaxQueries)
+    fail("--batch-size: expected an integer in [1, {}], got {}", kMaxQueries, r.batch);
   if (r.far_threshold < 0) fail("--far-threshold must be >= 0 (0 = the training length), got {}", r.far_threshold);
   for (auto L : r.lengths) tasks::check_offset_key_length(L, "--lengths");
   auto em = load_eval_model(r.method, false);

@@ -16,7 +16,8 @@ double forward_memory_bytes(const ModelConfig& c, int64_t tokens, int64_t kv_tok
   // O(T·D) state) plus the KV cache of every layer; float32.
   const double bt = double(tokens) * double(batch);
   const double D = double(c.resolved_head_dim());
-  const double act = bt * (6.0 * double(c.hidden_size) + 2.0 * double(c.num_heads) * D + 3.0 * double(c.intermediate_size));
+  const double act =
+      bt * (6.0 * double(c.hidden_size) + 2.0 * double(c.num_heads) * D + 3.0 * double(c.intermediate_size));
   const double kv = double(kv_tokens) * double(batch) * 2.0 * double(c.num_layers) * double(c.num_kv_heads) * D;
   return 4.0 * (act + kv);
 }
@@ -43,8 +44,8 @@ double window_nll(DecoderLM& model, const torch::Tensor& ids, int64_t first) {
     auto logits = torch::matmul(h.narrow(1, first - 1 + s, m), w).squeeze(0);  // (m, V) predicts first+s..
     if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);  // bf16 → float32 softmax
     auto target = ids.narrow(1, first + s, m).reshape({-1});
-    sum += torch::nn::functional::cross_entropy(
-               logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+    sum += torch::nn::functional::cross_entropy(logits, target,
+                                                torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                .item<double>();
   }
   return sum / double(n);
@@ -115,15 +116,15 @@ PerplexityResult perplexity_truncate(DecoderLM& model, const std::vector<std::ve
   if (nlls.empty())
     fail("perplexity --truncate: no document has {} tokens (the longest has {})", o.length,
          documents.empty() ? 0 : std::max_element(documents.begin(), documents.end(), [](auto& a, auto& b) {
-           return a.size() < b.size();
-         })->size());
+                                   return a.size() < b.size();
+                                 })->size());
   auto r = finish(nlls, scored);
   r.documents_used = r.windows;
   return r;
 }
 
-TemperatureFit fit_temperature(DecoderLM& model, const std::vector<int32_t>& stream, const std::vector<int64_t>& lengths,
-                               const PerplexityOptions& base, double beta_max) {
+TemperatureFit fit_temperature(DecoderLM& model, const std::vector<int32_t>& stream,
+                               const std::vector<int64_t>& lengths, const PerplexityOptions& base, double beta_max) {
   return fit_temperature_with(model, lengths, beta_max, [&](int64_t L) {
     auto o = base;
     o.length = L;

@@ -64,13 +64,10 @@ std::vector<std::vector<int32_t>> load_documents(const EvalData& d, const EvalMo
     }
     if (!em.tokenizer) fail("--data {}: text input needs a tokenizer (pass --tokenizer)", p);
     std::vector<std::string> texts;
-    if (fs::path(p).extension() == ".jsonl")
-      texts = jsonl_texts(p, d.text_key);
-    else
-      texts = {read_file(p)};
+    if (fs::path(p).extension() == ".jsonl") texts = jsonl_texts(p, d.text_key);
+    else texts = {read_file(p)};
     for (const auto& t : texts) {
-      if (utf8_error_offset(t) >= 0)
-        fail("--data {}: invalid UTF-8 at byte {}", p, utf8_error_offset(t));
+      if (utf8_error_offset(t) >= 0) fail("--data {}: invalid UTF-8 at byte {}", p, utf8_error_offset(t));
       docs.push_back(em.tokenizer->encode(t));
     }
   }
@@ -155,8 +152,12 @@ void run_ppl(const PplRun& r) {
     auto p = r.protocol;
     p.length = L;
     const auto res = p.truncate ? perplexity_truncate(em.model, docs, p) : perplexity_sliding(em.model, stream, p);
-    logging::info("{}  L={}  ppl={:.4f}  ({} windows, {} tokens)", em.label, L, res.ppl, res.windows, res.tokens_scored);
-    results.push_back({{"length", L}, {"ppl", res.ppl}, {"mean_nll", res.mean_nll}, {"windows", res.windows},
+    logging::info("{}  L={}  ppl={:.4f}  ({} windows, {} tokens)", em.label, L, res.ppl, res.windows,
+                  res.tokens_scored);
+    results.push_back({{"length", L},
+                       {"ppl", res.ppl},
+                       {"mean_nll", res.mean_nll},
+                       {"windows", res.windows},
                        {"tokens", res.tokens_scored}});
     table.add_row({em.label, std::to_string(L), tasks::fixed(double(L) / double(em.train_length), 2),
                    tasks::fixed(res.ppl, 3), std::to_string(res.windows), std::to_string(res.tokens_scored)});
@@ -196,12 +197,14 @@ void run_ppl(const PplRun& r) {
 
 void run_fit_temperature(const TemperatureFitRun& r) {
   if (!(r.beta_max > 1.0)) fail("--beta-max must be > 1, got {}", r.beta_max);
-  if (r.method.variant.set_temperature) fail("fit-temperature: --temperature cannot be combined (it is what is fitted)");
+  if (r.method.variant.set_temperature)
+    fail("fit-temperature: --temperature cannot be combined (it is what is fitted)");
   const bool on_task = !r.task.empty();
   if (on_task == !r.data.paths.empty()) fail("fit-temperature: give exactly one of --data or --task");
   if (on_task && r.task != "offset-key") fail("--task: unknown task '{}' (expected offset-key)", r.task);
   if (on_task && (r.queries <= 0 || r.queries > kMaxQueries || r.batch <= 0 || r.batch > kMaxQueries))
-    fail("fit-temperature: --queries and --batch-size must be in [1, {}], got {} and {}", kMaxQueries, r.queries, r.batch);
+    fail("fit-temperature: --queries and --batch-size must be in [1, {}], got {} and {}", kMaxQueries, r.queries,
+         r.batch);
   const bool text_input = !on_task && has_text_input(r.data);
   auto em = load_eval_model(r.method, text_input);
   auto mult = r.multipliers;
@@ -213,7 +216,8 @@ void run_fit_temperature(const TemperatureFitRun& r) {
     for (auto L : lengths) tasks::check_offset_key_length(L, r.lengths.empty() ? "--multipliers" : "--lengths");
     const int64_t per_seq = tasks::OffsetKeyVocab::kColours, sequences = (r.queries + per_seq - 1) / per_seq;
     for (auto L : lengths)
-      check_fits_in_memory(em.model->config(), L, L, std::min(r.batch, sequences), fmt::format("fit-temperature at length {}", L));
+      check_fits_in_memory(em.model->config(), L, L, std::min(r.batch, sequences),
+                           fmt::format("fit-temperature at length {}", L));
     fit = fit_temperature_with(em.model, lengths, r.beta_max, [&](int64_t L) {
       return std::exp(offset_key_answer_nll(em.model, r.seed, L, sequences, r.batch));
     });
@@ -230,14 +234,23 @@ void run_fit_temperature(const TemperatureFitRun& r) {
     const double s = double(fit.lengths[i]) / double(em.train_length);
     logging::info("L={} (s={:.2f}): best β={:.4f} ppl {:.4f} (β=1: {:.4f})", fit.lengths[i], s, fit.best_beta[i],
                   fit.best_ppl[i], fit.base_ppl[i]);
-    per.push_back({{"length", fit.lengths[i]}, {"s", s}, {"best_beta", fit.best_beta[i]}, {"best_ppl", fit.best_ppl[i]},
-                   {"base_ppl", fit.base_ppl[i]}, {"grid_beta", fit.grid_beta[i]}, {"grid_ppl", fit.grid_ppl[i]}});
+    per.push_back({{"length", fit.lengths[i]},
+                   {"s", s},
+                   {"best_beta", fit.best_beta[i]},
+                   {"best_ppl", fit.best_ppl[i]},
+                   {"base_ppl", fit.base_ppl[i]},
+                   {"grid_beta", fit.grid_beta[i]},
+                   {"grid_ppl", fit.grid_ppl[i]}});
     table.add_row({std::to_string(fit.lengths[i]), tasks::fixed(s, 2), tasks::fixed(fit.best_beta[i], 4),
                    tasks::fixed(fit.best_ppl[i], 3), tasks::fixed(fit.base_ppl[i], 3)});
   }
   nlohmann::json doc = new_results("temperature");
-  doc.update({{"c", fit.c}, {"train_length", em.train_length}, {"data", on_task ? r.task : "text"},
-              {"method", em.describe()}, {"fits", per}, {"summary", {{"c", fit.c}}}});
+  doc.update({{"c", fit.c},
+              {"train_length", em.train_length},
+              {"data", on_task ? r.task : "text"},
+              {"method", em.describe()},
+              {"fits", per},
+              {"summary", {{"c", fit.c}}}});
   const std::string save = r.save.empty() ? temperature_file(r.method.model_dir) : r.save;
   write_file_atomic(save, doc.dump(2) + "\n");
   logging::info("fitted c = {:.4f} (β = 1 + c·ln s); saved to {}", fit.c, save);

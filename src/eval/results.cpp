@@ -9,7 +9,8 @@ nlohmann::json new_results(const std::string& kind) {
   return {{"schema", kResultsSchema}, {"schema_version", kResultsSchemaVersion}, {"kind", kind}};
 }
 
-std::vector<std::string> write_results(const std::string& prefix, const nlohmann::json& doc, const tasks::Table& table) {
+std::vector<std::string> write_results(const std::string& prefix, const nlohmann::json& doc,
+                                       const tasks::Table& table) {
   if (!doc.is_object() || doc.value("schema", "") != kResultsSchema ||
       doc.value("schema_version", -1) != kResultsSchemaVersion || !doc.contains("kind") || !doc["kind"].is_string())
     fail("internal: results for {} lack the schema keys or the kind (build them with new_results)", prefix);

@@ -41,19 +41,20 @@ std::string gguf_hf_config_json(const gguf::File& f) {
   j["num_hidden_layers"] = positive(f, p + "block_count", 4096);
   const int64_t heads = positive(f, p + "attention.head_count", 4096);
   j["num_attention_heads"] = heads;
-  j["num_key_value_heads"] = f.has(p + "attention.head_count_kv") ? positive(f, p + "attention.head_count_kv", 4096) : heads;
+  j["num_key_value_heads"] =
+      f.has(p + "attention.head_count_kv") ? positive(f, p + "attention.head_count_kv", 4096) : heads;
   j["max_position_embeddings"] = positive(f, p + "context_length", int64_t{1} << 30);
   j["rms_norm_eps"] = f.get_float(p + "attention.layer_norm_rms_epsilon", a == "llama" ? 1e-5 : 1e-6);
   j["rope_theta"] = f.get_float(p + "rope.freq_base", 10000.0);
   j["hidden_act"] = "silu";
   const int64_t hidden = j["hidden_size"].get<int64_t>();
-  const int64_t head_dim = f.has(p + "attention.key_length") ? positive(f, p + "attention.key_length", 4096)
-                                                             : hidden / heads;
+  const int64_t head_dim =
+      f.has(p + "attention.key_length") ? positive(f, p + "attention.key_length", 4096) : hidden / heads;
   if (f.has(p + "attention.value_length") && f.get_int(p + "attention.value_length") != head_dim)
     fail("{}: {}attention.value_length differs from the key length {} (not supported)", f.path(), p, head_dim);
   if (f.has(p + "rope.dimension_count") && f.get_int(p + "rope.dimension_count") != head_dim)
-    fail("{}: {}rope.dimension_count = {} rotates part of each head of {} (partial rotary is not supported)",
-         f.path(), p, f.get_int(p + "rope.dimension_count"), head_dim);
+    fail("{}: {}rope.dimension_count = {} rotates part of each head of {} (partial rotary is not supported)", f.path(),
+         p, f.get_int(p + "rope.dimension_count"), head_dim);
   j["head_dim"] = head_dim;
   const gguf::TensorInfo* embd = f.tensor("token_embd.weight");
   if (!embd || embd->dims.size() != 2) fail("{}: tensor 'token_embd.weight' (2-D) is missing", f.path());
@@ -137,7 +138,8 @@ at::Tensor read_gguf_tensor(const gguf::File& f, const GgufTensorMap& m) {
   f.read_float(*m.info, t.data_ptr<float>());
   const int64_t bad = t.numel() - at::isfinite(t).sum().item<int64_t>();
   if (bad > 0)
-    fail("{}: tensor '{}' ({}) has {} non-finite value(s)", f.path(), m.info->name, gguf::type_label(m.info->type), bad);
+    fail("{}: tensor '{}' ({}) has {} non-finite value(s)", f.path(), m.info->name, gguf::type_label(m.info->type),
+         bad);
   if (m.permute_heads > 0) {
     // llama.cpp stores each head's rows interleaved (pairs (j, j + D/2) side by side) for its rotary
     // kernel; HF's rotate-half layout has the two halves apart. Rows r = 2j + s go back to s·D/2 + j.

@@ -46,7 +46,8 @@ T jget(const json& j, const char* key, T def, const std::string& path) {
 int64_t first_id(const json& j, const char* key, int64_t def, const std::string& path) {
   if (!j.contains(key) || j[key].is_null()) return def;
   if (j[key].is_array() && j[key].empty()) return -1;
-  const int64_t id = j[key].is_array() ? jget<int64_t>(json{{"v", j[key][0]}}, "v", -1, path) : jget<int64_t>(j, key, def, path);
+  const int64_t id =
+      j[key].is_array() ? jget<int64_t>(json{{"v", j[key][0]}}, "v", -1, path) : jget<int64_t>(j, key, def, path);
   if (id < 0) fail("{}: {} must be a token id >= 0 or null, got {}", path, key, j[key].dump());
   return id;
 }
@@ -85,7 +86,8 @@ void smollm3_layers(const json& j, ModelConfig& c, const std::string& path) {
     const json& v = j["no_rope_layers"];
     if (!v.is_array()) fail("{}: key 'no_rope_layers' must be a list of 0/1 per layer, got {}", path, v.dump());
     if (v.size() < L)
-      fail("{}: key 'no_rope_layers' has {} entries but num_hidden_layers is {} (one 0/1 per layer)", path, v.size(), L);
+      fail("{}: key 'no_rope_layers' has {} entries but num_hidden_layers is {} (one 0/1 per layer)", path, v.size(),
+           L);
     for (size_t i = 0; i < v.size(); ++i) {
       const bool r = rope_entry(v[i], i, path);
       if (i < L) rope[i] = r;
@@ -237,10 +239,12 @@ HfImport import_hf_config(const std::string& text, const std::string& path) {
     if (j.contains("softmax_scale") && !j["softmax_scale"].is_null()) {
       if (!j["softmax_scale"].is_number())
         fail("{}: key 'softmax_scale' must be a number, got {}", path, j["softmax_scale"].dump());
-      c.softmax_scale = check_number(j["softmax_scale"].get<double>(), path + ": key 'softmax_scale'", Interval::positive());
+      c.softmax_scale =
+          check_number(j["softmax_scale"].get<double>(), path + ": key 'softmax_scale'", Interval::positive());
     }
     // The q-only / k-only variants create both norms and save both; the other one is never applied.
-    const int64_t D = c.num_heads > 0 && (c.head_dim > 0 || c.hidden_size % c.num_heads == 0) ? c.resolved_head_dim() : 0;
+    const int64_t D =
+        c.num_heads > 0 && (c.head_dim > 0 || c.hidden_size % c.num_heads == 0) ? c.resolved_head_dim() : 0;
     if (c.qk_norm == QkNorm::kQ) out.unused.push_back({"self_attn.k_norm.weight", c.num_kv_heads * D});
     if (c.qk_norm == QkNorm::kK) out.unused.push_back({"self_attn.q_norm.weight", c.num_heads * D});
     if (!out.unused.empty()) out.unused_reason = "attention_type " + at + " does not apply it";
@@ -301,7 +305,8 @@ std::string hf_config_json(const ModelConfig& c) {
     rp["rope_type"] = "linear";
     rp["factor"] = s.factor;
   } else if (s.type == RopeScalingType::kDynamicNtk) {
-    if (L0 != c.max_position) fail("dynamic-ntk export needs original_max_position == max_position (HF uses the latter)");
+    if (L0 != c.max_position)
+      fail("dynamic-ntk export needs original_max_position == max_position (HF uses the latter)");
     rp["rope_type"] = "dynamic";
     rp["factor"] = s.factor;
   } else if (s.type == RopeScalingType::kNtk) {
@@ -340,13 +345,17 @@ std::string drope_reference_config_json(const ModelConfig& c) {
     if (plan[i].kind != PositionalKind::kNope || plan[i].window != 0)
       fail("{} holds NoPE models with full attention in every layer, but layer {} is {}{} (drop the positional "
            "encoding first: drope-model drop)",
-           what, i, plan[i].kind == PositionalKind::kRope ? "RoPE" : plan[i].kind == PositionalKind::kAlibi ? "ALiBi" : "NoPE",
+           what, i,
+           plan[i].kind == PositionalKind::kRope    ? "RoPE"
+           : plan[i].kind == PositionalKind::kAlibi ? "ALiBi"
+                                                    : "NoPE",
            plan[i].window ? fmt::format(" with a sliding window of {}", plan[i].window) : "");
   if (c.qk_norm != QkNorm::kNone && c.qk_norm_per_head)
     fail("{} normalises the whole q/k projection; this model's QK-norm is per head", what);
   if (c.softmax_temperature != 0.0)
     fail("{} has no long-context temperature; this model has softmax_temperature c = {} (remove it or write the "
-         "drope format)", what, c.softmax_temperature);
+         "drope format)",
+         what, c.softmax_temperature);
   if (!c.hf_shape_expressible()) fail("{} is an HF Llama/Qwen2 config; it cannot express this model's biases", what);
   const bool qwen = c.arch == "qwen2";
   json j = hf_shape_json(c, qwen ? "DroPEQwen2ForCausalLM" : "DroPELlamaForCausalLM", c.arch + "_drope");

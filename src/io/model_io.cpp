@@ -9,8 +9,8 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
-#include "drope/io/gguf_import.h"
 #include "drope/core/log.h"
+#include "drope/io/gguf_import.h"
 #include "drope/io/safetensors.h"
 #include "drope/model/drope.h"
 
@@ -75,7 +75,9 @@ void apply_import_options(const ImportOptions& opt, ModelSource& src) {
     } else {
       bool windowed = false;
       for (const auto& l : c.layer_plan()) windowed |= l.window > 0;
-      if (windowed) fail("{}: positional override rope: the model has sliding-window layers; edit its plan instead", src.config_file);
+      if (windowed)
+        fail("{}: positional override rope: the model has sliding-window layers; edit its plan instead",
+             src.config_file);
       c.positional.type = PositionalType::kRope;
       c.positional.layers.clear();
     }
@@ -243,8 +245,8 @@ void check_config_against_weights(const ModelConfig& cfg, const WeightSet& ws, c
       fail("{}: missing tensor '{}' that the config ({} layers, hidden {}) implies", dir, name, cfg.num_layers, H);
     const auto& got = it->second->header().tensors.at(name).shape;
     if (got != shape)
-      fail("{}: tensor '{}' has shape {} but the config implies {} (config and weights disagree)",
-           it->second->path(), name, c10::str(at::IntArrayRef(got)), c10::str(at::IntArrayRef(shape)));
+      fail("{}: tensor '{}' has shape {} but the config implies {} (config and weights disagree)", it->second->path(),
+           name, c10::str(at::IntArrayRef(got)), c10::str(at::IntArrayRef(shape)));
   };
   expect("model.embed_tokens.weight", {cfg.vocab_size, H});
   for (int64_t l : {int64_t(0), cfg.num_layers - 1}) {
@@ -280,7 +282,7 @@ bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptio
   const auto& cfg = model->config();
   const bool reference = opt.format == ModelFormat::kDropeReference;
   // Built (and refused) before anything is written.
-  const std::string config_json = reference ? drope_reference_config_json(cfg)
+  const std::string config_json = reference              ? drope_reference_config_json(cfg)
                                   : cfg.hf_expressible() ? hf_config_json(cfg)
                                                          : std::string();
   std::vector<std::pair<std::string, at::Tensor>> tensors;
@@ -297,8 +299,9 @@ bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptio
 }
 
 void check_model_output(const std::string& dir, const SaveOptions& opt) {
-  check_output_dir(dir, {"--out", "model directory", {"drope.yaml"}, opt.inputs, opt.replace_any,
-                         "pass --force to replace it anyway"});
+  check_output_dir(
+      dir,
+      {"--out", "model directory", {"drope.yaml"}, opt.inputs, opt.replace_any, "pass --force to replace it anyway"});
 }
 
 bool save_model(DecoderLM& model, const std::string& dir, const SaveOptions& opt) {

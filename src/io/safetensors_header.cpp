@@ -29,7 +29,8 @@ SafetensorsHeader parse_safetensors_header(const char* data, uint64_t size, cons
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(data[i]);
   if (n > kMaxHeader) fail("{}: safetensors header claims {} bytes (limit {})", path, n, kMaxHeader);
-  if (n > size - 8) fail("{}: truncated safetensors file: header claims {} bytes but only {} follow", path, n, size - 8);
+  if (n > size - 8)
+    fail("{}: truncated safetensors file: header claims {} bytes but only {} follow", path, n, size - 8);
   // Strict parse: a tensor name given twice is refused (JSON readers disagree on which one wins).
   const nlohmann::json j = parse_json(std::string_view(data + 8, n), path + ": safetensors header");
   if (!j.is_object()) fail("{}: safetensors header must be a JSON object", path);
@@ -93,7 +94,8 @@ SafetensorsHeader parse_safetensors_header(const char* data, uint64_t size, cons
            r.first, r.second, expected);
     if (r.first > expected)
       fail("{}: {} unused bytes before tensor '{}' (data_offsets [{}, {}]); tensors must cover the data section "
-           "contiguously", path, r.first - expected, name, r.first, r.second);
+           "contiguously",
+           path, r.first - expected, name, r.first, r.second);
     expected = r.second;
   }
   if (expected != data_size)

@@ -11,7 +11,9 @@ namespace drope {
 
 namespace {
 // A Linear module's function through ops::linear (oneDNN GEMMs for float32 on the CPU).
-torch::Tensor linear_of(const torch::nn::Linear& l, const torch::Tensor& x) { return ops::linear(x, l->weight, l->bias); }
+torch::Tensor linear_of(const torch::nn::Linear& l, const torch::Tensor& x) {
+  return ops::linear(x, l->weight, l->bias);
+}
 }  // namespace
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -112,8 +114,8 @@ DecoderLMImpl::DecoderLMImpl(const ModelConfig& cfg) : cfg_(cfg) {
          double(avail) / (1u << 30));
   model = register_module("model", Decoder(cfg_));
   if (!cfg_.tie_embeddings)
-    lm_head = register_module("lm_head",
-                              torch::nn::Linear(torch::nn::LinearOptions(cfg_.hidden_size, cfg_.vocab_size).bias(false)));
+    lm_head = register_module(
+        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg_.hidden_size, cfg_.vocab_size).bias(false)));
   for (const auto& lp : cfg_.layer_plan()) any_rope_ |= lp.kind == PositionalKind::kRope;
   reset_parameters(0);
 }
@@ -151,8 +153,7 @@ PositionContext DecoderLMImpl::position_context(int64_t offset, int64_t T, torch
   const double beta = softmax_temperature(cfg_.softmax_temperature, ctx.total_len, cfg_.max_position);
   ctx.logit_scale = beta * (cfg_.softmax_scale > 0 ? cfg_.softmax_scale : 1.0 / std::sqrt(double(D)));
   if (any_rope_) {
-    auto f = rope_frequencies(cfg_.positional.rope_theta, D, cfg_.positional.scaling, cfg_.max_position,
-                              ctx.total_len);
+    auto f = rope_frequencies(cfg_.positional.rope_theta, D, cfg_.positional.scaling, cfg_.max_position, ctx.total_len);
     std::tie(ctx.cos, ctx.sin) = rotary_table(f.inv_freq, f.attention_factor, offset, T, opt);
   }
   return ctx;
@@ -202,7 +203,8 @@ bool KVCache::padded() const {
   return false;
 }
 
-std::pair<torch::Tensor, torch::Tensor> KVCache::append(size_t layer, const torch::Tensor& kn, const torch::Tensor& vn) {
+std::pair<torch::Tensor, torch::Tensor> KVCache::append(size_t layer, const torch::Tensor& kn,
+                                                        const torch::Tensor& vn) {
   if (k.size() <= layer) {
     k.resize(layer + 1);
     v.resize(layer + 1);
@@ -245,7 +247,8 @@ torch::Tensor DecoderLMImpl::hidden(const torch::Tensor& ids, const ForwardOptio
   size_t layer = 0;
   for (const auto& m : *model->layers) {
     torch::Tensor probs;
-    if (opt.block_runner && !cache && !opt.attention_probs) x = opt.block_runner(layer++, *m->as<DecoderLayer>(), x, ctx);
+    if (opt.block_runner && !cache && !opt.attention_probs)
+      x = opt.block_runner(layer++, *m->as<DecoderLayer>(), x, ctx);
     else x = m->as<DecoderLayer>()->forward(x, ctx, opt.attention_probs ? &probs : nullptr, cache, layer++);
     if (opt.attention_probs) opt.attention_probs->push_back(probs);
   }

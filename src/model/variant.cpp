@@ -39,7 +39,8 @@ std::string Variant::str() const {
   std::string out;
   auto add = [&](const std::string& part) { out += (out.empty() ? "" : ",") + part; };
   if (scaling != RopeScalingType::kNone) add(fmt::format("{}:{:g}", name_of(scaling), factor));
-  if (set_temperature) add(temperature_auto ? std::string("temperature:auto") : fmt::format("temperature:{:g}", temperature));
+  if (set_temperature)
+    add(temperature_auto ? std::string("temperature:auto") : fmt::format("temperature:{:g}", temperature));
   if (drop)
     add(drop_options.qk_norm == QkNorm::kNone ? std::string("drope")
                                               : fmt::format("drope+{}", name_of(drop_options.qk_norm)));
@@ -49,8 +50,7 @@ std::string Variant::str() const {
 void validate_variant(const Variant& v, std::string_view where) {
   if (v.scaling != RopeScalingType::kNone)
     check_number(v.factor, fmt::format("{}: the {} factor", where, name_of(v.scaling)), scaling_factor_range());
-  else if (v.factor != 0.0)
-    fail("{}: a factor ({:g}) without a RoPE scaling type", where, v.factor);
+  else if (v.factor != 0.0) fail("{}: a factor ({:g}) without a RoPE scaling type", where, v.factor);
   if (v.set_temperature && !v.temperature_auto)
     check_number(v.temperature, fmt::format("{}: the temperature coefficient", where), Interval::non_negative());
   if (v.train_length < 0) fail("{}: the training length must be > 0, got {}", where, v.train_length);
@@ -132,7 +132,8 @@ ModelConfig apply_variant(const ModelConfig& cfg_in, const Variant& v, const std
     cfg.positional.scaling.factor = v.factor;
     cfg.positional.scaling.original_max_position = cfg.max_position;
   }
-  if (v.set_temperature) cfg.softmax_temperature = v.temperature_auto ? read_fitted_temperature(model_dir) : v.temperature;
+  if (v.set_temperature)
+    cfg.softmax_temperature = v.temperature_auto ? read_fitted_temperature(model_dir) : v.temperature;
   if (v.drop) cfg = drop_positional(cfg, v.drop_options);
   cfg.validate("method " + v.str());
   return cfg;

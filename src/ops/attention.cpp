@@ -71,7 +71,7 @@ at::Tensor logits(const at::Tensor& q, const at::Tensor& k, const AttentionParam
 }  // namespace
 
 AttentionOutput detail::reference_attention_unchecked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                     const AttentionParams& p) {
+                                                      const AttentionParams& p) {
   const int64_t H = q.size(1), Hkv = k.size(1);
   auto s = logits(q, k, p);                          // (B, H, T, S)
   auto lse = at::logsumexp(s, -1);                   // (B, H, T)
@@ -102,7 +102,8 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   if (at::Tensor out; detail::cuda_attention(q, k, v, p, &out)) return out;
   // CPU, one query per row (decoding from a KV cache), no gradients: two grouped matrix products read each
   // cached key and value once, where the kernel's per-(batch, head) items would read them G times.
-  const bool decode = q.size(2) == 1 && q.device().is_cpu() && !(at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad()));
+  const bool decode = q.size(2) == 1 && q.device().is_cpu() &&
+                      !(at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad()));
   if (!decode && uses_fused_attention(q, k, v, p)) return detail::fused_attention_autograd_unchecked(q, k, v, p);
   return detail::reference_attention_unchecked(q, k, v, p).out;
 }

@@ -20,9 +20,7 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-std::optional<at::Tensor> opt(const at::Tensor& t) {
-  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
-}
+std::optional<at::Tensor> opt(const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; }
 
 // The window arguments as PyTorch's wrappers take them (nullopt: unbounded).
 std::optional<int64_t> window_opt(int64_t w) { return w >= 0 ? std::optional<int64_t>(w) : std::nullopt; }
@@ -51,10 +49,10 @@ at::Tensor reduce_heads(const at::Tensor& g, int64_t G) {
 
 // FA2 varlen tables of a left-padded call: one sequence per (batch, KV head), rows of k viewed as
 // (rows, 1, D). Returns {k_rows, v_rows, cu_q, cu_k, seqused_k}.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> varlen_tables(const at::Tensor& q,
-                                                                                      at::Tensor k, at::Tensor v,
-                                                                                      const AttentionParams& p,
-                                                                                      int64_t key_len) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> varlen_tables(const at::Tensor& q, at::Tensor k,
+                                                                                     at::Tensor v,
+                                                                                     const AttentionParams& p,
+                                                                                     int64_t key_len) {
   const int64_t B = k.size(0), Hkv = k.size(1), T = q.size(2), D = k.size(3), N = B * Hkv;
   // A KV cache (B, Hkv, capacity, D) narrowed to its length is read in place: sequence (b, g) starts at row
   // (b·Hkv + g)·capacity. Anything else is made contiguous (capacity = S).
@@ -226,8 +224,8 @@ Forward cudnn_forward(const AttnPlan& plan, const at::Tensor& q_, const at::Tens
   Forward f;
   f.state = {o.out, o.lse, o.seed, o.offset, in3.bias};
   f.out = o.out;
-  f.lse = o.lse.reshape({q.size(0), q.size(1), q.size(2)})
-              .to(q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+  f.lse =
+      o.lse.reshape({q.size(0), q.size(1), q.size(2)}).to(q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
   return f;
 }
 
@@ -305,8 +303,7 @@ at::Tensor dense_bias(const at::Tensor& q, const AttentionParams& p, const AttnG
   at::Tensor bias;                                                          // (Hb, T, L)
   if (p.alibi_slopes.defined())
     bias = -p.alibi_slopes.detach().to(q.device(), at::kDouble).view({H, 1, 1}) * (i - j).unsqueeze(0);
-  else
-    bias = at::zeros({1, T, L}, dopt);
+  else bias = at::zeros({1, T, L}, dopt);
   bias = bias.masked_fill(allowed.logical_not().unsqueeze(0), kNegInf).unsqueeze(0);  // (1, Hb, T, L)
   if (p.key_start.defined()) {
     auto pad = j.view({1, 1, 1, L}) < p.key_start.to(q.device(), at::kDouble).view({B, 1, 1, 1});
@@ -357,9 +354,8 @@ const BackendOps& aten_ops() {
     };
     o.flash_bwd = [](const FlashBwdIn& in) {
       return at::_flash_attention_backward(in.dout, in.q, in.k, in.v, in.out, in.lse, at::Tensor(), at::Tensor(),
-                                           in.max_q, in.max_k, /*dropout_p=*/0.0, in.is_causal, in.rng_state,
-                                           in.unused, in.scale, window_opt(in.window_left),
-                                           window_opt(in.window_right));
+                                           in.max_q, in.max_k, /*dropout_p=*/0.0, in.is_causal, in.rng_state, in.unused,
+                                           in.scale, window_opt(in.window_left), window_opt(in.window_right));
     };
     o.mem_eff_fwd = [](const MemEffFwdIn& in) {
       auto [out, lse, seed, offset, mq, mk] = at::_efficient_attention_forward(
@@ -371,8 +367,7 @@ const BackendOps& aten_ops() {
     o.mem_eff_bwd = [](const MemEffBwdIn& in) {
       auto [dq, dk, dv, db] = at::_efficient_attention_backward(
           in.dout, in.q, in.k, in.v, opt(in.bias), in.out, std::nullopt, std::nullopt, in.q.size(1), in.k.size(1),
-          in.lse, /*dropout_p=*/0.0, in.seed, in.offset, in.custom_mask_type, /*bias_requires_grad=*/false,
-          in.scale);
+          in.lse, /*dropout_p=*/0.0, in.seed, in.offset, in.custom_mask_type, /*bias_requires_grad=*/false, in.scale);
       (void)db;
       return Grads3{dq, dk, dv};
     };
@@ -388,8 +383,8 @@ const BackendOps& aten_ops() {
           in.q.size(2), in.k.size(2), /*dropout_p=*/0.0, in.is_causal, in.scale);
     };
     o.sdpa = [](const SdpaIn& in) {
-      return at::scaled_dot_product_attention(in.q, in.k, in.v, opt(in.mask), /*dropout_p=*/0.0, in.is_causal,
-                                              in.scale, in.enable_gqa);
+      return at::scaled_dot_product_attention(in.q, in.k, in.v, opt(in.mask), /*dropout_p=*/0.0, in.is_causal, in.scale,
+                                              in.enable_gqa);
     };
     return o;
   }();

@@ -122,7 +122,8 @@ MemEffArgs mem_eff_args(const AttnCall& c) {
   if (c.sm < 50) return fail("memory-efficient attention needs sm50 or newer");
   // sdp_utils.cpp check_head_dim_size_mem_efficient: head dim a multiple of 8 (16-bit) or 4 (float32).
   const int64_t align = half_type(c.dtype) ? 8 : 4;
-  if (c.head_dim % align != 0 || c.head_dim > 256) return fail("memory-efficient attention needs an aligned head dim <= 256");
+  if (c.head_dim % align != 0 || c.head_dim > 256)
+    return fail("memory-efficient attention needs an aligned head dim <= 256");
   if (const char* why = common_reject(c, g)) return fail(why);
   a.key_len = g.key_len;
   a.scale = c.scale;

@@ -5,10 +5,10 @@
 #include <c10/util/BFloat16.h>
 #include <torch/autograd.h>
 
-#include "drope/ops/attention_backends.h"
 #include "attention_internal.h"
 #include "drope/kernels/attention_cpu.h"
 #include "drope/ops/attention.h"
+#include "drope/ops/attention_backends.h"
 #include "drope/ops/attention_plan.h"
 #ifdef DROPE_WITH_CUDA
 #include "cuda_glue.h"
@@ -159,7 +159,6 @@ class FusedAttentionFunction : public torch::autograd::Function<FusedAttentionFu
   }
 };
 
-
 #ifdef DROPE_WITH_CUDA
 // The plan of a validated CUDA call (forced backend while a ForceAttentionBackend is alive).
 AttnPlan cuda_plan(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p,
@@ -198,7 +197,8 @@ class PlannedAttentionFunction : public torch::autograd::Function<PlannedAttenti
                                                  torch::autograd::variable_list grads) {
     const auto s = ctx->get_saved_variables();
     const auto &q = s[0], &k = s[1], &v = s[2];
-    if (!grads[0].defined()) return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), at::Tensor(), at::Tensor()};
+    if (!grads[0].defined())
+      return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), at::Tensor(), at::Tensor()};
     AttentionParams p;
     p.causal = ctx->saved_data["causal"].toBool();
     p.window = ctx->saved_data["window"].toInt();
@@ -220,7 +220,8 @@ class PlannedAttentionFunction : public torch::autograd::Function<PlannedAttenti
 #endif  // DROPE_WITH_CUDA
 
 void check_fused_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const char* who) {
-  TORCH_CHECK(cpu_supported(q, k, v) || cuda_supported(q, k, v), who, ": needs CPU tensors of one dtype among "
+  TORCH_CHECK(cpu_supported(q, k, v) || cuda_supported(q, k, v), who,
+              ": needs CPU tensors of one dtype among "
               "float32, bfloat16 and float64, or CUDA bfloat16/float16 with head dim 64 or 128; got ",
               q.scalar_type(), "/", k.scalar_type(), "/", v.scalar_type(), " on ", q.device());
 }
@@ -255,7 +256,8 @@ bool cuda_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 
 }  // namespace detail
 
-AttentionOutput fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p) {
+AttentionOutput fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const AttentionParams& p) {
   check_attention_shapes(q, k, v, p);
   check_fused_supported(q, k, v, "fused_attention");
   at::NoGradGuard no_grad;
@@ -282,8 +284,10 @@ AttentionGrads fused_attention_grads(const at::Tensor& q, const at::Tensor& k, c
                                      const at::Tensor& dout, const AttentionParams& p,
                                      kernels::BackwardSchedule schedule) {
   check_attention_shapes(q, k, v, p);
-  TORCH_CHECK(cpu_supported(q, k, v), "fused_attention_grads: needs CPU tensors of one dtype among float32, "
-              "bfloat16 and float64; got ", q.scalar_type(), " on ", q.device());
+  TORCH_CHECK(cpu_supported(q, k, v),
+              "fused_attention_grads: needs CPU tensors of one dtype among float32, "
+              "bfloat16 and float64; got ",
+              q.scalar_type(), " on ", q.device());
   TORCH_CHECK(dout.sizes() == q.sizes(), "fused_attention_grads: dout ", dout.sizes(), " must match q ", q.sizes());
   at::NoGradGuard no_grad;
   const auto fwd = cpu_forward(q, k, v, p);

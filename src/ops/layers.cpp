@@ -68,9 +68,9 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& dy_in, co
   for_dtype(x, [&](auto tag) {
     using T = decltype(tag);
     const int64_t n = x.size(-1), rows = n == 0 ? 0 : x.numel() / n;
-    kernels::rms_norm_backward_cpu(kernels::RmsNormBackwardArgs<T>{
-        dy.data_ptr<T>(), x.data_ptr<T>(), w.data_ptr<T>(), rstd.data_ptr<T>(), dx.data_ptr<T>(),
-        parts.data_ptr<T>(), parts.size(0), rows, n});
+    kernels::rms_norm_backward_cpu(kernels::RmsNormBackwardArgs<T>{dy.data_ptr<T>(), x.data_ptr<T>(), w.data_ptr<T>(),
+                                                                   rstd.data_ptr<T>(), dx.data_ptr<T>(),
+                                                                   parts.data_ptr<T>(), parts.size(0), rows, n});
   });
   return {dx, parts.sum(0).to(weight.scalar_type())};
 }
@@ -82,9 +82,16 @@ at::Tensor rotary_fused(const at::Tensor& x_in, const at::Tensor& cos_in, const 
   auto y = at::empty({x.size(0), x.size(1), x.size(2), x.size(3)}, x.options());
   for_dtype(x, [&](auto tag) {
     using T = decltype(tag);
-    kernels::rotary_cpu(kernels::RotaryArgs<T>{x.data_ptr<T>(), y.data_ptr<T>(), c.data_ptr<T>(), s.data_ptr<T>(),
-                                               x.size(0), x.size(1), x.size(2), x.size(3),
-                                               {x.stride(0), x.stride(1), x.stride(2)}, inverse});
+    kernels::rotary_cpu(kernels::RotaryArgs<T>{x.data_ptr<T>(),
+                                               y.data_ptr<T>(),
+                                               c.data_ptr<T>(),
+                                               s.data_ptr<T>(),
+                                               x.size(0),
+                                               x.size(1),
+                                               x.size(2),
+                                               x.size(3),
+                                               {x.stride(0), x.stride(1), x.stride(2)},
+                                               inverse});
   });
   return y;
 }
@@ -134,15 +141,20 @@ const c10::OperatorHandle* onednn_linear_op() {
 thread_local int force_onednn = -1;  // ForceOneDnnLinear on this thread: 1 on, 0 off, -1 the process default
 
 bool onednn_usable(const at::Tensor& a, const at::Tensor& b) {
-  return !force_composite && onednn_linear_enabled() && onednn_linear_op() && a.device().is_cpu() && b.device().is_cpu() &&
-         a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat && !at::autocast::is_autocast_enabled(at::kCPU);
+  return !force_composite && onednn_linear_enabled() && onednn_linear_op() && a.device().is_cpu() &&
+         b.device().is_cpu() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
+         !at::autocast::is_autocast_enabled(at::kCPU);
 }
 
 // a (M, K) · b (N, K)ᵀ on oneDNN; a and b may be strided views (transposes are read in place).
 at::Tensor onednn_nt(const at::Tensor& a, const at::Tensor& b) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  torch::jit::Stack stack{a, b, c10::IValue(), c10::IValue(std::string("none")),
-                          c10::IValue(c10::List<std::optional<at::Scalar>>()), c10::IValue(std::string(""))};
+  torch::jit::Stack stack{a,
+                          b,
+                          c10::IValue(),
+                          c10::IValue(std::string("none")),
+                          c10::IValue(c10::List<std::optional<at::Scalar>>()),
+                          c10::IValue(std::string(""))};
   onednn_linear_op()->callBoxed(&stack);
   return stack[0].toTensor();
 }
@@ -213,7 +225,8 @@ class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
     auto h = at::empty(shape, gu.options());
     for_dtype(gu, [&](auto tag) {
       using T = decltype(tag);
-      kernels::swiglu_cpu(kernels::SwiGluArgs<T>{gu.data_ptr<T>(), nullptr, h.data_ptr<T>(), n == 0 ? 0 : h.numel() / n, n});
+      kernels::swiglu_cpu(
+          kernels::SwiGluArgs<T>{gu.data_ptr<T>(), nullptr, h.data_ptr<T>(), n == 0 ? 0 : h.numel() / n, n});
     });
     ctx->save_for_backward({gu});
     return h;

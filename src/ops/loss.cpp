@@ -27,7 +27,8 @@ Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
   // GEMM dtype: the autocast dtype when autocast is on for this device (the unfused path's matmul would
   // run in it too), else the inputs'.
   const auto dev = hidden.device().type();
-  const auto gemm = at::autocast::is_autocast_enabled(dev) ? at::autocast::get_autocast_dtype(dev) : hidden.scalar_type();
+  const auto gemm =
+      at::autocast::is_autocast_enabled(dev) ? at::autocast::get_autocast_dtype(dev) : hidden.scalar_type();
   at::Tensor w = weight.to(gemm);
   // Auto: chunks of 64M logits (256 MB in float32). Smaller chunks save more memory but re-read the weight and
   // re-accumulate its gradient once per chunk, which slows the step; chunks this large run as fast as the full

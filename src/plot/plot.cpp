@@ -47,7 +47,8 @@ class Pen {
  public:
   explicit Pen(cairo_t* cr) : cr_(cr) {}
   void font(double size, bool bold = false) {
-    cairo_select_font_face(cr_, kFamily, CAIRO_FONT_SLANT_NORMAL, bold ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_select_font_face(cr_, kFamily, CAIRO_FONT_SLANT_NORMAL,
+                           bold ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL);
     cairo_set_font_size(cr_, size);
     size_ = size;
     bold_ = bold;
@@ -117,7 +118,8 @@ std::string render_page(double w, double h, double png_scale, const std::string&
   cairo_surface_t* surface = nullptr;
   if (format == "png") {
     if (!(png_scale > 0)) fail("png_scale must be positive, got {}", png_scale);
-    surface = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, int(std::ceil(w * png_scale)), int(std::ceil(h * png_scale)));
+    surface =
+        cairo_image_surface_create(CAIRO_FORMAT_ARGB32, int(std::ceil(w * png_scale)), int(std::ceil(h * png_scale)));
   } else if (format == "svg") {
     surface = cairo_svg_surface_create_for_stream(append_bytes, &bytes, w, h);
   } else {
@@ -125,7 +127,8 @@ std::string render_page(double w, double h, double png_scale, const std::string&
   }
   std::unique_ptr<cairo_surface_t, decltype(&cairo_surface_destroy)> sguard(surface, cairo_surface_destroy);
   if (cairo_surface_status(surface) != CAIRO_STATUS_SUCCESS)
-    fail("cannot create a {:.0f}x{:.0f} {} surface: {}", w, h, format, cairo_status_to_string(cairo_surface_status(surface)));
+    fail("cannot create a {:.0f}x{:.0f} {} surface: {}", w, h, format,
+         cairo_status_to_string(cairo_surface_status(surface)));
   cairo_t* cr = cairo_create(surface);
   std::unique_ptr<cairo_t, decltype(&cairo_destroy)> cguard(cr, cairo_destroy);
   if (format == "png") cairo_scale(cr, png_scale, png_scale);
@@ -414,10 +417,8 @@ void draw_lines(cairo_t* cr, const Panel& panel, const Axis& xa, const Axis& ya)
         pen_down = false;
         continue;
       }
-      if (pen_down)
-        cairo_line_to(cr, xa.map(s.x[i]), ya.map(s.y[i]));
-      else
-        cairo_move_to(cr, xa.map(s.x[i]), ya.map(s.y[i]));
+      if (pen_down) cairo_line_to(cr, xa.map(s.x[i]), ya.map(s.y[i]));
+      else cairo_move_to(cr, xa.map(s.x[i]), ya.map(s.y[i]));
       pen_down = true;
     }
     cairo_stroke(cr);
@@ -578,7 +579,7 @@ void draw_panel(cairo_t* cr, const Panel& panel, double bx, double by, double bw
 // Viridis, 9 anchors.
 uint32_t viridis(double t) {
   static const std::array<uint32_t, 9> a = {0x440154, 0x472d7b, 0x3b528b, 0x2c728e, 0x21918c,
-                                              0x28ae80, 0x5ec962, 0xaddc30, 0xfde725};
+                                            0x28ae80, 0x5ec962, 0xaddc30, 0xfde725};
   t = std::clamp(t, 0.0, 1.0) * (a.size() - 1);
   const size_t i = std::min(size_t(t), a.size() - 2);
   const double f = t - double(i);
@@ -682,10 +683,8 @@ void draw_heatmap(cairo_t* cr, const Heatmap& m, double W, double H, double left
   for (const auto& [i, text] : rows.items) pen.text(left - 5, top + ch * (double(i) + 0.5), text, 1.0, 0.5);
   for (const auto& [i, text] : cols.items) {
     const double x = left + cw * (double(i) + 0.5);
-    if (cols.rotated)
-      pen.text(x, top + size + 5, text, 1.0, 0.5, -M_PI / 2);
-    else
-      pen.text(x, top + size + 5, text, 0.5, 0.0);
+    if (cols.rotated) pen.text(x, top + size + 5, text, 1.0, 0.5, -M_PI / 2);
+    else pen.text(x, top + size + 5, text, 0.5, 0.0);
   }
 
   // Colour bar.
@@ -825,12 +824,14 @@ std::string render(const Heatmap& m, const std::string& format) {
   }
   const double left = 12 + (m.ylabel.empty() ? 0 : kLabelFont * 1.3 + 6) + rows.max_width + 8;
   const double top = m.title.empty() ? 14 : kTitleFont * 1.3 + 18;
-  const double bottom = 8 + (cols.rotated ? cols.max_width : kFont) + 8 + (m.xlabel.empty() ? 0 : kLabelFont * 1.3 + 4) + 6;
+  const double bottom =
+      8 + (cols.rotated ? cols.max_width : kFont) + 8 + (m.xlabel.empty() ? 0 : kLabelFont * 1.3 + 4) + 6;
   const double right = 18 + 16 + 7 + cbar_w + (m.colorbar_label.empty() ? 0 : kLabelFont * 1.3 + 12) + 8;
   const double W = left + m.size + right, H = top + m.size + bottom;
   cbar.p0 = top + m.size;
   cbar.p1 = top;
-  return render_page(W, H, m.png_scale, format, [&](cairo_t* cr) { draw_heatmap(cr, m, W, H, left, top, cbar, rows, cols); });
+  return render_page(W, H, m.png_scale, format,
+                     [&](cairo_t* cr) { draw_heatmap(cr, m, W, H, left, top, cbar, rows, cols); });
 }
 
 Series guide_line(const std::string& label, std::vector<double> x, std::vector<double> y) {

@@ -25,8 +25,7 @@ namespace drope::tasks {
 bool py_isspace(char32_t c) {
   // CPython's _PyUnicode_IsWhitespace: bidirectional class WS/B/S or category Zs.
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 namespace {
@@ -78,7 +77,8 @@ class PyLiteralReader {
       size_t k = line.find_first_not_of(" \t");
       if (k != std::string_view::npos && line[k] == 'P') {
         size_t eq = line.find('=', k);
-        if (eq != std::string_view::npos && line.substr(k + 1, eq - k - 1).find_first_not_of(" \t") == std::string_view::npos) {
+        if (eq != std::string_view::npos &&
+            line.substr(k + 1, eq - k - 1).find_first_not_of(" \t") == std::string_view::npos) {
           i_ = pos + eq + 1;
           break;
         }
@@ -119,7 +119,8 @@ class PyLiteralReader {
     if (i_ >= s_.size()) error("unexpected end of file");
     PyValue v;
     if (s_[i_] == '{') {
-      if (depth == kMaxDepth) error(fmt::format("dicts nested more than {} deep (a finalseg table has at most {})", kMaxDepth, kMaxDepth));
+      if (depth == kMaxDepth)
+        error(fmt::format("dicts nested more than {} deep (a finalseg table has at most {})", kMaxDepth, kMaxDepth));
       ++i_;
       v.is_dict = true;
       for (;;) {
@@ -153,7 +154,10 @@ class PyLiteralReader {
     unsigned v = 0;
     for (size_t k = 0; k < digits; ++k) {
       char c = s_[i_ + k];
-      int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+      int d = (c >= '0' && c <= '9')   ? c - '0'
+              : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+              : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                       : -1;
       if (d < 0) error("bad hex digit in an escape");
       v = v * 16 + static_cast<unsigned>(d);
     }

@@ -65,7 +65,8 @@ std::vector<Dataset> make_datasets() {
       {"hotpotqa", kMultiDocQA, 32, M::qa_f1, true},
       {"2wikimqa", kMultiDocQA, 32, M::qa_f1, true},
       {"musique", kMultiDocQA, 32, M::qa_f1, false},
-      {"dureader", "请基于给定的文章回答下述问题。\n\n文章：{context}\n\n请基于上述文章回答下面的问题。\n\n问题：{input}\n回答：",
+      {"dureader",
+       "请基于给定的文章回答下述问题。\n\n文章：{context}\n\n请基于上述文章回答下面的问题。\n\n问题：{input}\n回答：",
        128, M::rouge_zh, false},
       {"gov_report",
        "You are given a report by a government agency. Write a one-page summary of the report.\n\nReport:\n"
@@ -80,8 +81,8 @@ std::vector<Dataset> make_datasets() {
        "You are given several news passages. Write a one-page summary of all news. \n\nNews:\n{context}\n\nNow, "
        "write a one-page summary of all the news.\n\nSummary:",
        512, M::rouge, true},
-      {"vcsum", "下面有一段会议记录，请你阅读后，写一段总结，总结会议的内容。\n会议记录：\n{context}\n\n会议总结：", 512,
-       M::rouge_zh, false},
+      {"vcsum", "下面有一段会议记录，请你阅读后，写一段总结，总结会议的内容。\n会议记录：\n{context}\n\n会议总结：",
+       512, M::rouge_zh, false},
       {"trec",
        "Please determine the type of the question below. Here are some examples of questions.\n\n{context}\n{input}",
        64, M::classification, true},
@@ -111,8 +112,8 @@ std::vector<Dataset> make_datasets() {
        "请输入摘要所属段落的编号。答案格式必须是\"段落1\"，\"段落2\"等格式\n\n答案是：",
        32, M::retrieval_zh, false},
       {"lcc", "Please complete the code given below. \n{context}Next line of code:\n", 64, M::code_sim, true},
-      {"repobench-p", "Please complete the code given below. \n{context}{input}Next line of code:\n", 64,
-       M::code_sim, true},
+      {"repobench-p", "Please complete the code given below. \n{context}{input}Next line of code:\n", 64, M::code_sim,
+       true},
   };
   // pred.py: "chat models are better off without build prompts on these tasks"; eval.py cuts the
   // prediction to its first line for the first four of them.
@@ -164,7 +165,7 @@ std::vector<std::string> string_list(const json& v, const char* key, const std::
 }
 
 std::optional<std::vector<std::string>> classes(const json& j, const std::string& path, int64_t line,
-                                                 const Dataset* ds) {
+                                                const Dataset* ds) {
   const json& v = require(j, "all_classes", path, line);
   if (v.is_null()) {
     if (ds && ds->metric == Metric::classification)
@@ -502,8 +503,8 @@ Table results_table(const std::vector<TaskResult>& results, bool e, const std::s
                                   fixed(column_mean(results, [](const TaskResult& r) { return r.score; }))};
   if (e)
     for (size_t k = 0; k < 3; ++k)
-      avg.push_back(fixed(
-          column_mean(results, [k](const TaskResult& r) { return r.buckets ? (*r.buckets)[k] : std::nan(""); })));
+      avg.push_back(
+          fixed(column_mean(results, [k](const TaskResult& r) { return r.buckets ? (*r.buckets)[k] : std::nan(""); })));
   t.add_row(std::move(avg));
   return t;
 }

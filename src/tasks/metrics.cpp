@@ -10,8 +10,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <unicode/uchar.h>
 #include <unicode/locid.h>
+#include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
 #include "drope/core/error.h"

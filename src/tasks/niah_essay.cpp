@@ -30,8 +30,8 @@ std::string strip_closers(std::string w) {
     const char c = w.back();
     if (c == ')' || c == ']' || c == '"' || c == '\'') {
       w.pop_back();
-    } else if (w.size() >= 3 && (w.compare(w.size() - 3, 3, "\xe2\x80\x9d") == 0 ||
-                                 w.compare(w.size() - 3, 3, "\xe2\x80\x99") == 0)) {
+    } else if (w.size() >= 3 &&
+               (w.compare(w.size() - 3, 3, "\xe2\x80\x9d") == 0 || w.compare(w.size() - 3, 3, "\xe2\x80\x99") == 0)) {
       w.resize(w.size() - 3);
     } else if (w.size() >= 2 && w.compare(w.size() - 2, 2, "\xc2\xbb") == 0) {
       w.resize(w.size() - 2);
@@ -50,10 +50,10 @@ bool is_abbreviation(const std::string& core_with_dot) {
   if (core.empty()) return false;
   std::string lower;
   for (char c : core) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  static const std::set<std::string> known = {"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "inc",
-                                              "ltd", "co", "corp", "no", "nos", "fig", "figs", "al", "cf",
-                                              "approx", "dept", "vol", "p", "pp", "sec", "art", "ch", "e.g",
-                                              "i.e", "resp", "incl", "esp", "ca", "viz"};
+  static const std::set<std::string> known = {"mr",  "mrs",    "ms",   "dr",   "prof", "sr",  "jr",  "st",   "vs",
+                                              "inc", "ltd",    "co",   "corp", "no",   "nos", "fig", "figs", "al",
+                                              "cf",  "approx", "dept", "vol",  "p",    "pp",  "sec", "art",  "ch",
+                                              "e.g", "i.e",    "resp", "incl", "esp",  "ca",  "viz"};
   if (known.count(lower)) return true;
   // Single-letter initials ("J.") and dotted letter abbreviations ("U.S.", "a.m.").
   bool letters_and_dots = true, alternating = true;
@@ -68,7 +68,8 @@ bool is_abbreviation(const std::string& core_with_dot) {
 
 // A bare enumerator ("1.", "2.3.") — a list label when it starts a line, not a sentence end.
 bool is_enumerator(const std::string& core_with_dot) {
-  return std::all_of(core_with_dot.begin(), core_with_dot.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
+  return std::all_of(core_with_dot.begin(), core_with_dot.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
 }
 
 bool ends_with_terminal(const std::string& w) {

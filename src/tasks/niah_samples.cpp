@@ -145,11 +145,13 @@ std::string build_context(const NiahTask& task, const Draws& d, const EssayText&
   return out;
 }
 uint64_t sample_seed(const NiahTask& task, int64_t length, uint64_t seed, int64_t trial) {
-  return derive_seed(seed, {stable_hash("niah/" + task.name), static_cast<uint64_t>(length), static_cast<uint64_t>(trial)});
+  return derive_seed(seed,
+                     {stable_hash("niah/" + task.name), static_cast<uint64_t>(length), static_cast<uint64_t>(trial)});
 }
 
 NiahSample finish_sample(const NiahTask& task, int64_t length, int64_t trial, uint64_t s, const Draws& d,
-                         std::string prompt, int64_t units, std::vector<int64_t> positions, const TokenCounter& counter) {
+                         std::string prompt, int64_t units, std::vector<int64_t> positions,
+                         const TokenCounter& counter) {
   NiahSample out;
   out.task = task.name;
   out.length = length;
@@ -194,9 +196,9 @@ NiahSample make_niah_sample_with_units(const NiahTask& task, int64_t length, uin
   return finish_sample(task, length, trial, s, d, std::move(prompt), units, std::move(positions), counter);
 }
 
-NiahSample make_niah_sample(const NiahTask& task, int64_t length, uint64_t seed, int64_t trial,
-                            const EssayText& essay, const TokenCounter& counter, const NiahOptions& opt,
-                            int64_t* hint, const std::string& length_flag) {
+NiahSample make_niah_sample(const NiahTask& task, int64_t length, uint64_t seed, int64_t trial, const EssayText& essay,
+                            const TokenCounter& counter, const NiahOptions& opt, int64_t* hint,
+                            const std::string& length_flag) {
   const uint64_t s = sample_seed(task, length, seed, trial);
   const Draws d = draw(task, s, essay, opt);
   const int64_t asked = static_cast<int64_t>(task.num_queries) * task.num_values;
@@ -222,12 +224,12 @@ NiahSample make_niah_sample(const NiahTask& task, int64_t length, uint64_t seed,
 }
 
 std::vector<NiahSample> make_niah_samples(const NiahTask& task, int64_t length, int64_t trials, uint64_t seed,
-                                          const EssayText& essay, const TokenCounter& counter,
-                                          const NiahOptions& opt) {
+                                          const EssayText& essay, const TokenCounter& counter, const NiahOptions& opt) {
   if (trials <= 0) fail("--trials: must be positive, got {}", trials);
   std::vector<NiahSample> out;
   int64_t hint = 0;
-  for (int64_t t = 0; t < trials; ++t) out.push_back(make_niah_sample(task, length, seed, t, essay, counter, opt, &hint));
+  for (int64_t t = 0; t < trials; ++t)
+    out.push_back(make_niah_sample(task, length, seed, t, essay, counter, opt, &hint));
   return out;
 }
 

@@ -19,7 +19,8 @@ int64_t largest_fitting(const std::function<bool(int64_t)>& fits, int64_t hint, 
   if (hi < 0) {
     for (int64_t step = 1;; step *= 2) {
       const int64_t cand = lo + step;
-      if (cand > kMaxUnits) fail("{}: more than {} haystack units still fit; is the token counter broken?", what, kMaxUnits);
+      if (cand > kMaxUnits)
+        fail("{}: more than {} haystack units still fit; is the token counter broken?", what, kMaxUnits);
       if (fits(cand)) lo = cand;
       else {
         hi = cand;

@@ -1,4 +1,5 @@
-// Offset-key retrieval (docs/design.md#offset-key-retrieval): sequences, loss masks and scoring. See offset_key.h for the layout.
+// Offset-key retrieval (docs/design.md#offset-key-retrieval): sequences, loss masks and scoring. See offset_key.h for
+// the layout.
 #include "drope/tasks/offset_key.h"
 
 #include <array>
@@ -21,8 +22,8 @@ void check_offset_key_vocab(int64_t vocab_size, const std::string& what) {
 
 void check_offset_key_length(int64_t length, const std::string& what) {
   if (length < kOffsetKeyMinLength)
-    fail("{}: an offset-key sequence needs at least {} tokens (BOS, {} needles, a {}-token query block), got {}",
-         what, kOffsetKeyMinLength, V::kColours, kOffsetKeyQueryTokens, length);
+    fail("{}: an offset-key sequence needs at least {} tokens (BOS, {} needles, a {}-token query block), got {}", what,
+         kOffsetKeyMinLength, V::kColours, kOffsetKeyQueryTokens, length);
 }
 
 uint64_t offset_key_index(OffsetKeySplit split, uint64_t i) {

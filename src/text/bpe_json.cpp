@@ -18,8 +18,7 @@ namespace drope::text::bpe_detail {
 namespace {
 
 // The pre-tokenisation regex of GPT-2's ByteLevel (use_regex = true).
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 // Ids of tokenizers for the per-thread BPE caches (bpe.cpp); 0 is no tokenizer.
 std::atomic<uint64_t> next_cache_owner{1};
@@ -65,7 +64,8 @@ void BpeTokenizer::parse_model(const JsonIn& in, const json& model) {
   ignore_merges_ = in.flag(model, "model", "ignore_merges", false);
 
   const json& vocab = in.req(model, "model", "vocab");
-  if (!vocab.is_object()) in.bad("model.vocab", fmt::format("expected an object token → id, got {}", vocab.type_name()));
+  if (!vocab.is_object())
+    in.bad("model.vocab", fmt::format("expected an object token → id, got {}", vocab.type_name()));
   if (vocab.empty()) in.bad("model.vocab", "empty vocabulary");
   std::unordered_map<int32_t, const std::string*> seen;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
@@ -85,7 +85,8 @@ void BpeTokenizer::parse_model(const JsonIn& in, const json& model) {
   if (const json* unk = in.opt(model, "unk_token")) {
     if (!unk->is_string()) in.bad("model.unk_token", "expected a string or null");
     auto it = token_to_id_.find(unk->get<std::string>());
-    if (it == token_to_id_.end()) in.bad("model.unk_token", fmt::format("\"{}\" is not in model.vocab", unk->get<std::string>()));
+    if (it == token_to_id_.end())
+      in.bad("model.unk_token", fmt::format("\"{}\" is not in model.vocab", unk->get<std::string>()));
     unk_ = it->second;
   }
 
@@ -111,8 +112,7 @@ void BpeTokenizer::parse_model(const JsonIn& in, const json& model) {
     }
     const int32_t ia = lookup(in, where, a), ib = lookup(in, where, b);
     auto merged = token_to_id_.find(a + b);
-    if (merged == token_to_id_.end())
-      in.bad(where, fmt::format("merged token \"{}{}\" is not in model.vocab", a, b));
+    if (merged == token_to_id_.end()) in.bad(where, fmt::format("merged token \"{}{}\" is not in model.vocab", a, b));
     merges_.insert_or_assign(pair_key(ia, ib), std::make_pair(static_cast<int32_t>(i), merged->second));
   }
 }
@@ -131,7 +131,8 @@ void BpeTokenizer::parse_normalizer(const JsonIn& in, const json* n, const std::
   } else if (type == "Sequence") {
     const json& list = in.req(*n, where, "normalizers");
     if (!list.is_array()) in.bad(where + ".normalizers", "expected a list");
-    for (size_t i = 0; i < list.size(); ++i) parse_normalizer(in, &list[i], fmt::format("{}.normalizers[{}]", where, i));
+    for (size_t i = 0; i < list.size(); ++i)
+      parse_normalizer(in, &list[i], fmt::format("{}.normalizers[{}]", where, i));
   } else {
     in.bad(where + ".type", fmt::format("normalizer \"{}\" is not supported (expected null or NFC)", type));
   }
@@ -236,7 +237,8 @@ void BpeTokenizer::parse_added_tokens(const JsonIn& in, const json* list) {
 void BpeTokenizer::parse_decoder(const JsonIn& in, const json* d) {
   if (!d) in.bad("decoder", "missing; expected a ByteLevel decoder");
   const std::string type = in.str(*d, "decoder", "type");
-  if (type != "ByteLevel") in.bad("decoder.type", fmt::format("decoder \"{}\" is not supported (expected ByteLevel)", type));
+  if (type != "ByteLevel")
+    in.bad("decoder.type", fmt::format("decoder \"{}\" is not supported (expected ByteLevel)", type));
 }
 
 void BpeTokenizer::resolve_special_ids(const std::string* config_text) {
@@ -246,8 +248,8 @@ void BpeTokenizer::resolve_special_ids(const std::string* config_text) {
     auto it = token_to_id_.find(content);
     return it == token_to_id_.end() ? -1 : it->second;
   };
-  const auto cfg_path = config_text ? path_ + " (tokenizer_config)"
-                                    : (fs::path(path_).parent_path() / "tokenizer_config.json").string();
+  const auto cfg_path =
+      config_text ? path_ + " (tokenizer_config)" : (fs::path(path_).parent_path() / "tokenizer_config.json").string();
   std::error_code ec;
   if (config_text || fs::exists(cfg_path, ec)) {
     const json cfg = config_text ? parse_json(*config_text, cfg_path) : read_json_file(cfg_path, kMaxConfigBytes);

@@ -14,8 +14,8 @@ namespace drope::text::bpe_detail {
 Regex::Regex(const std::string& pattern, const JsonIn& in, const std::string& key) {
   int err = 0;
   PCRE2_SIZE off = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err,
-                        &off, nullptr);
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err, &off,
+                        nullptr);
   if (!code_) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
@@ -31,8 +31,8 @@ void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>&
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
   size_t start = 0;
   while (start <= s.size()) {
-    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start, PCRE2_NO_UTF_CHECK,
-                               md, nullptr);
+    const int rc =
+        pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       pcre2_match_data_free(md);

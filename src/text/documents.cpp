@@ -89,8 +89,7 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 InputFormat input_format(const std::string& file) {
   const std::string plain = without_compression_suffix(file);
   if (ends_with(plain, ".jsonl")) return InputFormat::jsonl;
-  if (plain != file)
-    fail("{}: compressed input is read as JSON Lines only (name it *.jsonl.gz or *.jsonl.zst)", file);
+  if (plain != file) fail("{}: compressed input is read as JSON Lines only (name it *.jsonl.gz or *.jsonl.zst)", file);
   if (ends_with(file, ".parquet")) return InputFormat::parquet;
   return InputFormat::text;
 }

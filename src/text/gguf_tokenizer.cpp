@@ -37,11 +37,11 @@ struct PreTokenizer {
 
 const std::map<std::string, PreTokenizer>& pre_tokenizers() {
   static const std::map<std::string, PreTokenizer> kMap = {
-      {"default", {kGpt2Split, false, false}},   {"gpt-2", {kGpt2Split, false, false}},
-      {"gpt2", {kGpt2Split, false, false}},      {"smollm", {kGpt2Split, true, false}},
+      {"default", {kGpt2Split, false, false}},    {"gpt-2", {kGpt2Split, false, false}},
+      {"gpt2", {kGpt2Split, false, false}},       {"smollm", {kGpt2Split, true, false}},
       {"llama-bpe", {kLlama3Split, false, true}}, {"llama3", {kLlama3Split, false, true}},
-      {"llama-v3", {kLlama3Split, false, true}}, {"smaug-bpe", {kLlama3Split, false, true}},
-      {"qwen2", {kQwen2Split, false, false}},    {"deepseek-r1-qwen", {kQwen2Split, false, false}},
+      {"llama-v3", {kLlama3Split, false, true}},  {"smaug-bpe", {kLlama3Split, false, true}},
+      {"qwen2", {kQwen2Split, false, false}},     {"deepseek-r1-qwen", {kQwen2Split, false, false}},
   };
   return kMap;
 }
@@ -50,13 +50,11 @@ json pre_tokenizer_json(const PreTokenizer& p) {
   json steps = json::array();
   if (p.digits) steps.push_back({{"type", "Digits"}, {"individual_digits", true}});
   if (p.split) {
-    steps.push_back({{"type", "Split"},
-                     {"pattern", {{"Regex", p.split}}},
-                     {"behavior", "Isolated"},
-                     {"invert", false}});
+    steps.push_back(
+        {{"type", "Split"}, {"pattern", {{"Regex", p.split}}}, {"behavior", "Isolated"}, {"invert", false}});
   }
-  steps.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                   {"use_regex", p.split == nullptr}});
+  steps.push_back(
+      {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", p.split == nullptr}});
   if (steps.size() == 1) return steps[0];
   return {{"type", "Sequence"}, {"pretokenizers", steps}};
 }
@@ -134,8 +132,13 @@ std::string bpe_json(const gguf::File& f, const Vocab& v) {
     vocab[v.tokens[i]] = i;
     const int type = v.types.empty() ? kNormal : v.types[i];
     if (type == kControl || type == kUserDefined)
-      added.push_back({{"id", i}, {"content", v.tokens[i]}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", false}, {"special", type == kControl}});
+      added.push_back({{"id", i},
+                       {"content", v.tokens[i]},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
+                       {"special", type == kControl}});
   }
   json merges = json::array();
   if (f.has("tokenizer.ggml.merges")) {
@@ -205,7 +208,8 @@ std::string sentencepiece_model(const gguf::File& f, const Vocab& v) {
   if (scores.size() != v.tokens.size())
     fail("{}: tokenizer.ggml.scores has {} entries but tokenizer.ggml.tokens has {}", f.path(), scores.size(),
          v.tokens.size());
-  if (v.types.empty()) fail("{}: metadata 'tokenizer.ggml.token_type' is missing (a SentencePiece vocabulary needs it)", f.path());
+  if (v.types.empty())
+    fail("{}: metadata 'tokenizer.ggml.token_type' is missing (a SentencePiece vocabulary needs it)", f.path());
   std::string proto;
   bool has_bytes = false;
   for (size_t i = 0; i < v.tokens.size(); ++i) {

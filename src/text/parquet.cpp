@@ -67,7 +67,9 @@ bool parquet_supported() {
 }
 
 void for_each_parquet_text(const std::string& path, const std::string& column, const ParquetRowFn& fn) {
-  { const InputFile check(path); }  // a regular file (a FIFO or device is refused, not waited on)
+  {
+    const InputFile check(path);
+  }  // a regular file (a FIFO or device is refused, not waited on)
 #ifdef DROPE_PARQUET_MODULE
   const auto& api = pq();
   std::string err;
@@ -86,7 +88,8 @@ void for_each_parquet_text(const std::string& path, const std::string& column, c
   (void)column;
   (void)fn;
   fail("{}: this build of drope cannot read parquet: Apache Arrow comes from the pyarrow wheel, which was not "
-       "found when configuring (pip install -r requirements.txt into the project venv, then re-run cmake)", path);
+       "found when configuring (pip install -r requirements.txt into the project venv, then re-run cmake)",
+       path);
 #endif
 }
 

@@ -147,13 +147,15 @@ std::string copy_tokenizer(const Tokenizer& tok, const std::string& dir) {
   write_file_atomic((fs::path(dir) / name).string(), read_file(tok.path()));
   const auto cfg = fs::path(tok.path()).parent_path() / "tokenizer_config.json";
   std::error_code ec;
-  if (!sp && fs::exists(cfg, ec)) write_file_atomic((fs::path(dir) / "tokenizer_config.json").string(), read_file(cfg.string()));
+  if (!sp && fs::exists(cfg, ec))
+    write_file_atomic((fs::path(dir) / "tokenizer_config.json").string(), read_file(cfg.string()));
   return name;
 }
 
 void check_prepare_options(const PrepareOptions& o) {
   if (o.out_dir.empty()) fail("no output directory given");
-  if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0)) fail("validation fraction must be in [0, 1), got {}", o.val_fraction);
+  if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
+    fail("validation fraction must be in [0, 1), got {}", o.val_fraction);
   if (o.shard_tokens < 1) fail("shard size must be at least 1 token, got {}", o.shard_tokens);
   const bool train_tok = o.train_vocab_size > 0;
   if (train_tok == !o.tokenizer.empty())
@@ -258,7 +260,8 @@ void tokenize_splits(const PrepareOptions& o, const std::vector<std::string>& fi
   auto batch = std::make_unique<Batch>();
   int64_t read = 0;
   for_each_document(files, doc_opts, [&](std::string_view text, const DocumentSource& where) {
-    if (++read > n_docs) fail("{}: the inputs changed while being read (more documents than counted)", where.describe());
+    if (++read > n_docs)
+      fail("{}: the inputs changed while being read (more documents than counted)", where.describe());
     batch->texts.emplace_back(text);
     batch->where.push_back(where);
     batch->bytes += text.size();
@@ -269,7 +272,8 @@ void tokenize_splits(const PrepareOptions& o, const std::vector<std::string>& fi
   });
   if (!batch->texts.empty()) encoder.submit(std::move(batch));
   encoder.finish();
-  if (read != n_docs) fail("{}: the inputs changed while being read ({} documents, {} counted)", files.front(), read, n_docs);
+  if (read != n_docs)
+    fail("{}: the inputs changed while being read ({} documents, {} counted)", files.front(), read, n_docs);
   prog.done = true;
   report(prog);
   for (auto* w : {&train, &val}) {

@@ -35,7 +35,8 @@ class WireReader {
   bool next(Field& f) {
     if (pos_ == data_.size()) return false;
     const uint64_t key = varint();
-    if (key >> 32 || (key >> 3) == 0) fail("{}: not a SentencePiece model ({}: invalid field key {})", path_, message_, key);
+    if (key >> 32 || (key >> 3) == 0)
+      fail("{}: not a SentencePiece model ({}: invalid field key {})", path_, message_, key);
     f.number = static_cast<uint32_t>(key >> 3);
     f.wire = static_cast<uint32_t>(key & 7);
     f.bytes = {};
@@ -47,14 +48,15 @@ class WireReader {
       case kBytes: {
         const uint64_t n = varint();
         if (n > data_.size() - pos_)
-          fail("{}: not a SentencePiece model ({} field {}: length {} runs past the end of its message)", path_, message_,
-               f.number, n);
+          fail("{}: not a SentencePiece model ({} field {}: length {} runs past the end of its message)", path_,
+               message_, f.number, n);
         f.bytes = data_.substr(pos_, static_cast<size_t>(n));
         pos_ += static_cast<size_t>(n);
         break;
       }
       default:
-        fail("{}: not a SentencePiece model ({} field {}: unsupported wire type {})", path_, message_, f.number, f.wire);
+        fail("{}: not a SentencePiece model ({} field {}: unsupported wire type {})", path_, message_, f.number,
+             f.wire);
     }
     return true;
   }
@@ -79,7 +81,8 @@ class WireReader {
   }
 
   uint64_t fixed(size_t n) {
-    if (data_.size() - pos_ < n) fail("{}: not a SentencePiece model ({}: truncated fixed-size field)", path_, message_);
+    if (data_.size() - pos_ < n)
+      fail("{}: not a SentencePiece model ({}: truncated fixed-size field)", path_, message_);
     uint64_t v = 0;
     for (size_t i = 0; i < n; ++i) v |= uint64_t{static_cast<uint8_t>(data_[pos_ + i])} << (8 * i);
     pos_ += n;
@@ -116,7 +119,8 @@ struct Unit {
 // it can reach on any byte string, and each leaf value, must lie inside the arrays.
 int64_t check_charsmap(std::string_view blob, const std::string& path, const char* spec) {
   if (blob.empty()) return 0;
-  if (blob.size() < 4) fail("{}: {}.precompiled_charsmap has {} bytes, fewer than its 4-byte header", path, spec, blob.size());
+  if (blob.size() < 4)
+    fail("{}: {}.precompiled_charsmap has {} bytes, fewer than its 4-byte header", path, spec, blob.size());
   uint32_t trie_bytes = 0;
   for (int i = 0; i < 4; ++i) trie_bytes |= uint32_t{static_cast<uint8_t>(blob[i])} << (8 * i);
   if (trie_bytes == 0 || trie_bytes % 4 != 0 || trie_bytes > blob.size() - 4)
@@ -137,8 +141,8 @@ int64_t check_charsmap(std::string_view blob, const std::string& path, const cha
   std::vector<size_t> todo;
   auto visit = [&](size_t base, const char* what) {
     if ((base | 0xFF) >= n)
-      fail("{}: {}.precompiled_charsmap trie is corrupt ({} at unit {} is outside its {} units)", path, spec, what, base | 0xFF,
-           n);
+      fail("{}: {}.precompiled_charsmap trie is corrupt ({} at unit {} is outside its {} units)", path, spec, what,
+           base | 0xFF, n);
     if (!seen[base]) {
       seen[base] = true;
       todo.push_back(base);
@@ -155,13 +159,14 @@ int64_t check_charsmap(std::string_view blob, const std::string& path, const cha
       const size_t next = node ^ u.offset();
       if (u.has_leaf()) {
         if (next >= n)
-          fail("{}: {}.precompiled_charsmap trie is corrupt (leaf of unit {} at {} is outside its {} units)", path, spec,
-               node, next, n);
+          fail("{}: {}.precompiled_charsmap trie is corrupt (leaf of unit {} at {} is outside its {} units)", path,
+               spec, node, next, n);
         const uint32_t v = units[next].value();
         if (v >= pool.size() || pool.find('\0', v) == std::string_view::npos)
-          fail("{}: {}.precompiled_charsmap trie is corrupt (unit {} points at byte {} of a {}-byte string pool without a "
-               "terminating NUL)",
-               path, spec, next, v, pool.size());
+          fail(
+              "{}: {}.precompiled_charsmap trie is corrupt (unit {} points at byte {} of a {}-byte string pool without a "
+              "terminating NUL)",
+              path, spec, next, v, pool.size());
       }
       visit(next, "a child");
     }
@@ -219,9 +224,11 @@ SentencePieceModelSummary check_sentencepiece_model(std::string_view bytes, cons
       if (piece.empty()) fail("{}: piece {} is empty", path, id);
       if (utf8_error_offset(piece) >= 0) fail("{}: piece {} is not valid UTF-8", path, id);
       if (!std::isfinite(score)) fail("{}: piece {} ('{}') has a non-finite score ({})", path, id, piece, score);
-      if (type < 1 || type > kMaxType) fail("{}: piece {} ('{}') has type {}, expected 1..{}", path, id, piece, type, kMaxType);
+      if (type < 1 || type > kMaxType)
+        fail("{}: piece {} ('{}') has type {}, expected 1..{}", path, id, piece, type, kMaxType);
       if (type == kUnknown) {
-        if (s.unk_id >= 0) fail("{}: pieces {} and {} are both of type UNKNOWN; a model has exactly one", path, s.unk_id, id);
+        if (s.unk_id >= 0)
+          fail("{}: pieces {} and {} are both of type UNKNOWN; a model has exactly one", path, s.unk_id, id);
         s.unk_id = id;
       }
       if (type == kByte && !is_byte_piece(piece))

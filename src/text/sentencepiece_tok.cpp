@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "drope/core/error.h"
-#include "drope/text/gguf_tokenizer.h"
 #include "drope/core/files.h"
+#include "drope/text/gguf_tokenizer.h"
 #include "drope/text/sentencepiece_model.h"
 #include "drope/text/tokenizer.h"
 #include "module_loader.h"
@@ -172,8 +172,7 @@ void train_sentencepiece(const std::vector<std::string>& corpus_files, const Sen
   std::vector<std::string> texts;
   for (const auto& f : corpus_files) {
     texts.push_back(read_file(f));
-    if (const int64_t bad = utf8_error_offset(texts.back()); bad >= 0)
-      fail("{}: not valid UTF-8 at byte {}", f, bad);
+    if (const int64_t bad = utf8_error_offset(texts.back()); bad >= 0) fail("{}: not valid UTF-8 at byte {}", f, bad);
   }
   train_sentencepiece(
       [&](const std::function<void(std::string_view)>& emit) {

@@ -68,7 +68,8 @@ struct IndexIn {
   }
   std::string str(const json& o, const std::string& where, const char* key) const {
     const json& v = req(o, where, key);
-    if (!v.is_string()) bad(where.empty() ? key : where + "." + key, fmt::format("expected a string, got {}", v.type_name()));
+    if (!v.is_string())
+      bad(where.empty() ? key : where + "." + key, fmt::format("expected a string, got {}", v.type_name()));
     return v.get<std::string>();
   }
 };
@@ -98,13 +99,14 @@ json index_to_json(const DatasetIndex& index) {
     splits[name] = {{"shards", shards}, {"tokens", s.tokens}, {"documents", s.documents}};
   }
   const auto& t = index.tokenizer;
-  return {{"format", "drope-tokens"},
-          {"version", kShardVersion},
-          {"dtype", dtype_name(index.token_bytes)},
-          {"tokenizer",
-           {{"file", t.file}, {"kind", t.kind}, {"vocab_size", t.vocab_size}, {"eos_id", t.eos_id}, {"bos_id", t.bos_id}}},
-          {"splits", splits},
-          {"meta", index.meta}};
+  return {
+      {"format", "drope-tokens"},
+      {"version", kShardVersion},
+      {"dtype", dtype_name(index.token_bytes)},
+      {"tokenizer",
+       {{"file", t.file}, {"kind", t.kind}, {"vocab_size", t.vocab_size}, {"eos_id", t.eos_id}, {"bos_id", t.bos_id}}},
+      {"splits", splits},
+      {"meta", index.meta}};
 }
 
 DatasetIndex read_index(const std::string& index_path) {
@@ -113,7 +115,8 @@ DatasetIndex read_index(const std::string& index_path) {
   if (!j.is_object()) in.bad("(top level)", "expected an object");
   if (in.str(j, "", "format") != "drope-tokens") in.bad("format", "expected \"drope-tokens\"");
   const int64_t version = in.integer(j, "", "version", 0, 1 << 20);
-  if (version != kShardVersion) in.bad("version", fmt::format("unsupported version {} (this build reads {})", version, kShardVersion));
+  if (version != kShardVersion)
+    in.bad("version", fmt::format("unsupported version {} (this build reads {})", version, kShardVersion));
   DatasetIndex idx;
   const std::string dtype = in.str(j, "", "dtype");
   if (dtype == "uint16") idx.token_bytes = 2;
@@ -148,7 +151,8 @@ DatasetIndex read_index(const std::string& index_path) {
       s.shards.push_back(std::move(sh));
     }
     s.tokens = in.integer(it.value(), where, "tokens", 0, kMaxTokens);
-    if (s.tokens != sum) in.bad(where + ".tokens", fmt::format("{} does not match the sum over its shards ({})", s.tokens, sum));
+    if (s.tokens != sum)
+      in.bad(where + ".tokens", fmt::format("{} does not match the sum over its shards ({})", s.tokens, sum));
     s.documents = in.integer(it.value(), where, "documents", 0, kMaxTokens);
     idx.splits[it.key()] = std::move(s);
   }
@@ -160,7 +164,11 @@ DatasetIndex read_index(const std::string& index_path) {
 // ShardWriter
 
 ShardWriter::ShardWriter(std::string dir, std::string prefix, int token_bytes, int32_t eos_id, int64_t max_tokens)
-    : dir_(std::move(dir)), prefix_(std::move(prefix)), token_bytes_(token_bytes), eos_id_(eos_id), max_tokens_(max_tokens) {
+    : dir_(std::move(dir)),
+      prefix_(std::move(prefix)),
+      token_bytes_(token_bytes),
+      eos_id_(eos_id),
+      max_tokens_(max_tokens) {
   if (token_bytes_ != 2 && token_bytes_ != 4) fail("shard token bytes must be 2 or 4, got {}", token_bytes_);
   if (max_tokens_ < 1) fail("shard size must be at least one token, got {}", max_tokens_);
 }
@@ -168,7 +176,8 @@ ShardWriter::ShardWriter(std::string dir, std::string prefix, int token_bytes, i
 void ShardWriter::add_document(const std::vector<int32_t>& ids) {
   const uint64_t limit = token_bytes_ == 2 ? 0xFFFFu : 0xFFFFFFFFu;
   auto push = [&](int32_t id) {
-    if (id < 0 || static_cast<uint64_t>(id) > limit) fail("token id {} does not fit in {}", id, dtype_name(token_bytes_));
+    if (id < 0 || static_cast<uint64_t>(id) > limit)
+      fail("token id {} does not fit in {}", id, dtype_name(token_bytes_));
     if (token_bytes_ == 2) put(buffer_, static_cast<uint16_t>(id));
     else put(buffer_, static_cast<uint32_t>(id));
     ++tokens_;
@@ -216,7 +225,8 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
   if (std::memcmp(h, kShardMagic, sizeof kShardMagic) != 0)
     fail("{}: not a drope token shard (bad magic; expected \"DRPTOK01\")", path);
   const auto version = get<uint32_t>(h + 8);
-  if (version != kShardVersion) fail("{}: unsupported shard version {} (this build reads {})", path, version, kShardVersion);
+  if (version != kShardVersion)
+    fail("{}: unsupported shard version {} (this build reads {})", path, version, kShardVersion);
   const auto header = get<uint32_t>(h + 12);
   if (header != kShardHeaderBytes) fail("{}: header size {} is not {}", path, header, kShardHeaderBytes);
   const auto tb = get<uint32_t>(h + 16);
@@ -227,8 +237,7 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
   const uint64_t data_bytes = file_bytes - kShardHeaderBytes;
   if (count > data_bytes / tb)
     fail("{}: truncated shard: header claims {} tokens ({} bytes) but the file holds {} bytes of tokens", path, count,
-         count > std::numeric_limits<uint64_t>::max() / tb ? std::string("more than 2^64")
-                                                           : std::to_string(count * tb),
+         count > std::numeric_limits<uint64_t>::max() / tb ? std::string("more than 2^64") : std::to_string(count * tb),
          data_bytes);
   if (count * tb != data_bytes)
     fail("{}: {} trailing bytes after the {} tokens the header claims", path, data_bytes - count * tb, count);
@@ -292,7 +301,8 @@ std::shared_ptr<TokenStream> TokenStream::open(const std::string& dataset, const
 }
 
 void TokenStream::read(int64_t begin, int64_t n, int64_t* out) const {
-  if (begin < 0 || n < 0 || begin + n > total_) fail("{}: read of [{}, {}) past the end ({} tokens)", name_, begin, begin + n, total_);
+  if (begin < 0 || n < 0 || begin + n > total_)
+    fail("{}: read of [{}, {}) past the end ({} tokens)", name_, begin, begin + n, total_);
   auto k = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin() - 1);
   while (n > 0) {
     while (begin - starts_[k] >= shards_[k]->size()) ++k;
@@ -338,9 +348,8 @@ uint64_t Permutation::operator()(uint64_t i) const {
 }
 
 json LoaderState::to_json() const {
-  return {{"epoch", epoch},     {"index", index},           {"seq_len", seq_len},
-          {"rank", rank},       {"world_size", world_size}, {"shuffle", shuffle},
-          {"seed", seed},       {"stream_tokens", stream_tokens}};
+  return {{"epoch", epoch},           {"index", index},     {"seq_len", seq_len}, {"rank", rank},
+          {"world_size", world_size}, {"shuffle", shuffle}, {"seed", seed},       {"stream_tokens", stream_tokens}};
 }
 
 LoaderState LoaderState::from_json(const json& j, const std::string& where) {
@@ -380,7 +389,8 @@ TokenLoader::TokenLoader(std::shared_ptr<const TokenStream> stream, LoaderOption
 int64_t TokenLoader::block_id(int64_t epoch, int64_t i) const {
   const auto slot = static_cast<uint64_t>(i * opts_.world_size + opts_.rank);
   if (!opts_.shuffle) return static_cast<int64_t>(slot);
-  const Permutation perm(static_cast<uint64_t>(blocks_), opts_.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch));
+  const Permutation perm(static_cast<uint64_t>(blocks_),
+                         opts_.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch));
   return static_cast<int64_t>(perm(slot));
 }
 

@@ -7,9 +7,9 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/json.h"
 #include "drope/io/model_io.h"
 #include "drope/io/safetensors.h"
-#include "drope/core/json.h"
 #include "drope/train/distributed.h"
 #include "drope/train/sharding.h"
 
@@ -98,8 +98,9 @@ DirLock claim_run_dir(const std::string& run_dir, const std::vector<std::pair<st
                       bool force) {
   // Runs of builds without the lock file are recognised by their checkpoints.
   const bool ours = latest_checkpoint(run_dir).has_value();
-  check_output_dir(run_dir, {"run.out_dir", "run directory", {kDirLockName}, inputs, force || ours,
-                             "pass --force to write into it anyway"});
+  check_output_dir(
+      run_dir,
+      {"run.out_dir", "run directory", {kDirLockName}, inputs, force || ours, "pass --force to write into it anyway"});
   return DirLock(run_dir, DirLock::Where::kInside);
 }
 
@@ -136,7 +137,9 @@ bool split_moment_key(const std::string& key, std::string* kind, std::string* re
   return false;
 }
 
-std::string shard_file_name(int rank, int world) { return fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", rank, world); }
+std::string shard_file_name(int rank, int world) {
+  return fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", rank, world);
+}
 constexpr const char* kManifest = "optimizer-manifest.json";
 
 // The pieces of a sharded optimizer state, indexed by (kind, parameter).
@@ -230,7 +233,8 @@ std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_di
         pieces.emplace_back(kv.first, kv.second.cpu());
       }
       io::save_safetensors((fs::path(staging) / shard_file_name(dist.rank(), dist.world())).string(), pieces,
-                           {{"steps", std::to_string(sdp.steps_taken())}, {"rank", std::to_string(dist.rank())},
+                           {{"steps", std::to_string(sdp.steps_taken())},
+                            {"rank", std::to_string(dist.rank())},
                             {"world", std::to_string(dist.world())}});
     } catch (const std::exception& e) {
       error = e.what();
@@ -394,7 +398,8 @@ void load_sharded_moments(const std::string& dir, const std::string& manifest_pa
                           const std::map<std::string, int64_t>& numel, LoadedCheckpoint& c) {
   read_manifest(manifest_path, numel, c);
   auto sm = std::make_shared<ShardedMoments>();
-  for (int r = 0; r < int(c.saved_world); ++r) read_shard(dir, manifest_path, r, c.saved_world, c.optimizer_steps, numel, *sm);
+  for (int r = 0; r < int(c.saved_world); ++r)
+    read_shard(dir, manifest_path, r, c.saved_world, c.optimizer_steps, numel, *sm);
   check_pieces_tile(manifest_path, numel, *sm);
   c.moment = [sm, manifest_path](const std::string& kind, const std::string& pname, int64_t start, int64_t len) {
     return sm->read(kind, pname, start, len, manifest_path);

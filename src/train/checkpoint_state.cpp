@@ -6,7 +6,10 @@
 namespace drope::train {
 
 std::string checkpoint_state_json(const TrainState& st) {
-  nlohmann::json j{{"step", st.step}, {"tokens", st.tokens}, {"phase_start", st.phase_start}, {"extra", st.extra},
+  nlohmann::json j{{"step", st.step},
+                   {"tokens", st.tokens},
+                   {"phase_start", st.phase_start},
+                   {"extra", st.extra},
                    {"format", "drope-checkpoint-1"}};
   if (st.skipped >= 0) j["skipped_steps"] = st.skipped;
   return j.dump(2) + "\n";

@@ -32,8 +32,10 @@ void take(const nlohmann::json& line, const char* key, double step, plot::Series
 
 std::vector<std::string> plot_training_curves(const std::string& run_dir, std::string out_prefix) {
   std::error_code ec;
-  if (!fs::is_directory(run_dir, ec)) fail("drope-train plot: '{}' is not a directory (expected a run directory, "
-                                           "run.out_dir of a drope-train config)", run_dir);
+  if (!fs::is_directory(run_dir, ec))
+    fail("drope-train plot: '{}' is not a directory (expected a run directory, "
+         "run.out_dir of a drope-train config)",
+         run_dir);
   const std::string log = (fs::path(run_dir) / "log.jsonl").string();
   if (!fs::exists(fs::symlink_status(log, ec)))
     fail("{}: missing: '{}' is not a drope-train run directory, or the run has not started", log, run_dir);

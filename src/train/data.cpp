@@ -86,7 +86,8 @@ SplitSources dataset_sources(const std::string& dataset, int64_t seq_len) {
   SplitSources s;
   s.train = std::make_unique<ShardBlockSource>(text::TokenStream::open(dataset, "train"), seq_len,
                                                index.tokenizer.vocab_size);
-  s.val = std::make_unique<ShardBlockSource>(text::TokenStream::open(dataset, "val"), seq_len, index.tokenizer.vocab_size);
+  s.val =
+      std::make_unique<ShardBlockSource>(text::TokenStream::open(dataset, "val"), seq_len, index.tokenizer.vocab_size);
   return s;
 }
 

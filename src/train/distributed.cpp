@@ -28,7 +28,8 @@ int env_int(const char* name, int def, int lo, int hi) {
   if (!v) return def;
   char* end = nullptr;
   long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < lo || x > hi) fail("environment variable {}='{}': expected an integer in [{}, {}]", name, v, lo, hi);
+  if (*end != '\0' || x < lo || x > hi)
+    fail("environment variable {}='{}': expected an integer in [{}, {}]", name, v, lo, hi);
   return static_cast<int>(x);
 }
 
@@ -172,7 +173,8 @@ void Collective::wait() {
 }
 
 Collective Distributed::reduce_scatter(const torch::Tensor& out, const torch::Tensor& in) {
-  TORCH_CHECK(in.numel() == out.numel() * env_.world, "reduce_scatter: input ", in.numel(), " != world x ", out.numel());
+  TORCH_CHECK(in.numel() == out.numel() * env_.world, "reduce_scatter: input ", in.numel(), " != world x ",
+              out.numel());
   Collective c;
   if (!grouped()) {
     out.copy_(in);

@@ -134,13 +134,14 @@ std::string plan_table(const PlanInput& in, double gpu_mem_gb) {
   std::string out = fmt::format(
       "memory plan per rank: {:.3g}B parameters, seq {} x micro-batch {}, world {}, activation checkpointing {}, {}\n\n",
       in.model.parameter_count() / 1e9, in.seq_len, in.micro_batch, in.world,
-      in.activation_checkpointing == 0 ? std::string("none")
-                                       : in.activation_checkpointing == 1 ? std::string("full")
-                                                                          : std::to_string(in.activation_checkpointing),
+      in.activation_checkpointing == 0   ? std::string("none")
+      : in.activation_checkpointing == 1 ? std::string("full")
+                                         : std::to_string(in.activation_checkpointing),
       in.bf16 ? "bf16 autocast" : "float32");
-  out += "| shard | params GiB | grads GiB | optimizer GiB | activations GiB (none / full ckpt) | logits GiB | comm GiB "
-         "| total GiB | largest micro-batch in " +
-         fmt::format("{:g}", gpu_mem_gb) + " GB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  out +=
+      "| shard | params GiB | grads GiB | optimizer GiB | activations GiB (none / full ckpt) | logits GiB | comm GiB "
+      "| total GiB | largest micro-batch in " +
+      fmt::format("{:g}", gpu_mem_gb) + " GB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   const int64_t budget = int64_t(gpu_mem_gb * 1e9);
   for (ShardMode s : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGrads, ShardMode::kParams}) {
     const auto p = plan_memory(in, s);

@@ -10,8 +10,8 @@ namespace drope::train {
 
 AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWConfig cfg) : cfg_(cfg) {
   for (auto& [name, p] : params) {
-    Slot s{name, p, torch::zeros_like(p, torch::MemoryFormat::Preserve), torch::zeros_like(p, torch::MemoryFormat::Preserve),
-           decays(name, p)};
+    Slot s{name, p, torch::zeros_like(p, torch::MemoryFormat::Preserve),
+           torch::zeros_like(p, torch::MemoryFormat::Preserve), decays(name, p)};
     slots_.push_back(std::move(s));
   }
 }

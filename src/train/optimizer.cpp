@@ -130,8 +130,11 @@ class ShardedAdamW final : public Optimizer {
   void add_log_fields(nlohmann::json& j) const override {
     // What this rank holds: parameters, gradient chunks, optimizer moments; whole blocks at once.
     const auto b = sdp_.bytes();
-    j["shard_bytes"] = {{"params", b.params}, {"grads", b.grads}, {"optimizer", b.optimizer},
-                        {"gathered_peak", b.gathered_peak}, {"prefetch_hits", b.prefetch_hits},
+    j["shard_bytes"] = {{"params", b.params},
+                        {"grads", b.grads},
+                        {"optimizer", b.optimizer},
+                        {"gathered_peak", b.gathered_peak},
+                        {"prefetch_hits", b.prefetch_hits},
                         {"prefetch_wasted", b.prefetch_wasted}};
   }
   void replace_model(DecoderLM /*model*/) override {
@@ -149,7 +152,8 @@ class ShardedAdamW final : public Optimizer {
 
 std::unique_ptr<Optimizer> make_optimizer(Distributed& dist, DecoderLM model, const TrainLoopConfig& train,
                                           const AdamWConfig& cfg, const torch::Device& device) {
-  if (train.shard == ShardMode::kNone) return std::make_unique<ReplicatedAdamW>(dist, std::move(model), train, cfg, device);
+  if (train.shard == ShardMode::kNone)
+    return std::make_unique<ReplicatedAdamW>(dist, std::move(model), train, cfg, device);
   return std::make_unique<ShardedAdamW>(dist, std::move(model), train, cfg);
 }
 

@@ -113,9 +113,10 @@ torch::Tensor checkpointed_block(DecoderLayerImpl& block, const torch::Tensor& x
     y = block.forward(x, ctx);
     if (hooks && hooks->release) hooks->release();
   }
-  const bool needs_grad = torch::GradMode::is_enabled() &&
-                          (x.requires_grad() || own_grads ||
-                           std::any_of(node->params.begin(), node->params.end(), [](const auto& p) { return p.requires_grad(); }));
+  const bool needs_grad =
+      torch::GradMode::is_enabled() &&
+      (x.requires_grad() || own_grads ||
+       std::any_of(node->params.begin(), node->params.end(), [](const auto& p) { return p.requires_grad(); }));
   if (!needs_grad) return y;
   torch::autograd::variable_list inputs{x};
   for (const auto& p : node->params) inputs.push_back(p);

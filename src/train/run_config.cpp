@@ -174,15 +174,19 @@ void check_run_config(const RunConfig& c, const std::string& source) {
   number("train.dist_timeout_s", c.train.dist_timeout_s, Interval::positive());
   number("train.allreduce_bucket_mb", c.train.allreduce_bucket_mb, {0, 1 << 20, true, false});
   need(c.train.max_bad_steps >= 1, "train.max_bad_steps must be >= 1");
-  if (c.phase == TrainPhase::kPretrain) need(c.has_model || !c.init.empty(), "phase pretrain needs a model: section or run.init");
-  else need(!c.init.empty(), "phase " + std::string(name_of(c.phase)) + " needs run.init (a checkpoint or HF directory)");
-  if (c.init_import.positional) need(!c.init.empty(), "run.init_positional needs run.init (the directory it applies to)");
+  if (c.phase == TrainPhase::kPretrain)
+    need(c.has_model || !c.init.empty(), "phase pretrain needs a model: section or run.init");
+  else
+    need(!c.init.empty(), "phase " + std::string(name_of(c.phase)) + " needs run.init (a checkpoint or HF directory)");
+  if (c.init_import.positional)
+    need(!c.init.empty(), "run.init_positional needs run.init (the directory it applies to)");
   if (c.phase == TrainPhase::kFinetune)
     need(c.scaling.type != RopeScalingType::kNone, "phase finetune needs scaling.type (pi, ntk, yarn, ...)");
   if (c.drop_at_step >= 0) need(c.phase == TrainPhase::kPretrain, "drope.drop_at_step is for phase pretrain");
   if (c.drop_at_step >= 0)
-    need(c.train.shard == ShardMode::kNone,
-         "drope.drop_at_step needs train.shard none (drop first, then recalibrate with phase drope and any shard mode)");
+    need(
+        c.train.shard == ShardMode::kNone,
+        "drope.drop_at_step needs train.shard none (drop first, then recalibrate with phase drope and any shard mode)");
   number("scaling.factor", c.scaling.factor,
          c.scaling.type != RopeScalingType::kNone ? scaling_factor_range() : Interval::any());
 }
@@ -219,7 +223,8 @@ int64_t parse_activation_checkpointing(const std::string& value, const std::stri
   size_t i = 0;
   for (; i < value.size() && i < 7 && value[i] >= '0' && value[i] <= '9'; ++i) k = k * 10 + (value[i] - '0');
   if (i == 0 || i != value.size() || k < 1)
-    fail("{}: expected none, full or a positive integer K (recompute every K-th decoder block), got '{}'", where, value);
+    fail("{}: expected none, full or a positive integer K (recompute every K-th decoder block), got '{}'", where,
+         value);
   return k;
 }
 
@@ -236,25 +241,25 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 std::string run_config_to_yaml(const RunConfig& c) {
   YAML::Emitter e;
   e << YAML::BeginMap;
-  e << YAML::Key << "run" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << c.name
-    << YAML::Key << "out_dir" << YAML::Value << c.out_dir << YAML::Key << "seed" << YAML::Value << c.seed << YAML::Key
-    << "phase" << YAML::Value << std::string(name_of(c.phase)) << YAML::Key << "init" << YAML::Value << c.init;
+  e << YAML::Key << "run" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << c.name << YAML::Key
+    << "out_dir" << YAML::Value << c.out_dir << YAML::Key << "seed" << YAML::Value << c.seed << YAML::Key << "phase"
+    << YAML::Value << std::string(name_of(c.phase)) << YAML::Key << "init" << YAML::Value << c.init;
   if (c.init_import.positional)
     e << YAML::Key << "init_positional" << YAML::Value << std::string(name_of(*c.init_import.positional));
   e << YAML::EndMap;
   if (c.has_model) e << YAML::Key << "model" << YAML::Value << YAML::Load(model_config_to_yaml(c.model));
-  e << YAML::Key << "drope" << YAML::Value << YAML::BeginMap << YAML::Key << "qk_norm" << YAML::Value << std::string(name_of(c.drope_qk_norm))
-    << YAML::Key << "per_head" << YAML::Value << c.drope_per_head << YAML::Key << "drop_at_step" << YAML::Value
-    << c.drop_at_step << YAML::EndMap;
-  e << YAML::Key << "scaling" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value << std::string(name_of(c.scaling.type))
-    << YAML::Key << "factor" << YAML::Value << c.scaling.factor << YAML::Key << "original_max_position" << YAML::Value
-    << c.scaling.original_max_position << YAML::EndMap;
+  e << YAML::Key << "drope" << YAML::Value << YAML::BeginMap << YAML::Key << "qk_norm" << YAML::Value
+    << std::string(name_of(c.drope_qk_norm)) << YAML::Key << "per_head" << YAML::Value << c.drope_per_head << YAML::Key
+    << "drop_at_step" << YAML::Value << c.drop_at_step << YAML::EndMap;
+  e << YAML::Key << "scaling" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value
+    << std::string(name_of(c.scaling.type)) << YAML::Key << "factor" << YAML::Value << c.scaling.factor << YAML::Key
+    << "original_max_position" << YAML::Value << c.scaling.original_max_position << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "dataset" << YAML::Value << c.data.dataset
     << YAML::Key << "text" << YAML::Value << c.data.text;
   if (!c.data.task.empty()) e << YAML::Key << "task" << YAML::Value << c.data.task;
-  e << YAML::Key << "seq_len" << YAML::Value << c.data.seq_len
-    << YAML::Key << "batch_size" << YAML::Value << c.data.batch_size << YAML::Key << "micro_batch" << YAML::Value
-    << c.data.micro_batch << YAML::Key << "shuffle" << YAML::Value << c.data.shuffle << YAML::EndMap;
+  e << YAML::Key << "seq_len" << YAML::Value << c.data.seq_len << YAML::Key << "batch_size" << YAML::Value
+    << c.data.batch_size << YAML::Key << "micro_batch" << YAML::Value << c.data.micro_batch << YAML::Key << "shuffle"
+    << YAML::Value << c.data.shuffle << YAML::EndMap;
   e << YAML::Key << "optim" << YAML::Value << YAML::BeginMap << YAML::Key << "lr" << YAML::Value << c.optim.lr
     << YAML::Key << "betas" << YAML::Value << YAML::Flow << std::vector<double>{c.optim.beta1, c.optim.beta2}
     << YAML::Key << "eps" << YAML::Value << c.optim.eps << YAML::Key << "weight_decay" << YAML::Value
@@ -267,16 +272,17 @@ std::string run_config_to_yaml(const RunConfig& c) {
     << c.schedule.decay_shape << YAML::EndMap;
   const auto& t = c.train;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap << YAML::Key << "steps" << YAML::Value << t.steps
-    << YAML::Key << "log_every" << YAML::Value << t.log_every << YAML::Key << "eval_every" << YAML::Value << t.eval_every
-    << YAML::Key << "eval_batches" << YAML::Value << t.eval_batches << YAML::Key << "checkpoint_every" << YAML::Value
-    << t.checkpoint_every << YAML::Key << "keep_last" << YAML::Value << t.keep_last << YAML::Key << "clip"
-    << YAML::Value << t.clip << YAML::Key << "dtype" << YAML::Value << t.dtype << YAML::Key << "device" << YAML::Value
-    << t.device << YAML::Key << "peak_tflops" << YAML::Value << t.peak_tflops << YAML::Key << "dist_timeout_s"
-    << YAML::Value << t.dist_timeout_s << YAML::Key << "allreduce_bucket_mb" << YAML::Value << t.allreduce_bucket_mb
-    << YAML::Key << "max_bad_steps" << YAML::Value << t.max_bad_steps << YAML::Key << "chunked_loss" << YAML::Value
-    << t.chunked_loss << YAML::Key << "shard" << YAML::Value << std::string(name_of(t.shard)) << YAML::Key
-    << "activation_checkpointing" << YAML::Value << activation_checkpointing_name(t.activation_checkpointing)
-    << YAML::Key << "tensorboard" << YAML::Value << t.tensorboard << YAML::EndMap;
+    << YAML::Key << "log_every" << YAML::Value << t.log_every << YAML::Key << "eval_every" << YAML::Value
+    << t.eval_every << YAML::Key << "eval_batches" << YAML::Value << t.eval_batches << YAML::Key << "checkpoint_every"
+    << YAML::Value << t.checkpoint_every << YAML::Key << "keep_last" << YAML::Value << t.keep_last << YAML::Key
+    << "clip" << YAML::Value << t.clip << YAML::Key << "dtype" << YAML::Value << t.dtype << YAML::Key << "device"
+    << YAML::Value << t.device << YAML::Key << "peak_tflops" << YAML::Value << t.peak_tflops << YAML::Key
+    << "dist_timeout_s" << YAML::Value << t.dist_timeout_s << YAML::Key << "allreduce_bucket_mb" << YAML::Value
+    << t.allreduce_bucket_mb << YAML::Key << "max_bad_steps" << YAML::Value << t.max_bad_steps << YAML::Key
+    << "chunked_loss" << YAML::Value << t.chunked_loss << YAML::Key << "shard" << YAML::Value
+    << std::string(name_of(t.shard)) << YAML::Key << "activation_checkpointing" << YAML::Value
+    << activation_checkpointing_name(t.activation_checkpointing) << YAML::Key << "tensorboard" << YAML::Value
+    << t.tensorboard << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -461,8 +461,9 @@ void ShardedDataParallel::load_optimizer(
     const std::string key = fmt::format("{}@{}", I.names[pc.param], pc.start);
     for (const char* kind : {"exp_avg", "exp_avg_sq"}) {
       auto t = read(kind, pc.param, pc.start, pc.len);
-      if (t.numel() != pc.len) fail("{}: {} of {} [{}, {}) has {} elements", source, kind, I.names[pc.param], pc.start,
-                                   pc.start + pc.len, t.numel());
+      if (t.numel() != pc.len)
+        fail("{}: {} of {} [{}, {}) has {} elements", source, kind, I.names[pc.param], pc.start, pc.start + pc.len,
+             t.numel());
       state[std::string(kind) + "." + key] = t.reshape({-1}).to(I.opts.device(), at::kFloat);
     }
   }

@@ -100,7 +100,8 @@ class DropAtStep final : public StepHook {
     const int64_t s = step - 1;  // steps done
     if (s != cfg.drop_at_step || trainer.model()->config().positional.type == PositionalType::kNope) return;
     trainer.replace_model(apply_variant(trainer.model(), drope_variant(cfg), cfg.init));
-    if (trainer.console()) logging::info("step {}: dropped positional embeddings (qk_norm {})", s, name_of(cfg.drope_qk_norm));
+    if (trainer.console())
+      logging::info("step {}: dropped positional embeddings (qk_norm {})", s, name_of(cfg.drope_qk_norm));
   }
 };
 
@@ -187,7 +188,8 @@ void install_stop_handlers() {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
-  if (const int e = pthread_sigmask(SIG_BLOCK, &set, nullptr); e != 0) fail("cannot block SIGTERM/SIGINT: {}", std::strerror(e));
+  if (const int e = pthread_sigmask(SIG_BLOCK, &set, nullptr); e != 0)
+    fail("cannot block SIGTERM/SIGINT: {}", std::strerror(e));
   std::thread([set] {
     int sig = 0;
     while (sigwait(&set, &sig) == 0) g_stop = true;
@@ -215,7 +217,8 @@ TrainOutcome Trainer::run() {
     const bool last = state_.step == cfg_.train.steps;
     if (cfg_.train.eval_every > 0 && state_.step % cfg_.train.eval_every == 0 && !last) log_validation(validate());
     const bool stop = stop_requested();
-    if (stop || (cfg_.train.checkpoint_every > 0 && state_.step % cfg_.train.checkpoint_every == 0 && !last)) checkpoint();
+    if (stop || (cfg_.train.checkpoint_every > 0 && state_.step % cfg_.train.checkpoint_every == 0 && !last))
+      checkpoint();
     if (stop) {
       if (say_) logging::info("stop requested: saved {} at step {}", out_.last_checkpoint, state_.step);
       out_.stopped = true;
@@ -250,8 +253,9 @@ void Trainer::build_device() {
   world_ = dist_->world();
   // Rank 0 holds the run directory for the whole run: a second drope-train on it is refused.
   if (main_rank_)
-    run_lock_ = claim_run_dir(cfg_.out_dir, {{"run.init", cfg_.init}, {"data.dataset", cfg_.data.dataset},
-                                             {"data.text", cfg_.data.text}}, opt_.force);
+    run_lock_ = claim_run_dir(
+        cfg_.out_dir, {{"run.init", cfg_.init}, {"data.dataset", cfg_.data.dataset}, {"data.text", cfg_.data.text}},
+        opt_.force);
 }
 
 void Trainer::build_data() {
@@ -445,7 +449,8 @@ void Trainer::skip_step(const StepResult& r) {
   ++bad_steps_;
   if (say_)
     logging::warn("step {}: non-finite loss/gradient norm ({} / {}), step skipped ({} in a row, "
-                  "limit train.max_bad_steps = {})", s + 1, r.loss, r.grad_norm, bad_steps_, cfg_.train.max_bad_steps);
+                  "limit train.max_bad_steps = {})",
+                  s + 1, r.loss, r.grad_norm, bad_steps_, cfg_.train.max_bad_steps);
   if (main_rank_) log_line({{"step", s + 1}, {"skipped", "non-finite loss or gradient"}});
   if (bad_steps_ >= cfg_.train.max_bad_steps)
     fail("aborting at step {}: {} non-finite steps in a row (train.max_bad_steps = {}); the last good "
@@ -469,8 +474,13 @@ void Trainer::log(const StepResult& r) {
     const double tps = dt > 0 ? tokens_since_ / dt : 0;
     const double mfu = cfg_.train.peak_tflops > 0 ? flops_per_token_ * tps / (cfg_.train.peak_tflops * 1e12) : -1;
     const double eta = (elapsed / double(step - first_step_)) * double(steps - step);
-    nlohmann::json j{{"step", step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                     {"tokens", state_.tokens}, {"tokens_per_s", tps}, {"elapsed_s", elapsed}};
+    nlohmann::json j{{"step", step},
+                     {"loss", r.loss},
+                     {"lr", r.lr},
+                     {"grad_norm", r.grad_norm},
+                     {"tokens", state_.tokens},
+                     {"tokens_per_s", tps},
+                     {"elapsed_s", elapsed}};
     if (mfu >= 0) j["mfu"] = mfu;
     optimizer_->add_log_fields(j);
     if (const auto m = tensor_memory()) j["tensor_bytes"] = {{"live", m->live}, {"peak", m->peak}};
@@ -478,13 +488,14 @@ void Trainer::log(const StepResult& r) {
     if (say_) {
       logging::info("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad-norm {:.3f} | {:.1f}k tok/s | MFU {} | ETA {}",
                     step, steps, r.loss, r.lr, r.grad_norm, tps / 1e3,
-                 mfu >= 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("-"), format_duration(eta));
+                    mfu >= 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("-"), format_duration(eta));
     }
     t_last_ = now;
     tokens_since_ = 0;
   } else if (tty_) {
     const int width = 30, done = int(width * step / steps);
-    logging::progress(fmt::format("[{}{}] step {}/{}", std::string(done, '#'), std::string(width - done, '.'), step, steps));
+    logging::progress(
+        fmt::format("[{}{}] step {}/{}", std::string(done, '#'), std::string(width - done, '.'), step, steps));
   }
 }
 
@@ -528,7 +539,8 @@ void Trainer::checkpoint() {
     } catch (const std::exception& e) {
       error = fmt::format("step {}: could not save the checkpoint: {}. {}", state_.step, e.what(),
                           previous ? fmt::format("The previous checkpoint {} is intact; fix the cause and rerun "
-                                                 "with --resume.", *previous)
+                                                 "with --resume.",
+                                                 *previous)
                                    : std::string("No earlier checkpoint exists."));
     }
   }
@@ -550,7 +562,7 @@ void Trainer::finish() {
   checkpoint();
   if (say_)
     logging::info("done: step {} | validation loss {:.4f} | ppl {:.3f} | checkpoint {}", state_.step, out_.val_loss,
-               std::exp(out_.val_loss), out_.last_checkpoint);
+                  std::exp(out_.val_loss), out_.last_checkpoint);
 }
 
 }  // namespace drope::train

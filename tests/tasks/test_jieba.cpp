@@ -26,13 +26,13 @@ TEST(Jieba, MatchesPythonJiebaOnTrickyText) {
       {"小明硕士毕业于中国科学院计算所，后在日本京都大学深造",
        {"小明", "硕士", "毕业", "于", "中国科学院", "计算所", "，", "后", "在", "日本京都大学", "深造"}},
       {"这是一个伸手不见五指的黑夜。我叫孙悟空，我爱北京，我爱Python和C++。",
-       {"这是", "一个", "伸手不见五指", "的", "黑夜", "。", "我", "叫", "孙悟空", "，", "我", "爱", "北京", "，", "我",
-        "爱", "Python", "和", "C++", "。"}},
+       {"这是", "一个", "伸手不见五指", "的", "黑夜", "。", "我",     "叫", "孙悟空", "，",
+        "我",   "爱",   "北京",         "，", "我",   "爱", "Python", "和", "C++",    "。"}},
       {"iPhone 15 Pro售价8999元，涨幅3.5%！",
        {"iPhone", " ", "15", " ", "Pro", "售价", "8999", "元", "，", "涨幅", "3.5%", "！"}},
       {"AT&T和B超是c#里的3.14%吗 hello-world foo_bar\r\nnext\tline\u3000全角 空格",
-       {"AT&T", "和", "B超", "是", "c#", "里", "的", "3.14%", "吗", " ", "hello", "-", "world", " ", "foo", "_", "bar",
-        "\r\n", "next", "\t", "line", "\u3000", "全角", " ", "空格"}},
+       {"AT&T", "和",  "B超", "是",  "c#",   "里",   "的", "3.14%", "吗",     " ",    "hello", "-",   "world",
+        " ",    "foo", "_",   "bar", "\r\n", "next", "\t", "line",  "\u3000", "全角", " ",     "空格"}},
       {"", {}},
       {"   ", {" ", " ", " "}},
       {"ＡＢＣ１２３全角字母", {"Ａ", "Ｂ", "Ｃ", "１", "２", "３", "全角字", "母"}},
@@ -52,9 +52,12 @@ TEST(Jieba, MatchesPythonJiebaOnTrickyText) {
 
 TEST(Jieba, Utf8AndWhitespaceHelpers) {
   EXPECT_EQ(utf8_to_u32("a\xC3\xA9\xF0\x9F\x98\x80"), std::u32string(U"a\u00e9\U0001F600"));
-  EXPECT_EQ(utf8_to_u32("\xC0\xAF" "x\xED\xA0\x80"), std::u32string(U"\uFFFD\uFFFDx\uFFFD\uFFFD\uFFFD"));
+  EXPECT_EQ(utf8_to_u32("\xC0\xAF"
+                        "x\xED\xA0\x80"),
+            std::u32string(U"\uFFFD\uFFFDx\uFFFD\uFFFD\uFFFD"));
   EXPECT_EQ(u32_to_utf8(U"a\u00e9\u4e2d\U0001F600"), "a\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80");
-  for (char32_t c : {U' ', U'\t', U'\x1c', U'\x85', U'\xa0', U'\u2003', U'\u3000', U'\u2028'}) EXPECT_TRUE(py_isspace(c));
+  for (char32_t c : {U' ', U'\t', U'\x1c', U'\x85', U'\xa0', U'\u2003', U'\u3000', U'\u2028'})
+    EXPECT_TRUE(py_isspace(c));
   for (char32_t c : {U'x', U'\u200b', U'\ufeff', U'_'}) EXPECT_FALSE(py_isspace(c));
 }
 

@@ -27,10 +27,10 @@ std::string error_of(const std::function<void()>& f) {
   return "<no error>";
 }
 
-#define EXPECT_ERROR(stmt, needle)                                                    \
-  do {                                                                                \
-    std::string msg_ = error_of([&] { stmt; });                                       \
-    EXPECT_NE(msg_.find(needle), std::string::npos) << "message: " << msg_;           \
+#define EXPECT_ERROR(stmt, needle)                                          \
+  do {                                                                      \
+    std::string msg_ = error_of([&] { stmt; });                             \
+    EXPECT_NE(msg_.find(needle), std::string::npos) << "message: " << msg_; \
   } while (0)
 
 TEST(LongBench, DatasetTable) {
@@ -122,11 +122,14 @@ TEST(LongBench, DataFilesAreValidatedWithFileAndLine) {
   EXPECT_ERROR(lb::read_samples(p.string(), qa), p.string() + ":2: missing key 'input'");
   p = write_file("type.jsonl", R"({"input": "q", "context": 3, "answers": [], "length": 1, "all_classes": null})");
   EXPECT_ERROR(lb::read_samples(p.string(), qa), ":1: key 'context' must be a string, got number");
-  p = write_file("answers.jsonl", R"({"input": "q", "context": "c", "answers": "x", "length": 1, "all_classes": null})");
+  p = write_file("answers.jsonl",
+                 R"({"input": "q", "context": "c", "answers": "x", "length": 1, "all_classes": null})");
   EXPECT_ERROR(lb::read_samples(p.string(), qa), ":1: key 'answers' must be a list of strings");
-  p = write_file("length.jsonl", R"({"input": "q", "context": "c", "answers": [], "length": "9", "all_classes": null})");
+  p = write_file("length.jsonl",
+                 R"({"input": "q", "context": "c", "answers": [], "length": "9", "all_classes": null})");
   EXPECT_ERROR(lb::read_samples(p.string(), qa), ":1: key 'length' must be an integer");
-  p = write_file("classes.jsonl", R"({"input": "q", "context": "c", "answers": ["A"], "length": 1, "all_classes": null})");
+  p = write_file("classes.jsonl",
+                 R"({"input": "q", "context": "c", "answers": ["A"], "length": 1, "all_classes": null})");
   EXPECT_ERROR(lb::read_samples(p.string(), lb::dataset("trec")), ":1: key 'all_classes' must be a list");
   p = write_file("array.jsonl", "[1, 2]\n");
   EXPECT_ERROR(lb::read_samples(p.string(), qa), ":1: expected a JSON object, got array");
@@ -134,7 +137,8 @@ TEST(LongBench, DataFilesAreValidatedWithFileAndLine) {
   EXPECT_ERROR(lb::read_samples(p.string(), qa), ": no records");
   EXPECT_ERROR(lb::read_samples("/nonexistent/x.jsonl", qa), "/nonexistent/x.jsonl");
 
-  p = write_file("pred.jsonl", R"({"pred": "a", "answers": ["a"], "all_classes": null})" "\n");
+  p = write_file("pred.jsonl", R"({"pred": "a", "answers": ["a"], "all_classes": null})"
+                               "\n");
   EXPECT_EQ(lb::read_predictions(p.string(), false).size(), 1u);
   EXPECT_ERROR(lb::read_predictions(p.string(), true), ":1: missing key 'length'");
 }
@@ -177,10 +181,10 @@ TEST(LongBenchMetrics, ClassificationCountRetrievalCode) {
   EXPECT_DOUBLE_EQ(classification_score("Type: Description and Abbreviation", "Abbreviation", trec), 1.0 / 3);
   EXPECT_EQ(classification_score("Entity and Location", "Location", {"Entity", "Location", "Human"}), 0.5);
   // metrics.py removes from the list it iterates over: "Description" is skipped and survives.
-  EXPECT_EQ(classification_score("Abbreviation, Description, Abbreviation and Description",
-                                 "Abbreviation and Description",
-                                 {"Abbreviation", "Description", "Abbreviation and Description"}),
-            0.5);
+  EXPECT_EQ(
+      classification_score("Abbreviation, Description, Abbreviation and Description", "Abbreviation and Description",
+                           {"Abbreviation", "Description", "Abbreviation and Description"}),
+      0.5);
   EXPECT_EQ(classification_score("nothing", "Entity", trec), 0.0);
   EXPECT_EQ(count_score("There are 12 unique, not 12.5 or 3", "12"), 0.5);
   EXPECT_EQ(count_score("٣ or 3", "3"), 0.5);  // \d is any Unicode decimal digit

@@ -180,7 +180,8 @@ TEST(NiahText, WordListsAndItems) {
     const long v = std::stol(num);
     EXPECT_TRUE(v >= 1000000 && v <= 9999999) << num;
     const std::string u = draw_needle_item(rng, NeedleKind::uuids);
-    EXPECT_TRUE(std::regex_match(u, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"))) << u;
+    EXPECT_TRUE(std::regex_match(u, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")))
+        << u;
     const std::string w = draw_needle_item(rng, NeedleKind::words);
     const auto dash = w.find('-');
     ASSERT_NE(dash, std::string::npos) << w;
@@ -316,9 +317,11 @@ TEST(NiahSamples, EveryNeedleExactlyOnceAndAnswersMatchQueries) {
         EXPECT_EQ(count_of(s.prompt, " " + k + " is: "), static_cast<size_t>(task.num_values)) << task.name;
       const size_t magic = count_of(s.prompt, "One of the special magic");
       EXPECT_EQ(magic, n_needles + (task.haystack == Haystack::needle ? s.haystack_units : 0)) << task.name;
-      EXPECT_EQ(s.prompt.rfind(niah_answer_prefix(task.value_kind, s.queries, task.num_queries * task.num_values)),
-                s.prompt.size() - niah_answer_prefix(task.value_kind, s.queries, task.num_queries * task.num_values).size());
-      if (task.haystack == Haystack::noise) EXPECT_EQ(count_of(s.prompt, kNoiseUnit), static_cast<size_t>(s.haystack_units));
+      EXPECT_EQ(
+          s.prompt.rfind(niah_answer_prefix(task.value_kind, s.queries, task.num_queries * task.num_values)),
+          s.prompt.size() - niah_answer_prefix(task.value_kind, s.queries, task.num_queries * task.num_values).size());
+      if (task.haystack == Haystack::noise)
+        EXPECT_EQ(count_of(s.prompt, kNoiseUnit), static_cast<size_t>(s.haystack_units));
     }
   }
 }
@@ -370,7 +373,8 @@ TEST(NiahSamples, SizedToTheLargestFittingHaystack) {
       const NiahSample s = make_niah_sample(task, length, 3, 0, test_essay(), kWords, opt);
       EXPECT_EQ(s.prompt_tokens, word_count(s.prompt));
       EXPECT_LE(s.prompt_tokens + opt.max_new_tokens, length) << task.name;
-      const NiahSample same = make_niah_sample_with_units(task, length, 3, 0, test_essay(), kWords, opt, s.haystack_units);
+      const NiahSample same =
+          make_niah_sample_with_units(task, length, 3, 0, test_essay(), kWords, opt, s.haystack_units);
       EXPECT_EQ(same.prompt, s.prompt) << task.name;
       const NiahSample more =
           make_niah_sample_with_units(task, length, 3, 0, test_essay(), kWords, opt, s.haystack_units + 1);
@@ -478,7 +482,9 @@ TEST(NiahScore, StringMatchAll) {
   EXPECT_DOUBLE_EQ(string_match_all("ABCDEF01-...", {"abcdef01", "x", "y", "z"}), 25.0);
   EXPECT_DOUBLE_EQ(string_match_all("Brave-Otter", {"brave-otter"}), 100.0);
   EXPECT_DOUBLE_EQ(string_match_all("anything", {}), 0.0);
-  EXPECT_EQ(niah_postprocess("  \t 123\x01" "456\n "), "123\n456");
+  EXPECT_EQ(niah_postprocess("  \t 123\x01"
+                             "456\n "),
+            "123\n456");
 }
 
 TEST(NiahScore, ListParsers) {

@@ -53,7 +53,8 @@ struct BenchRow {
   std::string case_name, impl;
   int64_t T = 0;
   int64_t kv_heads = 0;
-  double analytic_bytes = 0;   // analytic extra memory: out + lse (ours, sdpa), + mask (sdpa_mask), T·S·H logits (reference)
+  double analytic_bytes =
+      0;   // analytic extra memory: out + lse (ours, sdpa), + mask (sdpa_mask), T·S·H logits (reference)
   std::string analytic_note;   // e.g. "O(T·D)" / "O(T·S·H)"
   double max_abs_diff = -1;    // forward output vs ours at the same case and T (−1: not compared)
   Measurement fwd, fwdbwd;

@@ -61,8 +61,8 @@ struct ModelConfig {
   QkNorm qk_norm = QkNorm::kNone;   // RMSNorm on the q and/or k projections (weight 1 at creation)
   bool qk_norm_per_head = false;    // false: norm over the whole projection (DroPE reference); true: per head
   double softmax_temperature = 0.0; // c in β = 1 + c·ln(s), s = length / max_position, applied when s > 1
-  double softmax_scale = 0.0;       // constant logit scale in place of 1/√d_k (DroPE reference's softmax_scale); 0 = 1/√d_k
-  int64_t bos_token_id = -1;        // -1: unset
+  double softmax_scale = 0.0;  // constant logit scale in place of 1/√d_k (DroPE reference's softmax_scale); 0 = 1/√d_k
+  int64_t bos_token_id = -1;  // -1: unset
   int64_t eos_token_id = -1;
 
   int64_t resolved_head_dim() const { return head_dim > 0 ? head_dim : hidden_size / num_heads; }

@@ -74,9 +74,9 @@ template <>
 struct NameTable<ShardMode> {
   static constexpr std::string_view kWhat = "shard mode";
   static constexpr std::array<std::pair<ShardMode, std::string_view>, 4> kEntries{{{ShardMode::kNone, "none"},
-                                                                                  {ShardMode::kOptimizer, "optimizer"},
-                                                                                  {ShardMode::kGrads, "grads"},
-                                                                                  {ShardMode::kParams, "params"}}};
+                                                                                   {ShardMode::kOptimizer, "optimizer"},
+                                                                                   {ShardMode::kGrads, "grads"},
+                                                                                   {ShardMode::kParams, "params"}}};
 };
 
 template <>

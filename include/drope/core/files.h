@@ -86,8 +86,8 @@ void check_output_dir(const std::string& dir, const OutputDirRule& rule);
 // left by a process that died holding it is taken over, with an info line on stderr naming that process.
 // kInside keeps ".drope-lock" inside the directory (emptied on release; for directories written in place,
 // such as run directories, where it also marks the directory as ours). Directories the lock had to create
-// are removed on release while they hold nothing else, so a run refused after locking leaves nothing. kBeside locks ".<name>.drope-lock"
-// next to it (removed on release), for directories replaced whole by write_dir_atomic.
+// are removed on release while they hold nothing else, so a run refused after locking leaves nothing. kBeside locks
+// ".<name>.drope-lock" next to it (removed on release), for directories replaced whole by write_dir_atomic.
 class DirLock {
  public:
   enum class Where { kInside, kBeside };

@@ -15,10 +15,10 @@ struct Interval {
   bool lo_open = true, hi_open = true;
 
   static Interval any() { return {}; }
-  static Interval above(double lo) { return {lo, std::numeric_limits<double>::infinity(), true, true}; }      // (lo, ∞)
+  static Interval above(double lo) { return {lo, std::numeric_limits<double>::infinity(), true, true}; }  // (lo, ∞)
   static Interval at_least(double lo) { return {lo, std::numeric_limits<double>::infinity(), false, true}; }  // [lo, ∞)
-  static Interval closed(double lo, double hi) { return {lo, hi, false, false}; }                           // [lo, hi]
-  static Interval half_open(double lo, double hi) { return {lo, hi, false, true}; }                         // [lo, hi)
+  static Interval closed(double lo, double hi) { return {lo, hi, false, false}; }  // [lo, hi]
+  static Interval half_open(double lo, double hi) { return {lo, hi, false, true}; }  // [lo, hi)
   static Interval positive() { return above(0); }
   static Interval non_negative() { return at_least(0); }
 

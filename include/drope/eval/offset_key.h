@@ -18,11 +18,11 @@ struct OffsetKeyRun {
   MethodSpec method;                 // the model and its variant (yarn:2, temperature:0.2, drope, ...)
   std::vector<int64_t> lengths;      // sequence lengths (tokens, query block included), or
   std::vector<double> multipliers;   // multiples of the training length
-  int64_t queries = 1000;            // queries per length: ceil(queries / 4) sequences of 4 queries each, at most kMaxQueries
-  uint64_t seed = 42;                // generator seed
-  int64_t batch = 16;                // sequences per forward
+  int64_t queries = 1000;  // queries per length: ceil(queries / 4) sequences of 4 queries each, at most kMaxQueries
+  uint64_t seed = 42;  // generator seed
+  int64_t batch = 16;  // sequences per forward
   std::string out = "results/offset-key";  // prefix of .json/.csv/.md and .png/.svg
-  int64_t far_threshold = 0;         // a needle is far when its distance > this; 0 = the training length
+  int64_t far_threshold = 0;  // a needle is far when its distance > this; 0 = the training length
 };
 
 // Sequences come from the test split of the index space (tasks::OffsetKeySplit::test), so they never

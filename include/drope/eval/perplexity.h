@@ -56,8 +56,9 @@ struct TemperatureFit {
   std::vector<std::vector<double>> grid_beta, grid_ppl;  // the search, per length
   double c = 0;                             // fitted coefficient
 };
-TemperatureFit fit_temperature(DecoderLM& model, const std::vector<int32_t>& stream, const std::vector<int64_t>& lengths,
-                               const PerplexityOptions& base, double beta_max = 2.5);
+TemperatureFit fit_temperature(DecoderLM& model, const std::vector<int32_t>& stream,
+                               const std::vector<int64_t>& lengths, const PerplexityOptions& base,
+                               double beta_max = 2.5);
 // The same search with any held-out perplexity: held_out_ppl(L) evaluates the model (at the temperature the
 // search has set) on held-out data of length L, e.g. the answers of a synthetic task.
 TemperatureFit fit_temperature_with(DecoderLM& model, const std::vector<int64_t>& lengths, double beta_max,

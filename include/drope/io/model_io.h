@@ -52,8 +52,8 @@ DecoderLM load_model(const std::string& dir, const ImportOptions& opt = {});
 
 struct SaveOptions {
   at::ScalarType dtype = at::kFloat;        // stored dtype of the weights
-  bool replace_any = false;                 // replace an existing non-empty directory even if it is not a model of ours
-  ModelFormat format = ModelFormat::kDrope; // drope-reference: the DroPE authors' config.json, no drope.yaml
+  bool replace_any = false;  // replace an existing non-empty directory even if it is not a model of ours
+  ModelFormat format = ModelFormat::kDrope;  // drope-reference: the DroPE authors' config.json, no drope.yaml
   // More files written into the directory with the model (name inside the directory → content), e.g. the
   // tokenizer files of an imported GGUF.
   std::vector<std::pair<std::string, std::string>> extra_files;

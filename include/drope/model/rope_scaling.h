@@ -21,8 +21,8 @@ std::vector<double> rope_base_frequencies(double theta, int64_t head_dim);
 // Scaled frequencies for a forward pass whose longest position is `seq_len` (only dynamic methods use
 // it). `max_position` is the model's context length, the default L0 when scaling.original_max_position
 // is 0.
-RopeFrequencies rope_frequencies(double theta, int64_t head_dim, const RopeScalingConfig& scaling,
-                                 int64_t max_position, int64_t seq_len);
+RopeFrequencies rope_frequencies(double theta, int64_t head_dim, const RopeScalingConfig& scaling, int64_t max_position,
+                                 int64_t seq_len);
 
 // YaRN correction range (low, high) in pair indices, as in HF `find_correction_range`.
 struct YarnRange {

@@ -51,8 +51,8 @@ struct KVCache {
 class DecoderLayerImpl;
 // Runs decoder block `layer` on x during training (activation checkpointing, sharded parameters: see
 // train/recompute.h); returns the block's output, as block.forward(x, ctx) would.
-using BlockRunner =
-    std::function<torch::Tensor(size_t layer, DecoderLayerImpl& block, const torch::Tensor& x, const PositionContext& ctx)>;
+using BlockRunner = std::function<torch::Tensor(size_t layer, DecoderLayerImpl& block, const torch::Tensor& x,
+                                                const PositionContext& ctx)>;
 
 // Per-forward options.
 struct ForwardOptions {
@@ -123,8 +123,7 @@ class DecoderLMImpl : public torch::nn::Module {
   void reset_parameters(uint64_t seed);
   // The RoPE/temperature context for tokens [offset, offset + T).
   // `scaling_len` (≥ offset + T) overrides the length that sets β and dynamic RoPE scaling.
-  PositionContext position_context(int64_t offset, int64_t T, torch::TensorOptions opt,
-                                   int64_t scaling_len = -1) const;
+  PositionContext position_context(int64_t offset, int64_t T, torch::TensorOptions opt, int64_t scaling_len = -1) const;
   // The context for T new tokens appended to `cache` (per-row positions when its rows are padded).
   PositionContext cached_context(const KVCache& cache, int64_t T, torch::TensorOptions opt) const;
   int64_t num_parameters() const;

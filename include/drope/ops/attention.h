@@ -42,7 +42,8 @@ void check_attention_shapes(const at::Tensor& q, const at::Tensor& k, const at::
 // Fused flash-style attention (CPU kernel: CPU float32/bfloat16/float64; CUDA kernels: bfloat16/float16,
 // head dim 64 or 128). Same
 // semantics and shapes as reference_attention; no autograd (use attention() for gradients).
-AttentionOutput fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p);
+AttentionOutput fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const AttentionParams& p);
 
 struct AttentionGrads {
   at::Tensor dq, dk, dv;  // shapes of q, k, v

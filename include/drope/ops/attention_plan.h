@@ -141,8 +141,8 @@ constexpr int64_t kMaxDenseBiasBytes = int64_t(512) << 20;
 // The default choice for a CUDA call (measured on an H100, docs/gpu.md): on sm90+ cuDNN attention wherever it
 // takes the call without a dense bias; else FlashAttention-2 wherever it maps the call; memory-efficient
 // attention with a dense bias where FA2 cannot (ALiBi, left padding in training, queries past the keys) while
-// the bias stays under kMaxDenseBiasBytes; our kernels past that; SDPA for what no fused kernel takes (float32, head dims FA2/ours lack); the reference
-// for float64, trainable slopes and rows without keys.
+// the bias stays under kMaxDenseBiasBytes; our kernels past that; SDPA for what no fused kernel takes (float32, head
+// dims FA2/ours lack); the reference for float64, trainable slopes and rows without keys.
 AttnPlan plan_attention(const AttnCall& c);
 
 // The plan with the backend forced (benchmarks, tests); `ok` false with `why` when it cannot run the call.

@@ -17,8 +17,8 @@ namespace drope::tasks {
 
 // UTF-8 → code points (a Python str). Bytes that do not form UTF-8 become U+FFFD, one per byte
 // (drope/core/utf8.h).
-using drope::utf8_to_u32;
 using drope::u32_to_utf8;
+using drope::utf8_to_u32;
 
 // Python's str.isspace() for one code point (also what `\s` and str.split() use).
 bool py_isspace(char32_t c);

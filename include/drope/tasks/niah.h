@@ -66,8 +66,7 @@ std::string niah_prompt(NeedleKind value_kind, const std::string& context, const
                         int64_t values_asked);
 
 // The answer prefix alone (the prompt's tail), singular or plural like niah_prompt.
-std::string niah_answer_prefix(NeedleKind value_kind, const std::vector<std::string>& query_keys,
-                               int64_t values_asked);
+std::string niah_answer_prefix(NeedleKind value_kind, const std::vector<std::string>& query_keys, int64_t values_asked);
 
 // The prompt after the context: the question and its answer prefix ("\nWhat is the special magic number
 // for {key} mentioned in the provided text? The special magic number for {key} ... is" when one value is
@@ -109,8 +108,8 @@ struct EssayText {
 // Splits `text` into words and sentences. A word ends a sentence when it ends in . ! or ? (closing
 // quotes/brackets allowed after it), is not a common abbreviation (Mr., e.g., Inc., ...), a single-letter
 // initial or a bare enumerator starting a line ("1.", "2.3."), and the next word does not start with a
-// lowercase letter; a blank line (paragraph break) also ends a sentence. Fails naming `source` when the text is not UTF-8
-// or holds no words.
+// lowercase letter; a blank line (paragraph break) also ends a sentence. Fails naming `source` when the text is not
+// UTF-8 or holds no words.
 EssayText make_essay(const std::string& text, const std::string& source);
 
 // Reads a text file, or every regular file (not symlinks) of a directory in name order, concatenated
@@ -158,9 +157,9 @@ struct NiahSample {
 // counter(prompt) + max_new_tokens ≤ length (galloping + binary search, starting from `*hint` when given;
 // the result is stored back so consecutive samples search little). Fails naming `length_flag` when not
 // even one haystack unit fits.
-NiahSample make_niah_sample(const NiahTask& task, int64_t length, uint64_t seed, int64_t trial,
-                            const EssayText& essay, const TokenCounter& counter, const NiahOptions& opt = {},
-                            int64_t* hint = nullptr, const std::string& length_flag = "--lengths");
+NiahSample make_niah_sample(const NiahTask& task, int64_t length, uint64_t seed, int64_t trial, const EssayText& essay,
+                            const TokenCounter& counter, const NiahOptions& opt = {}, int64_t* hint = nullptr,
+                            const std::string& length_flag = "--lengths");
 
 // The same sample (same draws) with exactly `units` haystack units, no sizing (tests of the search;
 // prompt_tokens is still filled in).

@@ -1,5 +1,6 @@
 // Offset-key retrieval: a synthetic long-range retrieval task that a small decoder learns in a
-// few million tokens, on which RoPE collapses beyond its training length C and DroPE holds (docs/design.md#offset-key-retrieval).
+// few million tokens, on which RoPE collapses beyond its training length C and DroPE holds
+// (docs/design.md#offset-key-retrieval).
 //
 // A sequence of length L over reserved token ids (OffsetKeyVocab):
 //   BOS, a body of uniform random filler tokens, in which one needle per colour c (a value token of colour

@@ -12,8 +12,8 @@ struct TrainState {
   int64_t step = 0;          // optimizer steps completed
   int64_t tokens = 0;        // training tokens consumed (global)
   int64_t phase_start = 0;   // step at which the schedule of the current phase started
-  int64_t skipped = 0;       // steps without an optimizer update (non-finite loss): optimizer steps = step - skipped;
-                             // -1 when unknown (state.json of older builds)
+  int64_t skipped = 0;  // steps without an optimizer update (non-finite loss): optimizer steps = step - skipped;
+                        // -1 when unknown (state.json of older builds)
   nlohmann::json extra = nlohmann::json::object();  // anything else worth keeping (val loss, ...)
 };
 

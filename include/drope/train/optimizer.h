@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "drope/model/transformer.h"
 #include "drope/train/checkpoint_state.h"

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "drope/core/files.h"
 #include "drope/core/tfevents.h"

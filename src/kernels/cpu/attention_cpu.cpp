@@ -473,7 +473,7 @@ DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb,
       gemm<T, VB>(Mq, kBlockK, D, q, ldq, Kt, kBlockK, S, kBlockK, false);    // raw dots
       gemm<T, VB>(Mq, kBlockK, D, g, ldg, Vt, kBlockK, dP, kBlockK, false);  // dP = dout · vᵀ
       probs_and_grads<T, VB>(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0,
-                      job.rowdot + bh * p.q_len + t0);
+                             job.rowdot + bh * p.q_len + t0);
       gemm<T, VB, true>(Mk, Dp, Mq, S, kBlockK, g, ldg, dV, Dp, true);   // dV += Pᵀ · dout
       gemm<T, VB, true>(Mk, Dp, Mq, dP, kBlockK, q, ldq, dK, Dp, true);  // dK += dSᵀ · q
       if (dq_acc) gemm<T, VB>(Mq, Dp, Mk, dP, kBlockK, ks, ldk, dq_acc + ((h - hk * G) * p.q_len + t0) * Dp, Dp, true);
@@ -531,7 +531,8 @@ DROPE_INLINE void grad_q_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, T
     load_rows(kp + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Dp, Ks);
     gemm<T, VB>(Mq, kBlockK, D, Q, Dp, Kt, kBlockK, S, kBlockK, false);
     gemm<T, VB>(Mq, kBlockK, D, dO, Dp, Vt, kBlockK, dP, kBlockK, false);
-    probs_and_grads<T, VB>(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0, job.rowdot + bh * p.q_len + t0);
+    probs_and_grads<T, VB>(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0,
+                           job.rowdot + bh * p.q_len + t0);
     gemm<T, VB>(Mq, Dp, Mk, dP, kBlockK, Ks, Dp, dQ, Dp, true);  // dQ += dS · k
   }
   in_t* dqp = job.dq + (bh * p.q_len + t0) * D;
@@ -548,7 +549,9 @@ DROPE_INLINE void run_items(const Job<in_t, T>& job, int64_t begin, int64_t end)
     switch (job.kind) {
       case Job<in_t, T>::kForward: forward_tile<in_t, T, VB>(job, pair, blk, buf.data()); break;
       case Job<in_t, T>::kRowDot: rowdot_tile(job, pair, blk); break;
-      case Job<in_t, T>::kGradKV: grad_kv_tile<in_t, T, VB>(job, pair, blk, buf.data(), static_cast<T*>(nullptr)); break;
+      case Job<in_t, T>::kGradKV:
+        grad_kv_tile<in_t, T, VB>(job, pair, blk, buf.data(), static_cast<T*>(nullptr));
+        break;
       case Job<in_t, T>::kGradQ: grad_q_tile<in_t, T, VB>(job, pair, blk, buf.data()); break;
       case Job<in_t, T>::kGradKVQ: grad_pair<in_t, T, VB>(job, pair, buf.data()); break;
     }
@@ -558,7 +561,8 @@ DROPE_INLINE void run_items(const Job<in_t, T>& job, int64_t begin, int64_t end)
 #ifdef DROPE_X86_DISPATCH
 template <typename in_t, typename T>
 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma"))) void run_items_avx512(const Job<in_t, T>& job,
-                                                                                           int64_t begin, int64_t end) {
+                                                                                             int64_t begin,
+                                                                                             int64_t end) {
   run_items<in_t, T, kVecAvx512>(job, begin, end);
 }
 
@@ -617,10 +621,8 @@ void launch(const Job<in_t, T>& job, int64_t pairs) {
     run_items_baseline(job, begin, end);
   };
   const int64_t items = pairs * job.blocks;
-  if (job.serial)
-    run(0, items);
-  else
-    parallel_items(items, run);
+  if (job.serial) run(0, items);
+  else parallel_items(items, run);
 }
 
 // Whether a call of these sizes is too small to be worth threads.
@@ -690,7 +692,7 @@ void backward_impl(const AttnBackwardArgs<T>& a) {
 
 [[noreturn]] void bad_dtype(const char* who) {
   throw std::invalid_argument(std::string(who) + ": float32/bfloat16 inputs take float accumulation, "
-                              "float64 inputs double accumulation");
+                                                 "float64 inputs double accumulation");
 }
 
 }  // namespace

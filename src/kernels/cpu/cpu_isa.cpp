@@ -40,8 +40,7 @@ Isa parse_cpu_isa(const std::string& value) {
   if (value == "avx512") isa = Isa::kAvx512;
   else if (value == "avx2") isa = Isa::kAvx2;
   else if (value == "baseline") isa = Isa::kBase;
-  else
-    throw std::invalid_argument("DROPE_CPU_ISA: expected avx512, avx2, baseline or native, got '" + value + "'");
+  else throw std::invalid_argument("DROPE_CPU_ISA: expected avx512, avx2, baseline or native, got '" + value + "'");
   if (!cpu_supports(isa))
     throw std::invalid_argument(std::string("DROPE_CPU_ISA=") + value + ": this CPU lacks " +
                                 (isa == Isa::kAvx512 ? "AVX-512 (F, DQ, BW, VL)" : "AVX2 + FMA") +

@@ -20,7 +20,9 @@ using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 constexpr int64_t kGrainElements = 1 << 14;  // elements per thread chunk below which threads cost more
 
-int64_t grain_rows(int64_t row_elements) { return std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, row_elements)); }
+int64_t grain_rows(int64_t row_elements) {
+  return std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, row_elements));
+}
 
 // Runs body(begin, end) built for the widest instruction set of this CPU. The bodies are plain loops the
 // compiler vectorises; one copy per instruction set is instantiated through the target attribute.
@@ -30,7 +32,8 @@ void body_baseline(const F& f, int64_t b, int64_t e) {
 }
 #ifdef DROPE_X86_DISPATCH
 template <typename F>
-__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma"))) void body_avx512(const F& f, int64_t b, int64_t e) {
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma"))) void body_avx512(const F& f, int64_t b,
+                                                                                        int64_t e) {
   f(b, e);
 }
 template <typename F>

@@ -199,14 +199,14 @@ void launch_backward(const BackwardArgs& a, cudaStream_t stream) {
   const int64_t rows = p.batch * p.heads * p.q_len;
   if (rows > 0) {
     const unsigned blocks = unsigned((rows + 7) / 8);
-    attention_bwd_rowdot_kernel<T><<<blocks, 256, 0, stream>>>(rows, D, static_cast<const T*>(a.out),
-                                                               static_cast<const T*>(a.dout), a.rowdot);
+    attention_bwd_rowdot_kernel<T>
+        <<<blocks, 256, 0, stream>>>(rows, D, static_cast<const T*>(a.out), static_cast<const T*>(a.dout), a.rowdot);
     DROPE_CUDA_CHECK_LAUNCH("attention_bwd_rowdot_kernel");
   }
   if (p.batch * p.kv_heads > 0 && p.kv_len > 0) {
     constexpr size_t smem = bwd_smem_bytes<D>();
-    DROPE_CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dkdv_kernel<T, D>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    DROPE_CUDA_CHECK(
+        cudaFuncSetAttribute(attention_bwd_dkdv_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const dim3 grid(unsigned(p.batch * p.kv_heads), unsigned((p.kv_len + kBK - 1) / kBK));
     attention_bwd_dkdv_kernel<T, D><<<grid, kThreads, smem, stream>>>(
         p, static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),

@@ -124,9 +124,9 @@ void launch_decode(const DecodeArgs& a, cudaStream_t stream) {
   const auto& p = a.p;
   const int64_t rows = p.batch * p.heads * p.q_len;
   const dim3 grid(unsigned(rows), unsigned(a.num_splits));
-  attention_decode_split_kernel<T, D><<<grid, kThreads, 0, stream>>>(
-      p, static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.num_splits,
-      a.part_m, a.part_l, a.part_acc);
+  attention_decode_split_kernel<T, D>
+      <<<grid, kThreads, 0, stream>>>(p, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+                                      static_cast<const T*>(a.v), a.num_splits, a.part_m, a.part_l, a.part_acc);
   DROPE_CUDA_CHECK_LAUNCH("attention_decode_split_kernel");
   attention_decode_combine_kernel<T, D><<<unsigned(rows), D, 0, stream>>>(D, a.num_splits, a.part_m, a.part_l,
                                                                           a.part_acc, static_cast<T*>(a.out), a.lse);

@@ -137,13 +137,12 @@ template <typename T, int D>
 void launch_forward(const ForwardArgs& a, cudaStream_t stream) {
   const auto& p = a.p;
   constexpr size_t smem = fwd_smem_bytes<D>();
-  DROPE_CUDA_CHECK(cudaFuncSetAttribute(attention_fwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(smem)));
+  DROPE_CUDA_CHECK(
+      cudaFuncSetAttribute(attention_fwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(unsigned(p.batch * p.heads), unsigned((p.q_len + kBQ - 1) / kBQ));
   attention_fwd_kernel<T, D><<<grid, kThreads, smem, stream>>>(p, static_cast<const T*>(a.q),
-                                                               static_cast<const T*>(a.k),
-                                                               static_cast<const T*>(a.v), static_cast<T*>(a.out),
-                                                               a.lse);
+                                                               static_cast<const T*>(a.k), static_cast<const T*>(a.v),
+                                                               static_cast<T*>(a.out), a.lse);
   DROPE_CUDA_CHECK_LAUNCH("attention_fwd_kernel");
 }
 

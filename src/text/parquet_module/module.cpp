@@ -28,12 +28,9 @@ bool is_string_type(const arrow::DataType& t) {
   switch (t.id()) {
     case arrow::Type::STRING:
     case arrow::Type::LARGE_STRING:
-    case arrow::Type::STRING_VIEW:
-      return true;
-    case arrow::Type::DICTIONARY:
-      return is_string_type(*static_cast<const arrow::DictionaryType&>(t).value_type());
-    default:
-      return false;
+    case arrow::Type::STRING_VIEW: return true;
+    case arrow::Type::DICTIONARY: return is_string_type(*static_cast<const arrow::DictionaryType&>(t).value_type());
+    default: return false;
   }
 }
 
@@ -85,15 +82,17 @@ __attribute__((visibility("default"))) int drope_pq_open(const char* path, const
       std::string names;
       for (const auto& fld : schema->fields()) names += (names.empty() ? "" : ", ") + fld->name();
       const bool dup = !schema->GetAllFieldIndices(column).empty();
-      return report(err, ctx, std::string(dup ? "more than one column named \"" : "no column \"") + column +
-                                  "\" (columns: " + (names.empty() ? "none" : names) + ")"),
+      return report(err, ctx,
+                    std::string(dup ? "more than one column named \"" : "no column \"") + column +
+                        "\" (columns: " + (names.empty() ? "none" : names) + ")"),
              1;
     }
     const auto& field = *schema->field(idx);
     const auto& sf = f->reader->manifest().schema_fields[static_cast<size_t>(idx)];
     if (!is_string_type(*field.type()) || !sf.is_leaf())
-      return report(err, ctx, std::string("column \"") + column + "\" holds " + field.type()->ToString() +
-                                  ", expected strings (string, large_string or string_view)"),
+      return report(err, ctx,
+                    std::string("column \"") + column + "\" holds " + field.type()->ToString() +
+                        ", expected strings (string, large_string or string_view)"),
              1;
     f->leaf = sf.column_index;
     f->row_groups = f->reader->num_row_groups();

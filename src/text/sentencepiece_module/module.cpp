@@ -65,7 +65,8 @@ class Lines final : public sentencepiece::SentenceIterator {
 
 extern "C" {
 
-DROPE_SPM_EXPORT int drope_spm_load(const char* proto, size_t size, drope_spm** out, drope_spm_bytes_fn err, void* ctx) {
+DROPE_SPM_EXPORT int drope_spm_load(const char* proto, size_t size, drope_spm** out, drope_spm_bytes_fn err,
+                                    void* ctx) {
   *out = nullptr;
   drope_spm* m = nullptr;
   const int rc = guarded(err, ctx, [&] {
