@@ -4,7 +4,7 @@
 # (requirements.txt; scripts/setup.sh installs them), else from PATH.
 #   bash scripts/lint.sh                  check format and ruff
 #   bash scripts/lint.sh --fix            rewrite the files instead (clang-format -i, ruff check --fix)
-#   bash scripts/lint.sh --python-only    ruff alone (what scripts/test.sh runs until the C++ tree is formatted)
+#   bash scripts/lint.sh --python-only    ruff alone
 #   bash scripts/lint.sh --tidy [FILE...] also clang-tidy (.clang-tidy) over FILEs (default: every tracked
 #                                         .cpp under src/ and apps/); needs a configured build
 #                                         (DROPE_BUILD_DIR, default build/) and takes about a minute a file

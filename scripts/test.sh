@@ -3,8 +3,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
-# Style: ruff over the Python files (scripts/lint.sh; the C++ format check joins once the tree is formatted).
-bash "$ROOT/scripts/lint.sh" --python-only
+# Style first: clang-format over the C++ files and ruff over the Python files (scripts/lint.sh).
+bash "$ROOT/scripts/lint.sh"
 # ASan + UBSan over the torch-free unit tests in build-asan/ (LibTorch is not instrumented); 0 skips.
 # First, so that ctest's summary line is the last thing the run prints.
 if [ "${DROPE_SANITIZE_TESTS:-1}" != 0 ]; then bash "$ROOT/scripts/sanitize.sh"; fi
