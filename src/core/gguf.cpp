@@ -17,9 +17,20 @@ using nlohmann::json;
 
 namespace {
 
-constexpr TypeTraits kF32{"F32", 1, 4}, kF16{"F16", 1, 2}, kBF16{"BF16", 1, 2}, kQ4_0{"Q4_0", 32, 18},
-    kQ4_1{"Q4_1", 32, 20}, kQ5_0{"Q5_0", 32, 22}, kQ5_1{"Q5_1", 32, 24}, kQ8_0{"Q8_0", 32, 34}, kQ2_K{"Q2_K", 256, 84},
-    kQ3_K{"Q3_K", 256, 110}, kQ4_K{"Q4_K", 256, 144}, kQ5_K{"Q5_K", 256, 176}, kQ6_K{"Q6_K", 256, 210};
+// Every type drope reads: its ggml number and layout, in the order messages list them.
+struct KnownType {
+  TensorType type;
+  TypeTraits traits;
+};
+constexpr KnownType kKnownTypes[] = {
+    {TensorType::kF32, {"F32", 1, 4}},       {TensorType::kF16, {"F16", 1, 2}},
+    {TensorType::kBF16, {"BF16", 1, 2}},     {TensorType::kQ4_0, {"Q4_0", 32, 18}},
+    {TensorType::kQ4_1, {"Q4_1", 32, 20}},   {TensorType::kQ5_0, {"Q5_0", 32, 22}},
+    {TensorType::kQ5_1, {"Q5_1", 32, 24}},   {TensorType::kQ8_0, {"Q8_0", 32, 34}},
+    {TensorType::kQ2_K, {"Q2_K", 256, 84}},  {TensorType::kQ3_K, {"Q3_K", 256, 110}},
+    {TensorType::kQ4_K, {"Q4_K", 256, 144}}, {TensorType::kQ5_K, {"Q5_K", 256, 176}},
+    {TensorType::kQ6_K, {"Q6_K", 256, 210}},
+};
 
 // Bytes a value of scalar type `t` takes, 0 for string/array.
 uint64_t scalar_bytes(ValueType t) {
@@ -269,21 +280,8 @@ const char* value_type_name(ValueType t) {
 }
 
 const TypeTraits* type_traits(uint32_t t) {
-  switch (static_cast<TensorType>(t)) {
-    case TensorType::kF32: return &kF32;
-    case TensorType::kF16: return &kF16;
-    case TensorType::kBF16: return &kBF16;
-    case TensorType::kQ4_0: return &kQ4_0;
-    case TensorType::kQ4_1: return &kQ4_1;
-    case TensorType::kQ5_0: return &kQ5_0;
-    case TensorType::kQ5_1: return &kQ5_1;
-    case TensorType::kQ8_0: return &kQ8_0;
-    case TensorType::kQ2_K: return &kQ2_K;
-    case TensorType::kQ3_K: return &kQ3_K;
-    case TensorType::kQ4_K: return &kQ4_K;
-    case TensorType::kQ5_K: return &kQ5_K;
-    case TensorType::kQ6_K: return &kQ6_K;
-  }
+  for (const auto& k : kKnownTypes)
+    if (static_cast<uint32_t>(k.type) == t) return &k.traits;
   return nullptr;
 }
 
@@ -293,7 +291,9 @@ std::string type_label(uint32_t t) {
 }
 
 std::string supported_type_names() {
-  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
+  std::string names;
+  for (const auto& k : kKnownTypes) names += (names.empty() ? "" : ", ") + std::string(k.traits.name);
+  return names;
 }
 
 float half_to_float(uint16_t h) {

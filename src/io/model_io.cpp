@@ -32,17 +32,21 @@ void check_import_positional(PositionalType t, const std::string& where) {
 namespace {
 void read_dir_source(const std::string& dir, ModelSource& src);
 void apply_import_options(const ImportOptions& opt, ModelSource& src);
+
+// The source of an open GGUF file (one parse serves the config and the tensors).
+ModelSource gguf_source(const gguf::File& f, const std::string& path, const ImportOptions& opt) {
+  ModelSource src;
+  src.config_file = path;
+  src.config = import_gguf_config(f).config;
+  apply_import_options(opt, src);
+  return src;
+}
 }  // namespace
 
 ModelSource read_model_source(const std::string& dir, const ImportOptions& opt) {
+  if (gguf::is_gguf_path(dir) && !fs::is_directory(dir)) return gguf_source(gguf::File(dir), dir, opt);
   ModelSource src;
-  if (gguf::is_gguf_path(dir) && !fs::is_directory(dir)) {
-    const gguf::File f(dir);
-    src.config_file = dir;
-    src.config = import_gguf_config(f).config;
-  } else {
-    read_dir_source(dir, src);
-  }
+  read_dir_source(dir, src);
   apply_import_options(opt, src);
   return src;
 }
@@ -261,15 +265,16 @@ void check_config_against_weights(const ModelConfig& cfg, const WeightSet& ws, c
 }  // namespace
 
 DecoderLM load_model(const std::string& dir, const ImportOptions& opt) {
-  const ModelSource src = read_model_source(dir, opt);
   if (is_gguf_file(dir)) {
     const gguf::File f(dir);
+    const ModelSource src = gguf_source(f, dir, opt);
     const auto maps = map_gguf_tensors(f, src.config);  // every tensor checked before the model is allocated
     DecoderLM m(src.config);
     load_gguf_weights(m, f, maps);
     m->eval();
     return m;
   }
+  const ModelSource src = read_model_source(dir, opt);
   const WeightSet ws = open_weights(dir);  // headers only: checked against the config before allocating
   check_config_against_weights(src.config, ws, dir);
   DecoderLM m(src.config);
