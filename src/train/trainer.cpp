@@ -34,6 +34,7 @@
 #include "drope/train/checkpoint.h"
 #include "drope/train/data.h"
 #include "drope/train/distributed.h"
+#include "drope/train/recompute.h"
 #include "drope/train/tensor_memory.h"
 
 namespace fs = std::filesystem;
