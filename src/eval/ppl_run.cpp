@@ -14,6 +14,7 @@
 #include "drope/eval/offset_key.h"
 #include "drope/eval/results.h"
 #include "drope/eval/runners.h"
+#include "drope/io/model_io.h"
 #include "drope/plot/plot.h"
 #include "drope/tasks/offset_key.h"
 #include "drope/tasks/report.h"
@@ -136,6 +137,8 @@ void run_ppl(const PplRun& r) {
   std::vector<plot::Series> earlier;
   for (size_t i = 0; i < r.with.size(); ++i) earlier.push_back(read_curve(r.with[i], int(i) + 1));
   const bool text_input = has_text_input(r.data);
+  // The lengths from the config alone, so a bad --multipliers is refused before the model and tokenizer load.
+  resolve_lengths(r.lengths, r.multipliers, io::load_model_config_dir(r.method.model_dir).max_position);
   auto em = load_eval_model(r.method, text_input);
   const auto lengths = resolve_lengths(r.lengths, r.multipliers, em.train_length);
   int32_t eos = -1;

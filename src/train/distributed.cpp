@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include <c10/util/Logging.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -88,6 +89,21 @@ void wait(const DistEnv& env, double timeout_s, const c10::intrusive_ptr<c10d::W
          env.rank, env.world, what, timeout_s, detail);
   }
 }
+// c10d logs every failed attempt to reach the store, with a C++ backtrace, before it throws; the one-line
+// error that follows says the same. Its logs stay off meanwhile unless TORCH_CPP_LOG_LEVEL asks for them.
+class QuietC10Logs {
+ public:
+  QuietC10Logs() : saved_(FLAGS_caffe2_log_level) {
+    if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = 3;  // FATAL only
+  }
+  ~QuietC10Logs() { FLAGS_caffe2_log_level = saved_; }
+  QuietC10Logs(const QuietC10Logs&) = delete;
+  QuietC10Logs& operator=(const QuietC10Logs&) = delete;
+
+ private:
+  int saved_;
+};
+
 }  // namespace
 
 Distributed::Distributed(const DistEnv& e, const torch::Device& device, double timeout_s)
@@ -107,6 +123,7 @@ Distributed::Distributed(const DistEnv& e, const torch::Device& device, double t
   so.waitWorkers = false;
   so.timeout = timeout;
   try {
+    const QuietC10Logs quiet;
     auto tcp = c10::make_intrusive<c10d::TCPStore>(e.master_addr, so);
     impl_->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("drope/{}", e.restart_count), tcp);
   } catch (const std::exception& ex) {

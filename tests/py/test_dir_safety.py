@@ -119,7 +119,7 @@ def test_a_dataset_output_is_never_its_input(tmp):
     (src / "a.txt").write_text("hello world\n\nanother paragraph\n" * 50)
     before = tree_digest(src)
     for out, needle in ((src, "is the input"), (src / "ds", "is inside the input"), (tmp, "contains the input")):
-        r = run_cli("drope-data", "prepare", "-i", src, "--paragraphs", "--train-tokenizer", "--vocab-size", 300,
+        r = run_cli("drope-data", "prepare", "-i", src, "--paragraphs", "--train-tokenizer", "--vocab-size", 400,
                     "--out", out, check=False)
         clean_error(r, "--out", str(out), needle)
     assert tree_digest(src) == before
@@ -164,12 +164,13 @@ def test_a_fifo_log_is_refused_on_resume(tmp):
 def test_outputs_written_whole_are_locked_beside_them(tmp):
     """drope-model, drope-data and drope-eval lock '.<name>.drope-lock' next to their output while they write
     it; here this test process holds that lock, as a second tool would."""
-    run_cli("drope-model", "init", "--preset", "micro", "--out", tmp / "m0")
+    (tmp / "m0.yaml").write_text("model:\n  preset: micro\n  vocab_size: 512\n")  # the dataset's 400 ids fit
+    run_cli("drope-model", "init", "--config", tmp / "m0.yaml", "--out", tmp / "m0")
     cases = [
         (tmp / "m", ("drope-model", "init", "--preset", "micro", "--out", tmp / "m")),
-        (tmp / "m", ("drope-model", "drop", "--model", tmp / "m0", "--out", tmp / "m")),
+        (tmp / "m2", ("drope-model", "drop", "--model", tmp / "m0", "--out", tmp / "m2")),
         (tmp / "ds", ("drope-data", "prepare", "-i", "/usr/share/common-licenses/GPL-3", "--paragraphs",
-                      "--train-tokenizer", "--vocab-size", 200, "--out", tmp / "ds")),
+                      "--train-tokenizer", "--vocab-size", 400, "--out", tmp / "ds")),
         (tmp / "res" / "ppl", ("drope-eval", "ppl", "--model", tmp / "m0", "--data", tmp / "ds", "--lengths", 16,
                                "--out", tmp / "res" / "ppl")),  # the dataset of the case before
     ]
