@@ -14,7 +14,10 @@ void add_offset_key_command(CLI::App& cli, int& rc) {
   cmd->add_option("--multipliers", o->run.multipliers, "Sequence lengths as multiples of the training length")
       ->delimiter(',');
   cmd->add_option("--queries", o->run.queries, "Queries per length, 4 per sequence (default 1000)");
-  cmd->add_option("--seed", o->run.seed, "Generator seed (test split of the index space; default 42)");
+  cmd->add_option("--seed", o->run.seed, "Generator seed (default 42)");
+  cmd->add_option("--split", o->run.split,
+                  "Index split of the sequences: test (default; reported results) or heldout (model selection, "
+                  "never the test sequences)");
   cmd->add_option("--batch-size", o->run.batch, "Sequences per forward (default 16)");
   cmd->add_option("--far-threshold", o->run.far_threshold,
                   "A needle is far when its distance to the query exceeds this (default: the training length)");

@@ -45,6 +45,13 @@ std::vector<std::vector<int64_t>> predict(DecoderLM& model, const std::vector<ta
 
 double percent(double fraction) { return 100.0 * fraction; }
 
+// --split: the index split drope-eval offset-key scores.
+tasks::OffsetKeySplit parse_split(const std::string& name) {
+  if (name == "test") return tasks::OffsetKeySplit::test;
+  if (name == "heldout") return tasks::OffsetKeySplit::heldout;
+  fail("--split: expected heldout or test, got '{}'", name);
+}
+
 }  // namespace
 
 double offset_key_answer_nll(DecoderLM& model, uint64_t seed, int64_t length, int64_t sequences, int64_t batch) {
@@ -82,6 +89,7 @@ void run_offset_key(const OffsetKeyRun& r) {
   if (r.batch <= 0 || r.batch > kMaxQueries)
     fail("--batch-size: expected an integer in [1, {}], got {}", kMaxQueries, r.batch);
   if (r.far_threshold < 0) fail("--far-threshold must be >= 0 (0 = the training length), got {}", r.far_threshold);
+  const tasks::OffsetKeySplit split = parse_split(r.split);
   for (auto L : r.lengths) tasks::check_offset_key_length(L, "--lengths");
   auto em = load_eval_model(r.method, false);
   tasks::check_offset_key_vocab(em.model->config().vocab_size, "--model " + r.method.model_dir);
@@ -107,8 +115,7 @@ void run_offset_key(const OffsetKeyRun& r) {
       const int64_t n = std::min(r.batch, sequences - first);
       std::vector<tasks::OffsetKeySequence> seqs;
       for (int64_t i = 0; i < n; ++i)
-        seqs.push_back(tasks::make_offset_key_sequence(
-            r.seed, tasks::offset_key_index(tasks::OffsetKeySplit::test, uint64_t(first + i)), L));
+        seqs.push_back(tasks::make_offset_key_sequence(r.seed, tasks::offset_key_index(split, uint64_t(first + i)), L));
       const auto preds = predict(em.model, seqs);
       for (int64_t i = 0; i < n; ++i) score += tasks::score_offset_key(seqs[size_t(i)], preds[size_t(i)], far);
     }
@@ -137,7 +144,7 @@ void run_offset_key(const OffsetKeyRun& r) {
               {"seed", r.seed},
               {"far_threshold", far},
               {"train_length", em.train_length},
-              {"index_split", "test"},
+              {"index_split", r.split},
               {"results", results},
               {"summary", summary}});
   plot::Figure fig;

@@ -49,6 +49,24 @@ def test_deterministic_and_far_threshold(model, tmp):
     assert run_ok(model, tmp / "d", "--lengths", 80, "--queries", 5)["results"][0]["queries"] == 8
 
 
+def test_split_heldout_and_test(model, tmp):
+    """--split picks the index split: held-out and test sequences differ (needle distances, so far-query counts
+    and answers), the default is test, and the file records the split."""
+    args = ("--lengths", "64,128", "--queries", 200, "--seed", 5)
+    default = run_ok(model, tmp / "default", *args)
+    test = run_ok(model, tmp / "test", *args, "--split", "test")
+    heldout = run_ok(model, tmp / "heldout", *args, "--split", "heldout")
+    assert default["index_split"] == test["index_split"] == "test" and heldout["index_split"] == "heldout"
+    assert default["results"] == test["results"]
+    assert heldout["seed"] == test["seed"] == 5
+    key = ("far_queries", "correct", "far_correct")
+    assert [tuple(r[k] for k in key) for r in heldout["results"]] != [tuple(r[k] for k in key) for r in test["results"]]
+    # the needle positions differ: the share of far needles at 2C is not the same count
+    assert heldout["results"][1]["far_queries"] != test["results"][1]["far_queries"]
+    # deterministic per split
+    assert run_ok(model, tmp / "heldout2", *args, "--split", "heldout")["results"] == heldout["results"]
+
+
 def test_multipliers_and_variant(model, tmp):
     doc = run_ok(model, tmp / "y", "--multipliers", "1,2", "--queries", 8, "--rope-scaling", "yarn", "--factor", 2)
     assert [r["length"] for r in doc["results"]] == [64, 128]
@@ -59,11 +77,14 @@ def test_bad_flags(model, tmp):
     base = ["drope-eval", "offset-key", "--model", model / "m", "--out", tmp / "x"]
     expect_error(run_cli(*base, "--lengths", 10, check=False), "--lengths", "at least 17 tokens", "got 10")
     expect_error(run_cli(*base, "--multipliers", 0.1, check=False), "--multipliers", "at least 17 tokens", "got 6")
-    expect_error(run_cli(*base, "--lengths", 64, "--queries", 0, check=False), "--queries", "> 0")
-    expect_error(run_cli(*base, "--lengths", 64, "--batch-size", 0, check=False), "--batch-size", "> 0")
+    expect_error(run_cli(*base, "--lengths", 64, "--queries", 0, check=False), "--queries", "[1, ", "got 0")
+    expect_error(run_cli(*base, "--lengths", 64, "--batch-size", 0, check=False), "--batch-size", "[1, ", "got 0")
     expect_error(run_cli(*base, "--lengths", 64, "--multipliers", 2, check=False), "either --lengths or --multipliers")
     expect_error(run_cli(*base, check=False), "give --lengths or --multipliers")
     expect_error(run_cli("drope-eval", "offset-key", "--lengths", 64, check=False), "--model")
+    r = run_cli(*base, "--lengths", 64, "--split", "train", check=False)
+    expect_error(r, "--split", "heldout or test", "'train'")
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     cfg = tmp / "small.yaml"
     cfg.write_text("model:\n  preset: micro\n  vocab_size: 128\n")
     run_cli("drope-model", "init", "--config", cfg, "--out", tmp / "small")

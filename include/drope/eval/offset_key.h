@@ -23,15 +23,17 @@ struct OffsetKeyRun {
   int64_t batch = 16;  // sequences per forward
   std::string out = "results/offset-key";  // prefix of .json/.csv/.md and .png/.svg
   int64_t far_threshold = 0;  // a needle is far when its distance > this; 0 = the training length
+  std::string split = "test";  // index split of the scored sequences: test, or heldout (model selection)
 };
 
-// Sequences come from the test split of the index space (tasks::OffsetKeySplit::test), so they never
-// coincide with training or held-out sequences of the same seed. Each length's sequences are scored by
+// Sequences come from the `split` part of the index space (tasks::OffsetKeySplit::test by default, or
+// ::heldout), so they never coincide with training sequences of the same seed, and test sequences never
+// coincide with held-out ones (on which a study selects its recipe). Each length's sequences are scored by
 // the argmax of the logits at the SEP positions (over the whole vocabulary), in no-grad forwards of
 // `batch` sequences. Writes a results document of kind "offset-key": method, seed, far_threshold,
-// train_length, results [{length, accuracy, far_accuracy, queries, far_queries, correct, far_correct}]
-// (accuracies in %, far_accuracy null when no needle is far) and summary {"acc@L", "far@L"}; a table and
-// a plot of accuracy vs length.
+// train_length, index_split (the split's name), results [{length, accuracy, far_accuracy, queries, far_queries,
+// correct, far_correct}] (accuracies in %, far_accuracy null when no needle is far) and summary {"acc@L", "far@L"}; a
+// table and a plot of accuracy vs length.
 void run_offset_key(const OffsetKeyRun& r);
 
 // Mean NLL (nats) of the answers of `sequences` held-out sequences (tasks::OffsetKeySplit::heldout) of

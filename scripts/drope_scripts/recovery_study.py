@@ -1,0 +1,782 @@
+"""DroPE recovery study on offset-key (docs/recovery-study.md): how reliably does DroPE's recalibration recover
+RoPE's in-context accuracy at an equal budget, and with which recipe?
+
+Per seed, one RoPE run of T steps (configs/train/offset-key-rope.yaml, T = 800 by default) keeps a checkpoint at
+every drop step the grid needs. A recipe is (recalibration learning rate, warm-up as a share of the
+recalibration steps, drope.qk_norm, recalibration share s of the budget): DroPE (offset-key-drope.yaml) starts
+from the RoPE run's step T − S and recalibrates for S = s·T steps, so RoPE (T) and DroPE (T − S + S) have the same
+budget. Each DroPE model gets its temperature fitted (drope-eval fit-temperature on held-out sequences) and is
+scored by drope-eval offset-key at C, 2C, 4C, 8C; the seed's RoPE model (step T) at C on the same split.
+
+  recovered      DroPE's accuracy at C >= the same seed's RoPE accuracy at C (same split, same sequences)
+                 minus the tolerance (2 points)
+  recovery rate  recovered seeds / seeds, with a Wilson 95 % interval
+  far accuracy   DroPE's accuracy on needles farther than C at 2C, 4C, 8C: mean and 95 % t interval (stats.py)
+
+Selection and confirmation:
+  1. every recipe on the selection seeds (0..N−1), scored on the held-out split only (--split heldout);
+  2. the selected recipe: most recovered seeds; ties broken by the higher mean held-out far accuracy (averaged
+     over the far lengths), then the higher mean held-out accuracy at C, then grid order (select());
+  3. the selected recipe alone on fresh confirmation seeds (1000.., disjoint from the selection seeds: new RoPE
+     runs too), scored on the test split. Test sequences are never scored before the selection is made.
+
+Layout of the study directory (default runs/recovery-study):
+  settings.json                          what the files depend on (budget, queries, lengths, temperature);
+                                         a later invocation with other values is refused
+  train/rope-s<seed>/                    RoPE runs (checkpoints every gcd of the drop steps, all kept)
+  train/drope-<recipe>-s<seed>/          DroPE runs; the final checkpoint holds temperature.json
+  eval/rope-s<seed>-<split>.json         RoPE at C
+  eval/drope-<recipe>-s<seed>-<split>.json   DroPE at C..8C
+  locks/<task>.lock                      claims (flock): one process per task
+  timing/<task>.json                     wall time of each task when it was computed
+  study.{md,json,csv}                    the tables (written after the selection, again after the confirmation)
+
+Resumable: finished runs, fits and evaluations are reused; a killed run resumes. Parallel-safe: any number of
+processes may work on one directory (--jobs N starts N); each task (one seed's RoPE run, one recipe × seed) is
+claimed with a lock file, one thread per process (OMP_NUM_THREADS=--threads).
+
+Usage: bash scripts/recovery_study.sh [--quick] [--jobs 2] [--seeds 10] [--out DIR] ...   (--help: every option)
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import fcntl
+import io
+import itertools
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from . import results
+from .atomic import write_atomic
+from .driver import NONE, ROOT, Driver, Method, ToolError, checkpoint, config_int, config_steps, train_state
+from .offset_key import DROPE_CONFIG, ROPE_CONFIG, TEMPERATURE_QUERIES, context, dump
+from .offset_key_report import KIND, summarize
+
+HELDOUT, TEST = "heldout", "test"
+STUDY_KIND = "offset-key-recovery-study"
+TOLERANCE = 2.0  # points: "within 2 points of RoPE"
+ROPE_LEARNED = 90.0  # below this accuracy at C (%), the report notes that RoPE itself has not learned the task
+Z95 = 1.959963984540054  # the 0.975 quantile of the standard normal (Wilson 95 % interval)
+CONFIRM_START = 1000
+QK_NORMS = ("qk", "q", "k", "none")
+# The default grid: the config's recipe (lr 1e-3, warm-up 10 % of the steps, QK-norm, 25 %) and the paper's
+# (recalibration lr 10/3 of pretraining's, a warm-up of 70 of ~1,900 steps ≈ 4 %), with and without QK-norm,
+# dropping at 7/8, 3/4 and 1/2 of the budget.
+DEFAULT_LRS = (1e-3, 3e-3)
+DEFAULT_WARMUPS = (0.1, 0.04)
+DEFAULT_QK_NORMS = ("qk", "none")
+DEFAULT_SHARES = (12.5, 25.0, 50.0)
+
+
+# ---- recipes ------------------------------------------------------------------------------------------------
+
+def _num(x: float) -> str:
+    """A number for a file name: no dots (1e-03, 12p5)."""
+    if x == float(f"{x:.0e}") and (x < 0.01 or x >= 1000):
+        return f"{x:.0e}"
+    return f"{x:g}".replace(".", "p")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One recalibration recipe: learning rate, warm-up (share of the recalibration steps), drope.qk_norm and
+    the recalibration share of the total budget (%)."""
+
+    lr: float
+    warmup: float
+    qk_norm: str
+    share: float
+
+    @property
+    def slug(self) -> str:
+        return f"lr{_num(self.lr)}-wu{_num(100 * self.warmup)}-norm{self.qk_norm}-r{_num(self.share)}"
+
+    def steps(self, total: int) -> int:
+        """Recalibration steps S of a total budget of `total` steps."""
+        s = round(total * self.share / 100)
+        if not 1 <= s < total:
+            raise ValueError(f"recalibration share {self.share:g} % of {total} steps leaves {s} DroPE steps "
+                             f"(need 1..{total - 1})")
+        return s
+
+    def start(self, total: int) -> int:
+        """The RoPE step DroPE starts from."""
+        return total - self.steps(total)
+
+    def warmup_steps(self, total: int) -> int:
+        return round(self.warmup * self.steps(total))
+
+    def describe(self, total: int) -> str:
+        return (f"lr {self.lr:g}, warm-up {self.warmup_steps(total)} ({100 * self.warmup:g} %), QK-norm "
+                f"{self.qk_norm}, DroPE {self.steps(total)} steps from step {self.start(total)} ({self.share:g} %)")
+
+    def overrides(self, total: int) -> list[str]:
+        """drope-train --set values of the DroPE run (besides run.*)."""
+        return [f"train.steps={self.steps(total)}", f"schedule.warmup={self.warmup_steps(total)}",
+                f"optim.lr={self.lr!r}", f"drope.qk_norm={self.qk_norm}"]
+
+    def doc(self, total: int) -> dict:
+        return {"slug": self.slug, "lr": self.lr, "warmup_share": self.warmup, "warmup_steps": self.warmup_steps(total),
+                "qk_norm": self.qk_norm, "recalibration_share": self.share, "drope_steps": self.steps(total),
+                "drop_step": self.start(total)}
+
+
+def grid(lrs: Sequence[float], warmups: Sequence[float], qk_norms: Sequence[str],
+         shares: Sequence[float]) -> tuple[Recipe, ...]:
+    """Every combination, in this order: share, QK-norm, learning rate, warm-up (the order breaks last ties)."""
+    return tuple(Recipe(lr, w, q, s) for s, q, lr, w in itertools.product(shares, qk_norms, lrs, warmups))
+
+
+def confirmation_seeds(selection: Sequence[int], n: int, start: int = CONFIRM_START) -> tuple[int, ...]:
+    """n fresh seeds from `start`; refused where they meet a selection seed."""
+    seeds = tuple(range(start, start + n))
+    shared = sorted(set(seeds) & set(selection))
+    if shared:
+        raise ValueError(f"confirmation seeds {start}..{start + n - 1} include selection seeds {shared}")
+    return seeds
+
+
+# ---- statistics, the decision, the selection -----------------------------------------------------------------
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion k/n (default 95 %)."""
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"wilson: need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    p, z2 = k / n, z * z
+    denom = 1 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def recovered(drope_acc: float, rope_acc: float, tolerance: float = TOLERANCE) -> bool:
+    """DroPE's accuracy at C reaches RoPE's (same seed, same sequences) within `tolerance` points."""
+    return drope_acc >= rope_acc - tolerance
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    """One recipe × seed on one split: RoPE's and DroPE's accuracy at C, DroPE's far accuracy per multiple of C."""
+
+    recipe: str  # Recipe.slug
+    seed: int
+    split: str  # heldout | test
+    rope_acc: float
+    drope_acc: float
+    far: dict[int, float]  # multiplier (> 1) → far accuracy (%)
+    temperature: float | None = None  # the fitted c, where fitted
+
+    def recovered(self, tolerance: float = TOLERANCE) -> bool:
+        return recovered(self.drope_acc, self.rope_acc, tolerance)
+
+
+def recipe_summary(rows: Sequence[SeedResult], multipliers: Sequence[int], tolerance: float = TOLERANCE) -> dict:
+    """Recovery count, rate and Wilson interval; accuracy at C (DroPE, RoPE) and far accuracy per length over
+    seeds (offset_key_report.summarize: mean, t interval)."""
+    if not rows:
+        raise ValueError("recipe_summary: no seeds")
+    k, n = sum(r.recovered(tolerance) for r in rows), len(rows)
+    lo, hi = wilson(k, n)
+    return {"n": n, "recovered": k, "rate": k / n, "wilson_low": lo, "wilson_high": hi,
+            "seeds": [r.seed for r in rows], "recovered_seeds": [r.seed for r in rows if r.recovered(tolerance)],
+            "accuracy": summarize([r.drope_acc for r in rows]), "rope_accuracy": summarize([r.rope_acc for r in rows]),
+            "far": {str(m): summarize([r.far[m] for r in rows]) for m in multipliers if m > 1}}
+
+
+def mean_far(summary: dict) -> float:
+    """The mean over the far lengths of a recipe_summary's mean far accuracies (0 without far lengths)."""
+    means = [cell["mean"] for cell in summary["far"].values()]
+    return sum(means) / len(means) if means else 0.0
+
+
+def select(rows: Sequence[SeedResult], recipes: Sequence[Recipe], seeds: Sequence[int], multipliers: Sequence[int],
+           tolerance: float = TOLERANCE) -> tuple[Recipe, list[dict]]:
+    """The selected recipe and the ranking of all, from the HELD-OUT rows of the selection `seeds` only (rows of
+    the test split or of other seeds are ignored): most recovered seeds, then the higher mean far accuracy, then
+    the higher mean accuracy at C, then grid order. Every recipe needs a held-out row for every seed."""
+    wanted = set(seeds)
+    held = {(r.recipe, r.seed): r for r in rows if r.split == HELDOUT and r.seed in wanted}
+    ranking = []
+    for i, recipe in enumerate(recipes):
+        missing = [s for s in seeds if (recipe.slug, s) not in held]
+        if missing:
+            raise ValueError(f"selection: {recipe.slug} has no held-out result for seed(s) {missing}")
+        summary = recipe_summary([held[recipe.slug, s] for s in seeds], multipliers, tolerance)
+        ranking.append({"recipe": recipe, "order": i, "summary": summary,
+                        "key": (-summary["recovered"], -mean_far(summary), -summary["accuracy"]["mean"], i)})
+    ranking.sort(key=lambda e: e["key"])
+    for rank, e in enumerate(ranking, 1):
+        e["rank"] = rank
+    return ranking[0]["recipe"], ranking
+
+
+# ---- settings ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Study:
+    out: pathlib.Path
+    recipes: tuple[Recipe, ...]
+    seeds: tuple[int, ...]  # selection
+    confirm: tuple[int, ...]  # confirmation (fresh)
+    steps: int  # total budget T
+    queries: int
+    multipliers: tuple[int, ...]
+    temperature: str  # auto (fitted) | a number c
+    fit_queries: int
+    tolerance: float
+    threads: int
+
+    @property
+    def c(self) -> int:
+        return context(ROOT / ROPE_CONFIG)
+
+    def identity(self) -> dict:
+        """What the files of the directory depend on (settings.json)."""
+        return {"steps": self.steps, "train_length": self.c, "queries": self.queries,
+                "multipliers": list(self.multipliers), "temperature": self.temperature,
+                "fit_queries": self.fit_queries}
+
+    def rope_every(self) -> int:
+        """checkpoint_every of the RoPE runs: the gcd of every drop step and T (so each is kept)."""
+        return math.gcd(self.steps, *(r.start(self.steps) for r in self.recipes))
+
+    def fits(self) -> bool:
+        return self.temperature == "auto" and any(m > 1 for m in self.multipliers)
+
+
+def check_settings(st: Study) -> None:
+    """Writes settings.json, or refuses a directory made with other settings."""
+    path = st.out / "settings.json"
+    mine = st.identity()
+    if not path.is_file():
+        write_atomic(path, dump({"kind": "recovery-study-settings", **mine}))
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: cannot read: {e}") from e
+    diff = [k for k in mine if found.get(k) != mine[k]]
+    if diff:
+        raise ValueError(f"{path}: this study directory was made with " +
+                         ", ".join(f"{k} {json.dumps(found.get(k))}" for k in diff) + " (now " +
+                         ", ".join(f"{k} {json.dumps(mine[k])}" for k in diff) + "): use another --out")
+
+
+# ---- tasks, claims, workers ----------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def claim(path: pathlib.Path) -> Iterator[bool]:
+    """An exclusive flock on `path` without waiting: yields True when this process holds it. The lock goes with
+    the process (a killed worker's task is free again); the file stays."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class Task:
+    key: str  # lock and timing file name
+    deps: tuple[str, ...]
+    done: Callable[[], bool]
+    run: Callable[[], None]
+
+
+def work(tasks: Sequence[Task], out: pathlib.Path, poll: float, tag: str = "") -> int:
+    """Runs every task not done whose dependencies are done and that no other process holds, in list order,
+    until all are done (waiting `poll` seconds while others hold the rest). Returns how many it ran."""
+    by_key = {t.key: t for t in tasks}
+    (out / "locks").mkdir(parents=True, exist_ok=True)
+    (out / "timing").mkdir(parents=True, exist_ok=True)
+    ran, waiting = 0, False
+    while True:
+        pending = [t for t in tasks if not t.done()]
+        if not pending:
+            return ran
+        progressed = False
+        for t in pending:
+            if not all(by_key[d].done() for d in t.deps if d in by_key):
+                continue
+            with claim(out / "locks" / f"{t.key}.lock") as mine:
+                if not mine or t.done():
+                    continue
+                t0 = time.monotonic()
+                t.run()
+                seconds = time.monotonic() - t0
+                if not t.done():
+                    raise RuntimeError(f"{t.key}: finished without its outputs")
+                write_atomic(out / "timing" / f"{t.key}.json", dump({"task": t.key, "seconds": round(seconds, 1)}))
+                print(f"{tag}{t.key}: done in {seconds:.0f} s")
+            ran, progressed, waiting = ran + 1, True, False
+            break
+        if not progressed:
+            if not waiting:
+                print(f"{tag}waiting for {len(pending)} task(s) held by other processes")
+                waiting = True
+            time.sleep(poll)
+
+
+class Runner:
+    """The tasks of one study directory: train, fit, evaluate, and read back the per-seed results."""
+
+    def __init__(self, st: Study, d: Driver, tag: str = ""):
+        self.st, self.d, self.tag = st, d, tag
+
+    # paths
+    def rope_dir(self, seed: int) -> pathlib.Path:
+        return self.st.out / "train" / f"rope-s{seed}"
+
+    def drope_dir(self, recipe: Recipe, seed: int) -> pathlib.Path:
+        return self.st.out / "train" / f"drope-{recipe.slug}-s{seed}"
+
+    def rope_eval(self, seed: int, split: str) -> pathlib.Path:
+        return self.st.out / "eval" / f"rope-s{seed}-{split}"
+
+    def drope_eval(self, recipe: Recipe, seed: int, split: str) -> pathlib.Path:
+        return self.st.out / "eval" / f"drope-{recipe.slug}-s{seed}-{split}"
+
+    # steps
+    def train_rope(self, seed: int) -> None:
+        st, run_dir = self.st, self.rope_dir(seed)
+        every = st.rope_every()
+        overrides = [f"run.name=recovery-rope-s{seed}", f"run.seed={seed}", f"train.steps={st.steps}",
+                     f"train.checkpoint_every={every}", f"train.keep_last={st.steps // every}"]
+        base = config_steps(ROOT / ROPE_CONFIG)
+        if st.steps != base:  # the warm-up scales with the budget
+            warmup = config_int(ROOT / ROPE_CONFIG, "schedule", "warmup")
+            overrides.append(f"schedule.warmup={max(1, round(warmup * st.steps / base))}")
+        if train_state(run_dir, st.steps) != "finished":
+            print(f"{self.tag}rope seed {seed}: training {st.steps} steps")
+            self.d.train(ROOT / ROPE_CONFIG, run_dir, st.steps, overrides, show=NONE)
+
+    def train_drope(self, recipe: Recipe, seed: int) -> pathlib.Path:
+        st, run_dir = self.st, self.drope_dir(recipe, seed)
+        steps, start = recipe.steps(st.steps), recipe.start(st.steps)
+        init = checkpoint(self.rope_dir(seed), start)
+        state = train_state(run_dir, steps)
+        if state == "fresh" and not (init / "model.safetensors").is_file():
+            raise ValueError(f"{init} is missing (the RoPE run keeps checkpoints every {st.rope_every()} steps of "
+                             "this grid; a drop step it did not keep needs another --out)")
+        if state != "finished":
+            print(f"{self.tag}{recipe.slug} seed {seed}: DroPE {steps} steps from step {start}")
+            self.d.train(ROOT / DROPE_CONFIG, run_dir, steps, [f"run.name=recovery-drope-{recipe.slug}-s{seed}",
+                                                        f"run.seed={seed}", *recipe.overrides(st.steps)],
+                         [f"run.init={init}"], show=NONE)
+        return checkpoint(run_dir, steps)
+
+    def evaluate(self, label: str, model: pathlib.Path, prefix: pathlib.Path, lengths: Sequence[int], seed: int,
+                 split: str, options: Sequence[object] = ()) -> None:
+        method = Method(label, model, (*map(str, options), "--threads", str(self.st.threads)))
+        self.d.evaluate(KIND, method, prefix, ("--lengths", ",".join(map(str, lengths)), "--queries",
+                                               self.st.queries, "--seed", seed, "--split", split), KIND)
+
+    def rope_task(self, seed: int, split: str) -> Task:
+        prefix = self.rope_eval(seed, split)
+
+        def run() -> None:
+            self.train_rope(seed)
+            self.evaluate("RoPE", checkpoint(self.rope_dir(seed), self.st.steps), prefix, [self.st.c], seed, split)
+
+        return Task(f"rope-s{seed}-{split}", (), lambda: json_of(prefix).is_file(), run)
+
+    def drope_task(self, recipe: Recipe, seed: int, split: str) -> Task:
+        st, prefix = self.st, self.drope_eval(recipe, seed, split)
+
+        def run() -> None:
+            model = self.train_drope(recipe, seed)
+            options: tuple[object, ...] = ()
+            if st.fits():
+                if not (model / "temperature.json").is_file():
+                    fit = ",".join(str(m) for m in st.multipliers if m > 1)
+                    self.d.tool("drope-eval", "fit-temperature", "--model", model, "--task", KIND, "--multipliers", fit,
+                                "--queries", st.fit_queries, "--threads", st.threads, show=NONE)
+                options = ("--temperature", "auto")
+            elif st.temperature != "auto":
+                options = ("--temperature", st.temperature)
+            self.evaluate("DroPE", model, prefix, [m * st.c for m in st.multipliers], seed, split, options)
+
+        return Task(f"drope-{recipe.slug}-s{seed}-{split}", (f"rope-s{seed}-{split}",),
+                    lambda: json_of(prefix).is_file(), run)
+
+    def tasks(self, recipes: Sequence[Recipe], seeds: Sequence[int], split: str) -> list[Task]:
+        """Seed by seed: the RoPE run, then every recipe from it."""
+        out = []
+        for seed in seeds:
+            out.append(self.rope_task(seed, split))
+            out += [self.drope_task(r, seed, split) for r in recipes]
+        return out
+
+    # reading back
+    def result(self, recipe: Recipe, seed: int, split: str) -> SeedResult:
+        st = self.st
+        rope = read_eval(json_of(self.rope_eval(seed, split)), seed, split)
+        drope = read_eval(json_of(self.drope_eval(recipe, seed, split)), seed, split)
+        where = json_of(self.drope_eval(recipe, seed, split))
+        far = {}
+        for m in st.multipliers:
+            if m == 1:
+                continue
+            row = drope.get(m * st.c)
+            if row is None or row.get("far_accuracy") is None:
+                raise results.ResultsError(f"{where}: no far accuracy at length {m * st.c}")
+            far[m] = row["far_accuracy"]
+        for rows, path in ((rope, self.rope_eval(seed, split)), (drope, where)):
+            if st.c not in rows:
+                raise results.ResultsError(f"{json_of(path)}: no result at C = {st.c}")
+        fit = checkpoint(self.drope_dir(recipe, seed), recipe.steps(st.steps)) / "temperature.json"
+        c = None
+        if st.fits() and fit.is_file():
+            c = results.load(fit, "temperature")["c"]
+        elif st.temperature != "auto":
+            c = float(st.temperature)
+        return SeedResult(recipe.slug, seed, split, rope[st.c]["accuracy"], drope[st.c]["accuracy"], far, c)
+
+
+def json_of(prefix: pathlib.Path) -> pathlib.Path:
+    return prefix.with_name(prefix.name + ".json")
+
+
+def read_eval(path: pathlib.Path, seed: int, split: str) -> dict[int, dict]:
+    """An offset-key results file's rows by length, after checking it scored `split` with `seed`."""
+    doc = results.load(path, KIND)
+    if doc.get("index_split") != split or doc.get("seed") != seed:
+        raise results.ResultsError(f"{path}: index_split {json.dumps(doc.get('index_split'))}, seed "
+                                   f"{json.dumps(doc.get('seed'))}; expected {split}, {seed}")
+    return {r["length"]: r for r in doc.get("results", [])}
+
+
+# ---- the report ----------------------------------------------------------------------------------------------
+
+def _cell(d: dict | None) -> str:
+    if d is None:
+        return "–"
+    return f"{d['mean']:.1f}" if d["half_width"] is None else f"{d['mean']:.1f} ± {d['half_width']:.1f}"
+
+
+def _rate(s: dict) -> str:
+    lo, hi = 100 * s["wilson_low"], 100 * s["wilson_high"]
+    return f"{s['recovered']}/{s['n']} = {100 * s['rate']:.0f} % [{lo:.0f}, {hi:.0f}]"
+
+
+def _seeds(seeds: Sequence[int]) -> str:
+    if seeds and list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else str(seeds[0])
+    return ", ".join(map(str, seeds))
+
+
+def build_doc(st: Study, ranking: list[dict], selected: Recipe, held: list[SeedResult],
+              confirmation: list[SeedResult] | None, timing: dict) -> dict:
+    far_ms = [m for m in st.multipliers if m > 1]
+    doc = {"schema": results.SCHEMA, "schema_version": results.SCHEMA_VERSION, "kind": STUDY_KIND,
+           "settings": {**st.identity(), "tolerance": st.tolerance, "confidence": 0.95,
+                        "selection_seeds": list(st.seeds), "confirmation_seeds": list(st.confirm),
+                        "rope_checkpoint_every": st.rope_every()},
+           "grid": [r.doc(st.steps) for r in st.recipes],
+           "selection": {"split": HELDOUT, "seeds": list(st.seeds),
+                         "rule": "most recovered seeds; ties: higher mean far accuracy over "
+                                 f"{', '.join(f'{m}C' for m in far_ms) or '(none)'}, then higher mean accuracy at C, "
+                                 "then grid order",
+                         "selected": selected.slug,
+                         "ranking": [{"rank": e["rank"], "recipe": e["recipe"].slug, "mean_far": mean_far(e["summary"]),
+                                      **e["summary"]} for e in ranking]},
+           "confirmation": None, "timing": timing,
+           "per_seed": [seed_doc(r, "selection", st.tolerance) for r in held]}
+    if confirmation is not None:
+        doc["confirmation"] = {"split": TEST, "seeds": list(st.confirm), "recipe": selected.slug,
+                               **recipe_summary(confirmation, st.multipliers, st.tolerance)}
+        doc["per_seed"] += [seed_doc(r, "confirmation", st.tolerance) for r in confirmation]
+    return doc
+
+
+def seed_doc(r: SeedResult, phase: str, tolerance: float) -> dict:
+    return {"phase": phase, "split": r.split, "recipe": r.recipe, "seed": r.seed, "rope_acc": r.rope_acc,
+            "drope_acc": r.drope_acc, "recovered": r.recovered(tolerance), "temperature": r.temperature,
+            "far": {str(m): v for m, v in r.far.items()}}
+
+
+def csv_text(st: Study, doc: dict) -> str:
+    recipes = {r["slug"]: r for r in doc["grid"]}
+    far_ms = [m for m in st.multipliers if m > 1]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["phase", "split", "recipe", "lr", "warmup_share", "warmup_steps", "qk_norm", "recalibration_share",
+                "drope_steps", "drop_step", "seed", "rope_acc_C", "drope_acc_C", "recovered", "temperature_c",
+                *(f"far_{m}C" for m in far_ms)])
+    for s in doc["per_seed"]:
+        r = recipes[s["recipe"]]
+        w.writerow([s["phase"], s["split"], s["recipe"], r["lr"], r["warmup_share"], r["warmup_steps"], r["qk_norm"],
+                    r["recalibration_share"], r["drope_steps"], r["drop_step"], s["seed"], f"{s['rope_acc']:.2f}",
+                    f"{s['drope_acc']:.2f}", int(s["recovered"]),
+                    "" if s["temperature"] is None else f"{s['temperature']:.4f}",
+                    *(f"{s['far'][str(m)]:.2f}" for m in far_ms)])
+    return buf.getvalue()
+
+
+def markdown(st: Study, doc: dict) -> str:
+    T, c = st.steps, st.c
+    far_ms = [m for m in st.multipliers if m > 1]
+    recipes = {r.slug: r for r in st.recipes}
+    temp = ("its fitted temperature (drope-eval fit-temperature on held-out sequences)" if st.fits()
+            else f"temperature c = {st.temperature}" if st.temperature != "auto" else "no temperature")
+    lines = [
+        "# DroPE recovery study (offset-key)", "",
+        f"Equal budget of {T} steps per seed: RoPE (configs/train/offset-key-rope.yaml) for {T} steps; DroPE "
+        f"(offset-key-drope.yaml) from the RoPE run's step {T} − S for S steps. C = {c}; {st.queries} queries per "
+        f"length and seed; DroPE scored with {temp}.",
+        f"**Recovered**: DroPE's accuracy at C ≥ the same seed's RoPE accuracy at C (step {T}, same split and "
+        f"sequences) − {st.tolerance:g} points. **Rate**: recovered / seeds, Wilson 95 % interval. **Far**: DroPE's "
+        "accuracy (%) on needles farther than C from their query, mean ± half-width of the 95 % t interval over "
+        "seeds.", "",
+        "## Selection protocol", "",
+        f"1. Every recipe of the grid ({len(st.recipes)}) runs on the selection seeds {_seeds(st.seeds)} and is "
+        "scored on the **held-out** split of the offset-key index space only (`drope-eval offset-key --split "
+        "heldout`); no test sequence is scored before the choice.",
+        f"2. Selected: {doc['selection']['rule']}.",
+        f"3. The selected recipe alone runs again on fresh seeds {_seeds(st.confirm)} (new RoPE runs; the selection "
+        "never saw them) and is scored on the **test** split: those are the study's numbers. The held-out numbers "
+        "of the selected recipe are biased upward by the choice.", "",
+        f"## Selection: held-out split, seeds {_seeds(st.seeds)}", "",
+        "| rank | recipe | lr | warm-up | QK-norm | DroPE steps (share) | recovered [Wilson 95 %] | RoPE acc@C | "
+        "DroPE acc@C | " + " | ".join(f"far {m}C" for m in far_ms) + " |",
+        "|---:|---|---:|---:|---|---:|---|---:|---:|" + "---:|" * len(far_ms)]
+    for e in doc["selection"]["ranking"]:
+        r = recipes[e["recipe"]]
+        mark = " **(selected)**" if e["recipe"] == doc["selection"]["selected"] else ""
+        lines.append(f"| {e['rank']} | `{r.slug}`{mark} | {r.lr:g} | {r.warmup_steps(T)} ({100 * r.warmup:g} %) | "
+                     f"{r.qk_norm} | {r.steps(T)} ({r.share:g} %) | {_rate(e)} | {_cell(e['rope_accuracy'])} | "
+                     f"{_cell(e['accuracy'])} | " + " | ".join(_cell(e["far"][str(m)]) for m in far_ms) + " |")
+    lines += ["", f"## Confirmation: test split, fresh seeds {_seeds(st.confirm)}", ""]
+    conf = doc["confirmation"]
+    if not st.confirm:
+        lines.append("No confirmation seeds (--confirm-seeds 0).")
+    elif conf is None:
+        lines.append("Not run yet.")
+    else:
+        r = recipes[conf["recipe"]]
+        lines += [f"Recipe `{r.slug}`: {r.describe(T)}.", "",
+                  "| recovered [Wilson 95 %] | RoPE acc@C | DroPE acc@C | " +
+                  " | ".join(f"far {m}C" for m in far_ms) + " |",
+                  "|---|---:|---:|" + "---:|" * len(far_ms),
+                  f"| {_rate(conf)} | {_cell(conf['rope_accuracy'])} | {_cell(conf['accuracy'])} | " +
+                  " | ".join(_cell(conf["far"][str(m)]) for m in far_ms) + " |", "",
+                  f"Recovered seeds: {', '.join(map(str, conf['recovered_seeds'])) or 'none'}; not recovered: "
+                  f"{', '.join(str(s) for s in conf['seeds'] if s not in conf['recovered_seeds']) or 'none'}."]
+    weak = sorted({s["seed"] for s in doc["per_seed"] if s["rope_acc"] < ROPE_LEARNED})
+    if weak:
+        lines += ["", f"**Note**: RoPE scores below {ROPE_LEARNED:g} % at C in seed(s) {', '.join(map(str, weak))}: "
+                  "there, DroPE is measured against a RoPE model that has not learned the task."]
+    t = doc["timing"]
+    lines += ["", f"Compute: {t['tasks']} task(s) timed, {t['seconds']:.0f} s in all (summed over processes). "
+              "Per seed: study.csv.", ""]
+    return "\n".join(lines)
+
+
+def timing(out: pathlib.Path) -> dict:
+    seconds, n = 0.0, 0
+    for p in sorted((out / "timing").glob("*.json")):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            seconds += float(json.loads(p.read_text(encoding="utf-8"))["seconds"])
+            n += 1
+    return {"tasks": n, "seconds": seconds}
+
+
+def write_report(st: Study, doc: dict) -> str:
+    text = markdown(st, doc)
+    write_atomic(st.out / "study.json", dump(doc))
+    write_atomic(st.out / "study.csv", csv_text(st, doc))
+    write_atomic(st.out / "study.md", text)
+    return text
+
+
+# ---- the study ---------------------------------------------------------------------------------------------
+
+def run(st: Study, d: Driver, poll: float, report: bool, tag: str = "") -> str | None:
+    """Selection, then confirmation (module docstring); the report when `report`. Returns its Markdown."""
+    (st.out / "eval").mkdir(parents=True, exist_ok=True)
+    (st.out / "train").mkdir(parents=True, exist_ok=True)
+    check_settings(st)
+    runner = Runner(st, d, tag)
+    if report:
+        d.stage(f"selection: {len(st.recipes)} recipe(s) × {len(st.seeds)} seed(s), held-out split")
+    work(runner.tasks(st.recipes, st.seeds, HELDOUT), st.out, poll, tag)
+    held = [runner.result(r, s, HELDOUT) for r in st.recipes for s in st.seeds]
+    selected, ranking = select(held, st.recipes, st.seeds, st.multipliers, st.tolerance)
+    if report:
+        write_report(st, build_doc(st, ranking, selected, held, None, timing(st.out)))
+        d.stage(f"selected {selected.slug} ({selected.describe(st.steps)}); confirmation: {len(st.confirm)} fresh "
+                "seed(s), test split")
+    confirmation = None
+    if st.confirm:
+        work(runner.tasks([selected], st.confirm, TEST), st.out, poll, tag)
+        confirmation = [runner.result(selected, s, TEST) for s in st.confirm]
+    if not report:
+        return None
+    text = write_report(st, build_doc(st, ranking, selected, held, confirmation, timing(st.out)))
+    d.stage(f"done: {st.out}/study.md")
+    return text
+
+
+# ---- command line ------------------------------------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        self.exit(2, f"recovery_study: {message}\n")
+
+
+def _list(kind: Callable[[str], object]) -> Callable[[str], tuple]:
+    def parse(text: str) -> tuple:
+        try:
+            values = tuple(kind(v) for v in text.split(",") if v.strip())
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"'{text}': {e}") from e
+        if not values:
+            raise argparse.ArgumentTypeError("an empty list")
+        return values
+    return parse
+
+
+QUICK = {"seeds": 2, "confirm_seeds": 2, "steps": 80, "queries": 200, "fit_queries": 64, "lrs": (1e-3, 3e-3),
+         "warmups": (0.1,), "qk_norms": ("qk",), "shares": (25.0,), "out": "runs/recovery-study-quick"}
+DEFAULTS = {"seeds": 10, "confirm_seeds": None, "steps": None, "queries": 1000, "fit_queries": TEMPERATURE_QUERIES,
+            "lrs": DEFAULT_LRS, "warmups": DEFAULT_WARMUPS, "qk_norms": DEFAULT_QK_NORMS, "shares": DEFAULT_SHARES,
+            "out": "runs/recovery-study"}
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, Study]:
+    ap = _Parser(prog="scripts/recovery_study.sh", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=pathlib.Path, help="study directory (default runs/recovery-study)")
+    ap.add_argument("--seeds", type=int, help="selection seeds 0..N-1 (default 10)")
+    ap.add_argument("--confirm-seeds", type=int, help="fresh confirmation seeds (default: as many as --seeds)")
+    ap.add_argument("--confirm-start", type=int, default=CONFIRM_START,
+                    help=f"first confirmation seed (default {CONFIRM_START})")
+    ap.add_argument("--steps", type=int, help="total budget T in steps (default: the RoPE config's 800)")
+    ap.add_argument("--lrs", type=_list(float), help="recalibration learning rates (default 1e-3,3e-3)")
+    ap.add_argument("--warmups", type=_list(float),
+                    help="warm-up as a share of the recalibration steps (default 0.1,0.04)")
+    ap.add_argument("--qk-norms", type=_list(str), help="drope.qk_norm values (default qk,none)")
+    ap.add_argument("--shares", type=_list(float),
+                    help="recalibration share of the budget, %% (default 12.5,25,50: drop at 700, 600, 400 of 800)")
+    ap.add_argument("--multipliers", type=_list(int), default=(1, 2, 4, 8),
+                    help="lengths as multiples of C, 1 included (default 1,2,4,8)")
+    ap.add_argument("--queries", type=int, help="queries per length and seed (default 1000)")
+    ap.add_argument("--fit-queries", type=int,
+                    help=f"temperature-fit queries per length (default {TEMPERATURE_QUERIES})")
+    ap.add_argument("--temperature", default="auto", help="DroPE's temperature: auto (fitted, default) or a number c")
+    ap.add_argument("--tolerance", type=float, default=TOLERANCE, help="recovery tolerance in points (default 2)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes on this directory (default 1)")
+    ap.add_argument("--threads", type=int, default=1, help="threads per process (OMP_NUM_THREADS; default 1)")
+    ap.add_argument("--bin", type=pathlib.Path, help="drope binaries (default $DROPE_BIN, else build/)")
+    ap.add_argument("--poll", type=float, default=10.0, help="seconds between looks at tasks other processes hold")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: 2 + 2 seeds, 80 steps, lr 1e-3 and 3e-3 at 25 %%, 200 queries")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    base = {**DEFAULTS, **(QUICK if a.quick else {})}
+    for key, value in base.items():
+        if getattr(a, key) is None:
+            setattr(a, key, value)
+    cwd = pathlib.Path(os.environ.get("DROPE_CALLER_CWD", os.getcwd()))  # run_python.sh runs us from the root
+    a.out = (cwd / a.out).resolve()
+    a.bin = (cwd / a.bin if a.bin else cwd / os.environ.get("DROPE_BIN", ROOT / "build")).resolve()
+    if a.steps is None:
+        a.steps = config_steps(ROOT / ROPE_CONFIG)
+    if a.confirm_seeds is None:
+        a.confirm_seeds = a.seeds
+    for name in ("seeds", "steps", "queries", "fit_queries", "jobs", "threads"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+    if a.confirm_seeds < 0 or a.confirm_start < 0:
+        ap.error("--confirm-seeds and --confirm-start must be >= 0")
+    if a.tolerance < 0 or a.poll <= 0:
+        ap.error("--tolerance must be >= 0 and --poll > 0")
+    if 1 not in a.multipliers or any(m < 1 for m in a.multipliers) or len(set(a.multipliers)) != len(a.multipliers):
+        ap.error(f"--multipliers: distinct positive integers including 1 (C), got {a.multipliers}")
+    if any(q not in QK_NORMS for q in a.qk_norms):
+        ap.error(f"--qk-norms: each one of {', '.join(QK_NORMS)}, got {','.join(a.qk_norms)}")
+    if any(not x > 0 for x in a.lrs) or any(not 0 <= w <= 1 for w in a.warmups):
+        ap.error("--lrs must be > 0 and --warmups in [0, 1]")
+    if a.temperature != "auto":
+        try:
+            if float(a.temperature) < 0:
+                raise ValueError
+        except ValueError:
+            ap.error(f"--temperature: auto or a number >= 0, got '{a.temperature}'")
+    recipes = grid(a.lrs, a.warmups, a.qk_norms, a.shares)
+    try:
+        for r in recipes:
+            r.steps(a.steps)
+        confirm = confirmation_seeds(range(a.seeds), a.confirm_seeds, a.confirm_start)
+    except ValueError as e:
+        ap.error(str(e))
+    if len({r.slug for r in recipes}) != len(recipes):
+        ap.error("the grid repeats a recipe")
+    if not os.access(a.bin / "drope-train", os.X_OK) or not os.access(a.bin / "drope-eval", os.X_OK):
+        ap.error(f"--bin {a.bin}: no drope-train / drope-eval there (build first)")
+    st = Study(a.out, recipes, tuple(range(a.seeds)), confirm, a.steps, a.queries, tuple(sorted(a.multipliers)),
+               a.temperature, a.fit_queries, a.tolerance, a.threads)
+    return a, st
+
+
+def main(argv: list[str]) -> int:
+    sys.stdout.reconfigure(line_buffering=True)
+    a, st = parse(argv)
+    os.chdir(ROOT)
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
+    tag = f"[worker {os.getpid()}] " if a.worker else ""
+    d = Driver("recovery-study", a.bin, width=6)
+    workers: list[subprocess.Popen] = []
+    if not a.worker:
+        n = len(st.seeds) + len(st.confirm)
+        d.stage(f"recovery study in {st.out}: {len(st.recipes)} recipe(s), {len(st.seeds)} selection + "
+                f"{len(st.confirm)} confirmation seed(s), budget {st.steps} steps, {a.jobs} process(es)")
+        for r in st.recipes:
+            print(f"  {r.slug}: {r.describe(st.steps)}")
+        st.out.mkdir(parents=True, exist_ok=True)
+        extra = [*argv, "--worker", "--out", str(st.out), "--bin", str(a.bin)]
+        path = os.environ.get("PYTHONPATH")
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "scripts") + (f":{path}" if path else ""))
+        workers = [subprocess.Popen([sys.executable, "-m", "drope_scripts.recovery_study", *extra], cwd=ROOT, env=env)
+                   for _ in range(min(a.jobs, n) - 1)]
+    try:
+        rc = 0
+        try:
+            run(st, d, a.poll, report=not a.worker, tag=tag)
+        except ToolError as e:
+            print(f"recovery_study: {tag}{e}", file=sys.stderr)
+            rc = e.returncode or 1
+        except (results.ResultsError, ValueError, OSError, RuntimeError) as e:
+            print(f"recovery_study: {tag}{e}", file=sys.stderr)
+            rc = 1
+        for w in workers:
+            wrc = w.wait()
+            if wrc and not rc:
+                print(f"recovery_study: worker {w.pid} exited {wrc}", file=sys.stderr)
+                rc = wrc
+        return rc
+    except KeyboardInterrupt:
+        for w in workers:
+            w.wait()
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,162 @@
+"""scripts/drope_scripts/recovery_study.py without training: the Wilson interval, the recovery decision, the recipe
+grid, selection from held-out numbers only, fresh confirmation seeds, task claims and the worker loop, options.
+The tiny study end to end: test_recovery_study_e2e.py."""
+import json
+import multiprocessing
+
+import pytest
+
+from conftest import BIN, ROOT
+from drope_scripts import recovery_study as rs
+from drope_scripts.recovery_study import HELDOUT, TEST, Recipe, SeedResult
+
+
+def test_wilson_against_hand_computed_values():
+    # (k, n) → the interval from the roots of (n + z²)p² − (2k + z²)p + k²/n = 0, z = 1.95996 (worked by hand:
+    # 8/10 is the textbook example, 0.490–0.943).
+    cases = {(8, 10): (0.4901625, 0.9433178), (0, 10): (0.0, 0.2775328), (10, 10): (0.7224672, 1.0),
+             (1, 3): (0.0614919, 0.7923404)}
+    for (k, n), (lo, hi) in cases.items():
+        got = rs.wilson(k, n)
+        assert got == pytest.approx((lo, hi), abs=1e-6), (k, n)
+    lo, hi = rs.wilson(2, 10)  # symmetric: 2/10 mirrors 8/10
+    assert (lo, hi) == pytest.approx((1 - 0.9433178, 1 - 0.4901625), abs=1e-6)
+    for k, n in ((1, 0), (-1, 5), (6, 5)):
+        with pytest.raises(ValueError):
+            rs.wilson(k, n)
+
+
+def test_recovery_decision():
+    assert rs.recovered(98.0, 100.0)  # exactly 2 points below
+    assert not rs.recovered(97.9, 100.0)
+    assert rs.recovered(100.0, 99.0)  # above RoPE
+    assert rs.recovered(95.0, 100.0, tolerance=5.0) and not rs.recovered(95.0, 100.0, tolerance=4.9)
+    assert SeedResult("a", 0, HELDOUT, 99.9, 98.0, {}).recovered()
+    assert not SeedResult("a", 0, HELDOUT, 99.9, 52.0, {}).recovered()
+
+
+def test_recipes_and_the_equal_budget():
+    rec = rs.grid((1e-3, 3e-3), (0.1, 0.04), ("qk", "none"), (12.5, 25.0, 50.0))
+    assert len(rec) == 24 and len({r.slug for r in rec}) == 24
+    assert all("." not in r.slug for r in rec)
+    assert rec[0] == Recipe(1e-3, 0.1, "qk", 12.5)  # the grid's order: share, QK-norm, lr, warm-up
+    assert [(r.start(800), r.steps(800)) for r in rec[::8]] == [(700, 100), (600, 200), (400, 400)]
+    base = Recipe(1e-3, 0.1, "qk", 25.0)
+    assert base.slug == "lr1e-03-wu10-normqk-r25"
+    assert base.overrides(800) == ["train.steps=200", "schedule.warmup=20", "optim.lr=0.001", "drope.qk_norm=qk"]
+    assert Recipe(3e-3, 0.04, "none", 12.5).warmup_steps(800) == 4
+    with pytest.raises(ValueError, match="leaves 0 DroPE steps"):
+        Recipe(1e-3, 0.1, "qk", 12.5).steps(4)
+    st = study(rec, steps=800)
+    assert st.rope_every() == 100 and st.steps // st.rope_every() == 8  # keeps 100..800: every drop step
+
+
+def test_confirmation_seeds_are_fresh():
+    sel = range(10)
+    conf = rs.confirmation_seeds(sel, 10)
+    assert conf == tuple(range(1000, 1010)) and not set(conf) & set(sel)
+    with pytest.raises(ValueError, match="include selection seeds"):
+        rs.confirmation_seeds(range(10), 3, start=8)
+    assert rs.confirmation_seeds(range(10), 0) == ()
+
+
+def rows(recipe, split, accs, rope=100.0, far=50.0, seeds=range(4)):
+    return [SeedResult(recipe.slug, s, split, rope, a, {2: far, 4: far}) for s, a in zip(seeds, accs)]
+
+
+def test_selection_reads_only_held_out_numbers():
+    a, b = Recipe(1e-3, 0.1, "qk", 25.0), Recipe(3e-3, 0.1, "qk", 25.0)
+    seeds = range(4)
+    held = rows(a, HELDOUT, [100, 99, 99, 50]) + rows(b, HELDOUT, [100, 50, 50, 99])
+    # The test split (and a seed outside the selection) would favour b; selection must not look at them.
+    test = rows(a, TEST, [50, 50, 50, 50]) + rows(b, TEST, [100, 100, 100, 100], far=99.0)
+    extra = rows(b, HELDOUT, [100], seeds=[7])
+    chosen, ranking = rs.select(held + test + extra, [a, b], seeds, (1, 2, 4))
+    assert chosen == a
+    assert [(e["rank"], e["recipe"], e["summary"]["recovered"]) for e in ranking] == [(1, a, 3), (2, b, 2)]
+    assert ranking[0]["summary"]["seeds"] == [0, 1, 2, 3]
+    assert rs.select(held, [a, b], seeds, (1, 2, 4))[0] == a  # the same without the test rows
+    # Only test numbers for a recipe: refused, never filled in from the test split.
+    with pytest.raises(ValueError, match="no held-out result"):
+        rs.select(rows(a, HELDOUT, [100] * 4) + rows(b, TEST, [100] * 4), [a, b], seeds, (1, 2, 4))
+    # Ties on the recovery count: the higher mean held-out far accuracy, then accuracy at C, then grid order.
+    tie = rows(a, HELDOUT, [100] * 4, far=60.0) + rows(b, HELDOUT, [100] * 4, far=70.0)
+    assert rs.select(tie + rows(a, TEST, [100] * 4, far=99.0), [a, b], seeds, (1, 2, 4))[0] == b
+    same = rows(a, HELDOUT, [100] * 4) + rows(b, HELDOUT, [100] * 4)
+    assert rs.select(same, [a, b], seeds, (1, 2, 4))[0] == a
+    assert rs.select(same, [b, a], seeds, (1, 2, 4))[0] == b
+
+
+def test_recipe_summary_intervals():
+    a = Recipe(1e-3, 0.1, "qk", 25.0)
+    s = rs.recipe_summary(rows(a, TEST, [100, 99, 50, 100], far=80.0), (1, 2, 4))
+    assert (s["recovered"], s["n"], s["recovered_seeds"]) == (3, 4, [0, 1, 3])
+    assert (s["wilson_low"], s["wilson_high"]) == pytest.approx(rs.wilson(3, 4))
+    assert s["far"]["2"]["mean"] == 80.0 and s["far"]["2"]["half_width"] == 0.0 and set(s["far"]) == {"2", "4"}
+    assert s["accuracy"]["mean"] == pytest.approx(87.25) and s["accuracy"]["half_width"] > 0
+
+
+def _hold(path, ready, release):
+    with rs.claim(path) as mine:
+        ready.put(mine)
+        release.get()
+
+
+def test_claims_exclude_other_processes(tmp):
+    lock = tmp / "t.lock"
+    ctx = multiprocessing.get_context("fork")
+    ready, release = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=_hold, args=(lock, ready, release))
+    p.start()
+    assert ready.get(timeout=30) is True
+    with rs.claim(lock) as mine:
+        assert mine is False  # held by the other process
+    release.put(None)
+    p.join(30)
+    with rs.claim(lock) as mine:
+        assert mine is True  # free again once it let go (or died)
+
+
+def test_work_runs_each_task_once_in_dependency_order(tmp):
+    done, order = set(), []
+
+    def task(key, deps=()):
+        def run():
+            order.append(key)
+            done.add(key)
+        return rs.Task(key, deps, lambda: key in done, run)
+
+    tasks = [task("b", ("a",)), task("a"), task("c", ("b",))]
+    assert rs.work(tasks, tmp, poll=0.01) == 3
+    assert order == ["a", "b", "c"]
+    assert rs.work(tasks, tmp, poll=0.01) == 0  # all done: nothing runs again
+    assert json.loads((tmp / "timing" / "a.json").read_text())["task"] == "a"
+
+
+def study(recipes, steps=8, **kw):
+    base = dict(out=ROOT, recipes=tuple(recipes), seeds=(0, 1), confirm=(1000,), steps=steps, queries=8,
+                multipliers=(1, 2), temperature="auto", fit_queries=8, tolerance=2.0, threads=1)
+    return rs.Study(**{**base, **kw})
+
+
+
+
+def test_bad_options(tmp, capsys):
+    for args, needle in ((("--seeds", 0), "--seeds must be >= 1"),
+                         (("--multipliers", "2,4"), "including 1"),
+                         (("--qk-norms", "qq"), "--qk-norms"),
+                         (("--shares", "100"), "leaves 800 DroPE steps"),
+                         (("--confirm-start", 3), "include selection seeds"),
+                         (("--temperature", "hot"), "--temperature"),
+                         (("--lrs", "x"), "--lrs"),
+                         (("--bin", tmp), "no drope-train / drope-eval there")):
+        with pytest.raises(SystemExit) as e:
+            rs.parse(["--out", str(tmp / "bad"), *map(str, args)])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and needle in err, (args, err)
+        assert len(err.strip().splitlines()) == 1 and err.startswith("recovery_study: "), err
+    assert not (tmp / "bad").exists()
+    _, st = rs.parse(["--out", str(tmp / "q"), "--quick", "--bin", str(BIN)])
+    assert (len(st.recipes), st.seeds, st.confirm, st.steps) == (2, (0, 1), (1000, 1001), 80)
+    _, st = rs.parse(["--out", str(tmp / "full"), "--bin", str(BIN)])
+    assert (len(st.recipes), len(st.seeds), len(st.confirm), st.steps, st.queries) == (24, 10, 10, 800, 1000)

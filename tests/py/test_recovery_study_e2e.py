@@ -1,0 +1,62 @@
+"""scripts/drope_scripts/recovery_study.py end to end on a tiny study (8 training steps per run, two processes on
+one directory): held-out evaluations for the selection seeds only, test evaluations for the fresh seeds only, the
+report, reuse on a second run. About 21 tool runs, 53-83 s measured on 2 shared cores: ctest labels it slow
+(ctest -LE slow skips it)."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import BIN, ROOT
+from drope_scripts.recovery_study import HELDOUT, TEST
+
+
+def run_study(out, *extra, check=True):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "scripts"))
+    args = [sys.executable, "-m", "drope_scripts.recovery_study", "--out", out, "--bin", BIN, *extra]
+    r = subprocess.run([str(a) for a in args],
+                       capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    if check and r.returncode != 0:
+        raise AssertionError(f"exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
+    return r
+
+
+TINY = ("--steps", 8, "--seeds", 2, "--confirm-seeds", 1, "--lrs", "1e-3", "--warmups", "0.25", "--qk-norms", "qk",
+        "--shares", "25,50", "--multipliers", "1,2", "--queries", 8, "--fit-queries", 8, "--poll", "0.2")
+
+
+def test_tiny_study_end_to_end(tmp):
+    out = tmp / "study"
+    run_study(out, *TINY, "--jobs", 2)
+    doc = json.loads((out / "study.json").read_text())
+    assert doc["kind"] == "offset-key-recovery-study"
+    sel, conf = doc["selection"], doc["confirmation"]
+    assert sel["split"] == HELDOUT and sel["seeds"] == [0, 1] and len(sel["ranking"]) == 2
+    assert sel["selected"] == sel["ranking"][0]["recipe"]
+    assert conf["split"] == TEST and conf["seeds"] == [1000] and conf["recipe"] == sel["selected"]
+    assert conf["n"] == 1 and 0 <= conf["wilson_low"] <= conf["rate"] <= conf["wilson_high"] <= 1
+    assert doc["settings"]["rope_checkpoint_every"] == 2  # drop steps 6 and 4 of 8
+    for f in (out / "eval").glob("*.json"):
+        split = json.loads(f.read_text())["index_split"]
+        seed = int(f.stem.split("-s")[-1].split("-")[0])
+        assert split == (TEST if seed >= 1000 else HELDOUT), f.name
+        assert f.stem.endswith(split)
+    names = {f.name for f in (out / "eval").glob("*.json")}
+    assert len(names) == 2 + 2 * 2 + 2  # RoPE and 2 recipes × 2 selection seeds; RoPE and the chosen, 1 fresh seed
+    assert sum("-s1000-" in n for n in names) == 2
+    # the RoPE run kept the checkpoints the drop steps need
+    assert {p.name for p in (out / "train" / "rope-s0" / "checkpoints").iterdir()} >= {
+        "step-00000004", "step-00000006", "step-00000008"}
+    text = (out / "study.md").read_text()
+    assert "Selection protocol" in text and "--split heldout" in text and "(selected)" in text
+    assert "has not learned the task" in text  # 8 steps teach RoPE nothing: the report says so
+    lines = (out / "study.csv").read_text().splitlines()
+    assert lines[0].startswith("phase,split,recipe") and len(lines) == 1 + 4 + 1
+    # resumed: nothing recomputed
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "eval").glob("*.json")}
+    r = run_study(out, *TINY)
+    assert "done in" not in r.stdout
+    assert stamps == {p.name: p.stat().st_mtime_ns for p in (out / "eval").glob("*.json")}
+    # another budget on the same directory is refused
+    r = run_study(out, *TINY[:-2], "--steps", 16, check=False)
+    assert r.returncode == 1 and "settings.json" in r.stderr and "use another --out" in r.stderr
