@@ -27,6 +27,9 @@ PROSE = ("It was a bright cold day in April, and the clocks were striking thirte
          "tacked to the wall. It depicted simply an enormous face, more than a metre wide: the face of a man of "
          "about forty-five, with a heavy black moustache and ruggedly handsome features.")
 
+# RoPE scaling past the context, as drope-eval --rope-scaling names them (factor 2: 16K from 8K).
+LONG_METHODS = ("pi", "ntk", "yarn")
+
 
 def run(cmd, log):
     t0 = time.time()
@@ -143,7 +146,7 @@ def main(argv):
     drop = ppl(build, dropped, a.heldout, out, "ppl-drope-norecal", [512, 2048], [], windows, force)
     long = {}
     if not a.quick:
-        for method in ("linear", "ntk", "yarn"):
+        for method in LONG_METHODS:
             print(f"[real-model] 16K with {method}", flush=True)
             long[method] = ppl(build, model, a.heldout, out, f"ppl-16k-{method}", [16384],
                                ["--rope-scaling", method, "--factor", 2], 1, force)

@@ -20,3 +20,11 @@ def test_render_has_every_row():
     assert "| single_1 | 100 | 50 |" in md and "| multivalue | 75 | – |" in md
     assert "| as released (RoPE) | 32.96 | 40.04 |" in md and "| DroPE, no recalibration | 265.5 | – |" in md
     assert "| 16K with yarn x2 | 16384: 51.20 |" in md
+
+
+def test_long_context_methods_are_names_drope_eval_accepts():
+    from conftest import run_cli
+
+    help_text = run_cli("drope-eval", "ppl", "--help").stdout
+    accepted = help_text.split("--rope-scaling", 1)[1].split("{", 1)[1].split("}", 1)[0].split(",")
+    assert set(real_model.LONG_METHODS) <= set(accepted), (real_model.LONG_METHODS, accepted)
