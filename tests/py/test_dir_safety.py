@@ -164,14 +164,17 @@ def test_a_fifo_log_is_refused_on_resume(tmp):
 def test_outputs_written_whole_are_locked_beside_them(tmp):
     """drope-model, drope-data and drope-eval lock '.<name>.drope-lock' next to their output while they write
     it; here this test process holds that lock, as a second tool would."""
-    run_cli("drope-model", "init", "--preset", "micro", "--out", tmp / "m0")
+    (tmp / "v300.yaml").write_text("model: {preset: micro, vocab_size: 300}\n")
+    run_cli("drope-model", "init", "--config", tmp / "v300.yaml", "--out", tmp / "m0")
+    text = tmp / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog.\n\n" * 40)
     cases = [
         (tmp / "m", ("drope-model", "init", "--preset", "micro", "--out", tmp / "m")),
-        (tmp / "m", ("drope-model", "drop", "--model", tmp / "m0", "--out", tmp / "m")),
-        (tmp / "ds", ("drope-data", "prepare", "-i", "/usr/share/common-licenses/GPL-3", "--paragraphs",
-                      "--train-tokenizer", "--vocab-size", 200, "--out", tmp / "ds")),
-        (tmp / "res" / "ppl", ("drope-eval", "ppl", "--model", tmp / "m0", "--data", tmp / "ds", "--lengths", 16,
-                               "--out", tmp / "res" / "ppl")),  # the dataset of the case before
+        (tmp / "m2", ("drope-model", "drop", "--model", tmp / "m0", "--out", tmp / "m2")),
+        (tmp / "ds", ("drope-data", "prepare", "-i", text, "--paragraphs", "--train-tokenizer", "--vocab-size", 300,
+                      "--out", tmp / "ds")),
+        (tmp / "res" / "ppl", ("drope-eval", "ppl", "--model", tmp / "m0", "--tokenizer", tmp / "ds", "--data", text,
+                               "--lengths", 16, "--out", tmp / "res" / "ppl")),  # the tokenizer of the case before
     ]
     for out, cmd in cases:
         out.parent.mkdir(parents=True, exist_ok=True)
