@@ -67,3 +67,34 @@ def test_size_flags_are_bounded_before_anything_runs(tmp_path):
     r, _ = run(BIN / "drope-analyze", "bias-grad", "--seqs", "1000000000", "--out", tmp_path / "bg")
     assert r.returncode == 1 and "--seqs" in r.stderr, r.stderr
     assert not (tmp_path / "bg").exists()
+
+
+def mem_available():
+    for line in pathlib.Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def sparse_files(d, total, each=(4 << 30) - 1):
+    """Files of `each` bytes (sparse: no disk used) under `d` adding up to at least `total` bytes."""
+    d.mkdir(parents=True, exist_ok=True)
+    for i in range(-(-total // each)):
+        with open(d / f"part{i:03}.txt", "wb") as f:
+            f.truncate(each)
+    return d
+
+
+def test_a_byte_corpus_larger_than_memory_is_refused_before_reading(tmp_path):
+    """data.text is held in memory (one byte per token): a corpus larger than the memory available is one
+    clear error naming data.text, found from the file sizes before anything is read."""
+    corpus = sparse_files(tmp_path / "corpus", 2 * mem_available() + (1 << 30))
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"run: {{name: big, out_dir: {tmp_path / 'run'}}}\nmodel: {{preset: micro, max_position: 32}}\n"
+                   f"data: {{text: {corpus}, seq_len: 32, batch_size: 4}}\ntrain: {{steps: 2}}\n")
+    r, secs = run(BIN / "drope-train", cfg, "--quiet", timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert f"data.text {corpus}" in r.stderr and "GiB" in r.stderr and "memory is available" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert secs < 30
+    assert not (tmp_path / "run").exists()
