@@ -98,3 +98,24 @@ def test_a_byte_corpus_larger_than_memory_is_refused_before_reading(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert secs < 30
     assert not (tmp_path / "run").exists()
+
+
+def test_analyses_read_only_the_text_they_use(tmp_path):
+    """attention --text reads --max-tokens bytes of its file and needle-attention only as much of its haystack
+    as the prompt needs, so a file of nearly 4 GiB on one line costs nothing."""
+    m = tmp_path / "m"
+    r, _ = run(BIN / "drope-model", "init", "--preset", "micro", "--out", m)
+    assert r.returncode == 0, r.stderr
+    huge = tmp_path / "one-line.txt"
+    with open(huge, "wb") as f:
+        f.write(b"The grass is green. The sky is blue. " * 4)
+        f.truncate((4 << 30) - 1)  # the rest: NUL bytes, no line break
+    r, secs = run(BIN / "drope-analyze", "attention", "--model", m, "--text", huge, "--max-tokens", 16, "--layer", 0,
+                  "--head", 0, "--out", tmp_path / "att")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "att" / "attention_L0_H0.png").exists() and secs < 60
+    r, secs = run(BIN / "drope-analyze", "needle-attention", "--model", m, "--haystack", huge, "--length", 400,
+                  "--out", tmp_path / "na")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "na" / "needle_attention.json").read_text())
+    assert doc["runs"][0]["prompt_tokens"] == 400 and secs < 60
