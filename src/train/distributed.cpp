@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include <c10/util/Logging.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -70,6 +71,20 @@ struct Distributed::Impl {
 };
 
 namespace {
+// Raises c10's log threshold to fatal while it lives. TCPStore logs each failed attempt to reach the store as
+// an error or warning that carries a C++ backtrace; the failure is reported as one error line instead.
+class QuietC10Logs {
+ public:
+  QuietC10Logs() : saved_(FLAGS_caffe2_log_level) { FLAGS_caffe2_log_level = kFatal; }
+  ~QuietC10Logs() { FLAGS_caffe2_log_level = saved_; }
+  QuietC10Logs(const QuietC10Logs&) = delete;
+  QuietC10Logs& operator=(const QuietC10Logs&) = delete;
+
+ private:
+  static constexpr int kFatal = 3;  // c10::GLOG_FATAL: also what c10d's own level check compares with
+  int saved_;
+};
+
 // The first line of an exception's message, without the C++ backtrace that c10 errors carry.
 std::string first_line(const std::exception& e) {
   std::string detail = e.what();
@@ -107,6 +122,7 @@ Distributed::Distributed(const DistEnv& e, const torch::Device& device, double t
   so.waitWorkers = false;
   so.timeout = timeout;
   try {
+    const QuietC10Logs quiet;
     auto tcp = c10::make_intrusive<c10d::TCPStore>(e.master_addr, so);
     impl_->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("drope/{}", e.restart_count), tcp);
   } catch (const std::exception& ex) {
