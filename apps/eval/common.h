@@ -53,6 +53,10 @@ eval::MethodSpec& method_of(Run& r) {
 // The --out of a run (a prefix, a file or, with --dump, none).
 inline const std::string& output_of(const eval::NiahRun& r) { return r.c.out; }
 inline const std::string& output_of(const eval::NiahGridRun& r) { return r.c.out; }
+inline std::string output_of(const eval::LongBenchRun& r) {
+  if (!r.out.empty()) return r.out;
+  return r.e ? "longbench_e" : "longbench";  // run_longbench's default
+}
 template <typename Run>
 const std::string& output_of(const Run& r) {
   return r.out;
