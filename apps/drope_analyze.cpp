@@ -13,7 +13,24 @@
 #include "cli_numbers.h"
 #include "drope/analyze/runners.h"
 #include "drope/config/names.h"
+#include "drope/core/files.h"
 #include "log_flags.h"
+
+namespace {
+
+using Inputs = std::vector<std::pair<std::string, std::string>>;
+
+// Refuses --out when it is an input or inside one (check_output_paths), then locks it for the run: a second
+// drope-analyze writing the same directory is refused. An empty `out` (print only) is neither.
+drope::DirLock claim_out(const std::string& out, const Inputs& inputs) {
+  if (out.empty()) return {};
+  drope::check_output_paths("--out", out, {out}, inputs);
+  return drope::DirLock(out, drope::DirLock::Where::kInside);
+}
+
+Inputs model_inputs(const drope::analyze::ModelChoice& m) { return {{"--model", m.dir}, {"--config", m.config}}; }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   namespace an = drope::analyze;
@@ -91,19 +108,32 @@ int main(int argc, char** argv) {
 
   return drope::app::run([&] {
     if (na->parsed()) {
+      Inputs in = {{"--tokenizer", nd.tokenizer}, {"--haystack", nd.haystack}};
+      for (const auto& m : nd.models) in.emplace_back("--model", m);
+      const auto lock = claim_out(nd.out, in);
       an::run_needle_attention(nd);
     } else if (rs->parsed()) {
+      const auto lock = claim_out(rsr.out, {});
       an::run_rope_scaling(rsr);
     } else if (bg->parsed()) {
       drope::app::check_size_flag("--seqs", bgr.seqs, 1, 1 << 16);
       drope::app::check_size_flag("--seeds", bgr.seeds, 1, 1 << 16);
       drope::app::check_size_flag("--seq-len", bgr.seq_len, 2, drope::app::kMaxTokensFlag);
+      Inputs in = {{"--text", bgr.text}};
+      for (const auto& m : bgr.models) in.emplace_back("--model", m);
+      for (const auto& c : bgr.configs) in.emplace_back("--config", c);
+      const auto lock = claim_out(bgr.out, in);
       an::run_bias_grad(bgr);
     } else if (cs->parsed()) {
       drope::app::check_size_flag("--seq-len", csr.seq_len, 2, drope::app::kMaxTokensFlag);
+      const auto lock = claim_out(csr.out, model_inputs(csr.model));
       an::run_constant_seq(csr);
     } else {
       drope::app::check_size_flag("--max-tokens", amr.max_tokens, 1, drope::app::kMaxTokensFlag);
+      Inputs in = model_inputs(amr.model);
+      in.emplace_back("--text", amr.text);
+      in.emplace_back("--tokens", amr.tokens);
+      const auto lock = claim_out(amr.out, in);
       an::run_attention_map(amr);
     }
     return 0;

@@ -8,6 +8,7 @@
 #include "app_common.h"
 #include "cli_numbers.h"
 #include "drope/bench/runners.h"
+#include "drope/core/files.h"
 #include "log_flags.h"
 
 int main(int argc, char** argv) {
@@ -107,6 +108,7 @@ int main(int argc, char** argv) {
       check_size_flag("--prefill-chunk", g.chunk, 1, drope::app::kMaxTokensFlag);
       check_size_flag("--repeats", g.repeats, 1, 1 << 20);
       check_size_flag("--threads", g.threads, 0, 1 << 12);
+      if (!g.json.empty()) drope::check_output_paths("--json", g.json, {g.json}, {{"--model", g.model}});
       drope::bench::run_generate(g);
     } else {
       ar.default_impls = impls_opt->count() == 0;

@@ -1,5 +1,4 @@
 // drope-model: create, inspect, convert and DroPE-transform model directories.
-#include <filesystem>
 #include <map>
 #include <utility>
 #include <vector>
@@ -10,6 +9,7 @@
 #include "app_common.h"
 #include "cli_numbers.h"
 #include "drope/core/error.h"
+#include "drope/core/files.h"
 #include "drope/core/gguf.h"
 #include "drope/core/log.h"
 #include "drope/io/model_io.h"
@@ -78,9 +78,7 @@ std::vector<std::pair<std::string, std::string>> gguf_extras(const std::string& 
 // `drope-model gguf`: a GGUF file's metadata and tensor table; with `out`, every tensor dequantised to float32
 // (GGUF names, row-major shapes) in one safetensors file.
 void gguf_info(const std::string& path, const std::string& out) {
-  std::error_code ec;
-  if (!out.empty() && std::filesystem::equivalent(path, out, ec))
-    drope::fail("--dequantize {}: that is the input file", out);
+  if (!out.empty()) drope::check_output_paths("--dequantize", out, {out}, {{"--file", path}});
   const drope::gguf::File f(path);
   const auto& h = f.header();
   fmt::print("GGUF v{}  {} metadata keys  {} tensors  alignment {}\n", h.version, h.meta.size(), h.tensors.size(),

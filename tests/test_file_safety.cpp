@@ -123,6 +123,45 @@ TEST(FileSafety, AnOutputIsNeverAnInputNorInsideOneNorHoldsOne) {
   drope::check_output_dir(model.string(), model_rule({{"--model", (dir / "absent").string()}, {"--tokenizer", ""}}));
 }
 
+TEST(FileSafety, OutputsWrittenInPlaceAreNeverAnInputNorInsideOne) {
+  const auto dir = fs::path(tmp_dir("file_safety_output_paths"));
+  const auto model = dir / "m";
+  fs::create_directories(model);
+  touch(model / "model.safetensors", "weights");
+  touch(dir / "a.json", "{}");
+  fs::create_symlink(model, dir / "link");
+  const std::vector<std::pair<std::string, std::string>> in = {
+      {"--model", model.string()}, {"FILES", (dir / "a.json").string()}, {"--tokenizer", ""}};
+  auto check = [&](const fs::path& out, const std::vector<std::string>& paths) {
+    drope::check_output_paths("--out", out.string(), paths, in);
+  };
+  // A file inside the model, however spelled, the model itself, and an input file.
+  for (const auto& out : {model / "model.safetensors", dir / "link" / "x.safetensors", dir / "m" / "." / "sub" / "y"})
+    expect_error([&] { check(out, {out.string()}); }, {"--out", out.string(), "is inside the input --model"});
+  for (const auto& out : {model, dir / "link", model / ""})
+    expect_error([&] { check(out, {out.string()}); }, {"--out", "is the input --model", model.string()});
+  expect_error([&] { check(dir / "a.json", {(dir / "a.json").string()}); }, {"is the input FILES"});
+  // A prefix whose files would include an input names that file.
+  const auto prefix = (dir / "a").string();
+  expect_error([&] { check(prefix, {prefix + ".json", prefix + ".csv"}); },
+               {"--out " + prefix + " (file " + prefix + ".json) is the input FILES"});
+  // Beside the inputs, or around them: fine (nothing of theirs is written).
+  check(dir / "b", {(dir / "b.json").string(), (dir / "b.csv").string()});
+  check(dir, {dir.string()});
+  check(dir / "out" / "logits.safetensors", {(dir / "out" / "logits.safetensors").string()});
+  EXPECT_EQ(drope::read_file((model / "model.safetensors").string()), "weights");
+}
+
+TEST(FileSafety, APrefixOfAFileIsReadAlone) {
+  const auto dir = fs::path(tmp_dir("file_safety_prefix"));
+  touch(dir / "t.txt", "0123456789");
+  EXPECT_EQ(drope::read_file_prefix((dir / "t.txt").string(), 4), "0123");
+  EXPECT_EQ(drope::read_file_prefix((dir / "t.txt").string(), 100), "0123456789");
+  EXPECT_EQ(drope::read_file_prefix((dir / "t.txt").string(), 0), "");
+  expect_error([&] { drope::read_file_prefix((dir / "none").string(), 4); }, {"none", "not found"});
+  expect_error([&] { drope::read_file_prefix(dir.string(), 4); }, {"a directory"});
+}
+
 namespace {
 
 // A child process that takes DirLock(dir, where) and holds it until killed; returns its pid once it holds it.

@@ -8,8 +8,10 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "drope/core/files.h"
 #include "drope/io/model_io.h"
@@ -164,6 +166,55 @@ TEST(ModelIO, NonFiniteWeightsAreRefusedNamingTensorAndFile) {
   const bool in_b = std::any_of(b.begin(), b.end(), [&](const auto& kv) { return kv.first == bad; });
   test::expect_error([&] { io::load_model(d + "/sharded"); },
                      {bad + " in " + d + "/sharded/" + (in_b ? "b" : "a") + ".safetensors has 1 non-finite value "});
+}
+
+TEST(ModelIO, ShardErrorsNameTheIndexKeyThatPointsAtTheShard) {
+  auto cfg = model_preset("micro");
+  DecoderLM m(cfg);
+  m->reset_parameters(5);
+  const auto d = test::tmp_dir("model_index") + "/m";
+  io::save_model(m, d);
+  fs::remove(d + "/model.safetensors");
+  std::vector<std::pair<std::string, at::Tensor>> a, b;
+  std::map<std::string, std::string> where;
+  for (const auto& kv : m->named_parameters()) {
+    const bool in_b = a.size() > b.size();
+    (in_b ? b : a).emplace_back(kv.key(), kv.value().detach().clone());
+    where[kv.key()] = in_b ? "b.safetensors" : "a.safetensors";
+  }
+  const std::string index_path = d + "/model.safetensors.index.json";
+  auto write_index = [&](const std::map<std::string, std::string>& w) {
+    nlohmann::json j = {{"metadata", nlohmann::json::object()}, {"weight_map", w}};
+    write_file_atomic(index_path, j.dump());
+  };
+  io::save_safetensors(d + "/a.safetensors", a);
+  io::save_safetensors(d + "/b.safetensors", b);
+  write_index(where);
+  EXPECT_NO_THROW(io::load_model(d));
+  // The first key (in name order) that names b.safetensors.
+  std::string b_key;
+  for (const auto& [k, f] : where)
+    if (f == "b.safetensors" && b_key.empty()) b_key = k;
+  const size_t b_count = b.size();
+  fs::rename(d + "/b.safetensors", d + "/b.moved");
+  test::expect_error([&] { io::load_model(d); },
+                     {index_path + ": weight_map['" + b_key + "'] (and " + std::to_string(b_count - 1) +
+                          " more) names the shard b.safetensors",
+                      "not found"});
+  const std::string bytes = read_file(d + "/b.moved");
+  write_file_atomic(d + "/b.safetensors", bytes.substr(0, bytes.size() / 2));  // truncated
+  test::expect_error([&] { io::load_model(d); }, {index_path + ": weight_map['" + b_key + "']", "b.safetensors"});
+  write_file_atomic(d + "/b.safetensors", bytes);
+  // A key that names a shard without that tensor (it is in the other one).
+  auto wrong = where;
+  const std::string a_key = a.front().first;
+  wrong[a_key] = "b.safetensors";
+  write_index(wrong);
+  test::expect_error([&] { io::load_model(d); }, {index_path + ": weight_map['" + a_key +
+                                                  "'] names the shard b.safetensors, which holds no tensor '" + a_key +
+                                                  "' (it is in " + d + "/a.safetensors)"});
+  write_index({});
+  test::expect_error([&] { io::load_model(d); }, {index_path, "weight_map is empty"});
 }
 
 TEST(ModelIO, HfConfigErrors) {

@@ -23,6 +23,19 @@ void add_method_options(CLI::App* cmd, MethodOptions& o) {
   cmd->add_option("--threads", o.threads, "Intra-op CPU threads (default: LibTorch's)");
 }
 
+std::vector<std::string> prefix_outputs(const std::string& prefix) {
+  std::vector<std::string> paths;
+  for (const char* ext : {".json", ".csv", ".md", ".png", ".svg", ".samples.jsonl", "-pred"})
+    paths.push_back(prefix + ext);
+  return paths;
+}
+
+DirLock claim_output(const std::string& out, const std::vector<std::string>& paths, const Inputs& inputs) {
+  if (out.empty()) return DirLock();
+  check_output_paths("--out", out, paths, inputs);
+  return DirLock(out, DirLock::Where::kBeside);
+}
+
 eval::MethodSpec method_spec(const MethodOptions& o) {
   eval::MethodSpec m;
   m.model_dir = o.model_dir;

@@ -7,6 +7,8 @@
 #include <string>
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -51,20 +53,64 @@ eval::MethodSpec& method_of(Run& r) {
 // The --out of a run (a prefix, a file or, with --dump, none).
 inline const std::string& output_of(const eval::NiahRun& r) { return r.c.out; }
 inline const std::string& output_of(const eval::NiahGridRun& r) { return r.c.out; }
+inline std::string output_of(const eval::LongBenchRun& r) {
+  if (!r.out.empty()) return r.out;
+  return r.e ? "longbench_e" : "longbench";  // run_longbench's default
+}
 template <typename Run>
 const std::string& output_of(const Run& r) {
   return r.out;
 }
 
-// Registers cmd's callback: the method from the flags, then fn(run) holding a lock on --out (a second
-// drope-eval writing the same output is refused); the exit status goes to rc.
+// What a run reads, as (flag, path) pairs for the output rule (check_output_paths).
+using Inputs = std::vector<std::pair<std::string, std::string>>;
+
+// The files an output prefix names: <prefix>.json/.csv/.md tables, .png/.svg plots, .samples.jsonl and the
+// <prefix>-pred directory of predictions.
+std::vector<std::string> prefix_outputs(const std::string& prefix);
+
+// The inputs of each run beyond --model and --tokenizer.
+inline Inputs run_inputs(const eval::PplRun& r) {
+  Inputs in;
+  for (const auto& p : r.data.paths) in.emplace_back("--data", p);
+  for (const auto& p : r.with) in.emplace_back("--with", p);
+  return in;
+}
+inline Inputs run_inputs(const eval::TemperatureFitRun& r) {
+  Inputs in;
+  for (const auto& p : r.data.paths) in.emplace_back("--data", p);
+  return in;
+}
+inline Inputs run_inputs(const eval::NiahRun& r) { return {{"--haystack", r.c.haystack}}; }
+inline Inputs run_inputs(const eval::NiahGridRun& r) { return {{"--haystack", r.c.haystack}}; }
+inline Inputs run_inputs(const eval::LongBenchRun& r) { return {{"--data", r.data}}; }
+inline Inputs run_inputs(const eval::GenerateRun& r) { return {{"--prompts", r.prompts_file}}; }
+template <typename Run>
+Inputs run_inputs(const Run&) {
+  return {};
+}
+
+// The files the output of a run names: those of a prefix, or the one file of `generate`.
+inline std::vector<std::string> output_paths(const eval::GenerateRun& r) { return {r.out}; }
+template <typename Run>
+std::vector<std::string> output_paths(const Run& r) {
+  return prefix_outputs(output_of(r));
+}
+
+// Refuses --out when it is an input, inside one or would write over one (check_output_paths), then locks it
+// (a second drope-eval writing the same output is refused). An empty `out` is neither checked nor locked.
+DirLock claim_output(const std::string& out, const std::vector<std::string>& paths, const Inputs& inputs);
+
+// Registers cmd's callback: the method from the flags, then fn(run) holding the claim on --out; the exit
+// status goes to rc.
 template <typename Run>
 void on_run(CLI::App* cmd, const std::shared_ptr<MethodRun<Run>>& o, int& rc, void (*fn)(const Run&)) {
   cmd->callback([o, &rc, fn] {
     rc = app::run([&] {
       method_of(o->run) = method_spec(o->m);
-      const std::string& out = output_of(o->run);
-      const DirLock lock = out.empty() ? DirLock() : DirLock(out, DirLock::Where::kBeside);
+      Inputs in = {{"--model", o->m.model_dir}, {"--tokenizer", o->m.tokenizer}};
+      for (auto& i : run_inputs(o->run)) in.push_back(std::move(i));
+      const DirLock lock = claim_output(output_of(o->run), output_paths(o->run), in);
       fn(o->run);
       return 0;
     });

@@ -14,7 +14,14 @@ void add_compare_command(CLI::App& cli, int& rc) {
   cmd->add_option("--plot", o->plot,
                   "Also plot summary entries <name>@L vs L per method (e.g. far, acc, ppl); files sharing a label "
                   "are seeds: mean and min-max band");
-  cmd->callback([o, &rc] { rc = app::run([&] { return eval::run_compare(*o), 0; }); });
+  cmd->callback([o, &rc] {
+    rc = app::run([&] {
+      Inputs in;
+      for (const auto& f : o->files) in.emplace_back("FILES", f);
+      const DirLock lock = claim_output(o->out, prefix_outputs(o->out), in);
+      return eval::run_compare(*o), 0;
+    });
+  });
 }
 
 }  // namespace drope::evalcli

@@ -20,6 +20,7 @@ void add_logits_command(CLI::App& cli, int& rc) {
   cmd->add_option("--out", o->out, "Output .safetensors with 'logits' float32 [batch, seq, vocab]")->required();
   cmd->callback([o, &rc] {
     rc = app::run([&] {
+      const DirLock lock = claim_output(o->out, {o->out}, {{"--model", o->model_dir}, {"--tokens", o->tokens}});
       auto model = io::load_model(o->model_dir);
       auto batch = eval::read_token_batch(o->tokens, model->config().vocab_size);
       eval::write_logits(model, batch, o->out);

@@ -1,5 +1,7 @@
 // Flags of `drope-eval longbench` and `drope-eval longbench-score` (eval::run_longbench,
 // eval::run_longbench_score).
+#include <filesystem>
+
 #include "eval/common.h"
 
 namespace drope::evalcli {
@@ -33,7 +35,21 @@ void add_longbench_commands(CLI::App& cli, int& rc) {
       ->required();
   score->add_flag("--e", s->e, "LongBench-E: scores per length bucket (needs 'length')");
   score->add_option("--out", s->out, "Output prefix for .json/.csv/.md (default <pred>/result)");
-  score->callback([s, &rc] { rc = app::run([&] { return eval::run_longbench_score(*s), 0; }); });
+  score->callback([s, &rc] {
+    rc = app::run([&] {
+      // The default output lies in --pred beside the predictions, so the inputs are the prediction files.
+      if (s->out.empty()) s->out = (std::filesystem::path(s->pred) / "result").string();
+      Inputs in;
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(s->pred, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.size() >= 5 && name.compare(name.size() - 5, 5, "jsonl") == 0)
+          in.emplace_back("--pred", e.path().string());
+      }
+      const DirLock lock = claim_output(s->out, prefix_outputs(s->out), in);
+      return eval::run_longbench_score(*s), 0;
+    });
+  });
 }
 
 }  // namespace drope::evalcli

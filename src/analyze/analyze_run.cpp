@@ -208,9 +208,9 @@ void run_attention_map(const AttentionMapRun& r) {
   torch::Tensor ids;  // (1, T)
   std::vector<std::string> labels;
   if (!r.text.empty()) {
-    auto bytes = byte_tokens(r.text, model->config().vocab_size);
-    bytes.resize(std::min<size_t>(bytes.size(), size_t(r.max_tokens)));
-    ids = torch::tensor(bytes, torch::kLong).view({1, -1});
+    const std::string bytes = byte_tokens(r.text, model->config().vocab_size, r.max_tokens);
+    ids = torch::empty({1, int64_t(bytes.size())}, torch::kLong);
+    for (size_t i = 0; i < bytes.size(); ++i) ids.data_ptr<int64_t>()[i] = static_cast<unsigned char>(bytes[i]);
     labels = byte_labels(ids);
   } else {
     auto batch = eval::read_token_batch(r.tokens, model->config().vocab_size);  // (B, T)

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/eval/results.h"
@@ -93,22 +94,30 @@ Spread spread_of(const std::vector<double>& v) {
   return s;
 }
 
-torch::Tensor sample_tokens(int64_t vocab, int64_t T, uint64_t seed, const std::vector<int64_t>& text) {
+torch::Tensor sample_tokens(int64_t vocab, int64_t T, uint64_t seed, const std::string& text) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   if (text.empty()) return at::randint(vocab, {1, T}, gen, torch::TensorOptions().dtype(torch::kLong));
   TORCH_CHECK(int64_t(text.size()) >= T, "sample_tokens: text has ", text.size(), " tokens, need ", T);
   const int64_t start =
       at::randint(int64_t(text.size()) - T + 1, {1}, gen, torch::TensorOptions().dtype(torch::kLong)).item<int64_t>();
-  return torch::tensor(std::vector<int64_t>(text.begin() + start, text.begin() + start + T), torch::kLong).view({1, T});
+  auto ids = torch::empty({1, T}, torch::kLong);
+  auto* out = ids.data_ptr<int64_t>();
+  for (int64_t t = 0; t < T; ++t) out[t] = static_cast<unsigned char>(text[size_t(start + t)]);
+  return ids;
 }
 
-std::vector<int64_t> byte_tokens(const std::string& path, int64_t vocab) {
+std::string byte_tokens(const std::string& path, int64_t vocab, int64_t max_tokens) {
   if (vocab < 256) fail("{}: byte-level tokens need a vocabulary of at least 256, the model has {}", path, vocab);
-  const std::string bytes = read_file(path);
+  std::string bytes;
+  if (max_tokens > 0) {
+    bytes = read_file_prefix(path, uint64_t(max_tokens));
+  } else {
+    check_memory_estimate(double(InputFile(path).size()), fmt::format("{}: the text read whole", path),
+                          "use a shorter text file");
+    bytes = read_file(path);
+  }
   if (bytes.empty()) fail("{}: the text file is empty", path);
-  std::vector<int64_t> out(bytes.size());
-  for (size_t i = 0; i < bytes.size(); ++i) out[i] = int64_t(static_cast<unsigned char>(bytes[i]));
-  return out;
+  return bytes;
 }
 
 BiasGradReport bias_grad_study(DecoderLM& model, const std::string& name, const std::string& source,

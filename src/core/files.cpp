@@ -146,6 +146,28 @@ void check_output_dir(const std::string& dir, const OutputDirRule& rule) {
        markers, rule.force_hint.empty() ? "" : " (" + rule.force_hint + ")");
 }
 
+void check_output_paths(const std::string& flag, const std::string& out, const std::vector<std::string>& paths,
+                        const std::vector<std::pair<std::string, std::string>>& inputs) {
+  if (out.empty()) fail("{}: no output given", flag);
+  for (const auto& [name, in] : inputs) {
+    if (in.empty()) continue;
+    const auto in_id = file_id(in);
+    if (!in_id) continue;
+    for (const auto& p : paths) {
+      const std::string what =
+          p == out ? fmt::format("{} {}", flag, out) : fmt::format("{} {} (file {})", flag, out, p);
+      std::error_code ec;
+      if (file_id(fs::weakly_canonical(fs::absolute(p), ec)) == in_id)
+        fail("{} is the input {} {}; choose another output", what, name, in);
+      fs::path full = fs::absolute(p).lexically_normal();
+      if (full.filename().empty() && full.has_relative_path()) full = full.parent_path();  // "dir/" is dir
+      const fs::path parent = full.parent_path();
+      if (is_at_or_above(*in_id, parent))
+        fail("{} is inside the input {} {}; choose an output outside it", what, name, in);
+    }
+  }
+}
+
 namespace {
 
 // "<pid> (<program>)" of a live process, or "<pid>" when /proc does not say. The program is argv[0]'s file
@@ -357,6 +379,23 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
       fail("{}: read error ({})", path, std::strerror(errno));
     }
     if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  return out;
+}
+
+std::string read_file_prefix(const std::string& path, uint64_t max_bytes) {
+  InputFile f(path);
+  std::string out(static_cast<size_t>(std::min(max_bytes, f.size())), '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::read(f.fd(), out.data() + got, out.size() - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("{}: read error ({})", path, std::strerror(errno));
+    }
+    if (n == 0) break;  // the file shrank since fstat
     got += static_cast<size_t>(n);
   }
   out.resize(got);

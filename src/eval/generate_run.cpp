@@ -12,9 +12,16 @@ namespace drope::eval {
 
 void run_generate(const GenerateRun& r) {
   std::vector<std::string> prompts = r.prompts;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (prompts[i].size() > kMaxPromptBytes)
+      fail("--prompt {}: {} bytes, more than the {} MiB a prompt may have", i + 1, prompts[i].size(),
+           kMaxPromptBytes >> 20);
   if (!r.prompts_file.empty())
     text::for_each_jsonl_object(r.prompts_file, [&](int64_t line, const nlohmann::json& j) {
       prompts.push_back(text::jsonl_string(j, "prompt", r.prompts_file, line));
+      if (prompts.back().size() > kMaxPromptBytes)
+        fail("{}:{}: the prompt is {} bytes, more than the {} MiB a prompt may have", r.prompts_file, line,
+             prompts.back().size(), kMaxPromptBytes >> 20);
       return true;
     });
   if (prompts.empty()) fail("give --prompt or --prompts");

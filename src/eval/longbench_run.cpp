@@ -79,8 +79,16 @@ void run_longbench(const LongBenchRun& r) {
   if (r.max_length < 0) fail("--max-length must be > 0, got {}", r.max_length);
   const auto tasks = lb::parse_tasks(r.tasks, r.e);
   if (!r.chat_format.empty()) lb::format_prompt(r.chat_format, {{"prompt", ""}});  // validate early
-  // Validate every data file before loading the model, so a bad file costs no generation time.
-  for (const auto* ds : tasks) lb::read_samples(data_file(r.data, *ds, r.e), *ds, r.limit);
+  // Validate every data file before loading the model, so a bad file costs no generation time. A prompt is
+  // tokenised whole before the middle truncation: one above kMaxPromptBytes is refused here.
+  for (const auto* ds : tasks) {
+    const std::string path = data_file(r.data, *ds, r.e);
+    for (const auto& s : lb::read_samples(path, *ds, r.limit))
+      if (const size_t n = lb::build_prompt(*ds, s).size(); n > kMaxPromptBytes)
+        fail("{}:{}: the prompt is {} bytes, more than the {} MiB a prompt may have (it is tokenised whole for "
+             "the middle truncation)",
+             path, s.line, n, kMaxPromptBytes >> 20);
+  }
   const std::string prefix = r.out.empty() ? (r.e ? "longbench_e" : "longbench") : r.out;
   const std::string pred_dir = prefix + "-pred";
 

@@ -40,18 +40,20 @@ EvalModel load_eval_model(const MethodSpec& m, bool need_tokenizer) {
       em.label += "+" + dropped.str();
     }
   }
-  if (need_tokenizer) {
-    const std::string tpath = m.tokenizer.empty() ? m.model_dir : m.tokenizer;
-    const bool has = !m.tokenizer.empty() || gguf::is_gguf_path(tpath) ||
-                     fs::exists(fs::path(tpath) / "tokenizer.json") || fs::exists(fs::path(tpath) / "tokenizer.model");
-    if (!has)
-      fail("the model at {} has no tokenizer (tokenizer.json or tokenizer.model); pass --tokenizer", m.model_dir);
-    em.tokenizer = text::load_tokenizer(tpath);
-    if (em.tokenizer->vocab_size() > cfg.vocab_size)
-      fail("tokenizer {} has {} ids but the model's vocabulary is {}", em.tokenizer->path(), em.tokenizer->vocab_size(),
-           cfg.vocab_size);
-  }
+  if (need_tokenizer) load_eval_tokenizer(em, m);
   return em;
+}
+
+void load_eval_tokenizer(EvalModel& em, const MethodSpec& m) {
+  const std::string tpath = m.tokenizer.empty() ? m.model_dir : m.tokenizer;
+  const bool has = !m.tokenizer.empty() || gguf::is_gguf_path(tpath) ||
+                   fs::exists(fs::path(tpath) / "tokenizer.json") || fs::exists(fs::path(tpath) / "tokenizer.model");
+  if (!has) fail("the model at {} has no tokenizer (tokenizer.json or tokenizer.model); pass --tokenizer", m.model_dir);
+  em.tokenizer = text::load_tokenizer(tpath);
+  const int64_t vocab = em.model->config().vocab_size;
+  if (em.tokenizer->vocab_size() > vocab)
+    fail("tokenizer {} has {} ids but the model's vocabulary is {}", em.tokenizer->path(), em.tokenizer->vocab_size(),
+         vocab);
 }
 
 nlohmann::json EvalModel::describe() const {

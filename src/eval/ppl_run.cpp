@@ -14,7 +14,6 @@
 #include "drope/eval/offset_key.h"
 #include "drope/eval/results.h"
 #include "drope/eval/runners.h"
-#include "drope/io/model_io.h"
 #include "drope/plot/plot.h"
 #include "drope/tasks/offset_key.h"
 #include "drope/tasks/report.h"
@@ -137,10 +136,9 @@ void run_ppl(const PplRun& r) {
   std::vector<plot::Series> earlier;
   for (size_t i = 0; i < r.with.size(); ++i) earlier.push_back(read_curve(r.with[i], int(i) + 1));
   const bool text_input = has_text_input(r.data);
-  // The lengths from the config alone, so a bad --multipliers is refused before the model and tokenizer load.
-  resolve_lengths(r.lengths, r.multipliers, io::load_model_config_dir(r.method.model_dir).max_position);
-  auto em = load_eval_model(r.method, text_input);
-  const auto lengths = resolve_lengths(r.lengths, r.multipliers, em.train_length);
+  auto em = load_eval_model(r.method, false);
+  const auto lengths = resolve_lengths(r.lengths, r.multipliers, em.train_length);  // before the tokenizer is needed
+  if (text_input) load_eval_tokenizer(em, r.method);
   int32_t eos = -1;
   const auto docs = load_documents(r.data, em, eos);
   const auto stream = concat(docs, eos);
@@ -209,10 +207,11 @@ void run_fit_temperature(const TemperatureFitRun& r) {
     fail("fit-temperature: --queries and --batch-size must be in [1, {}], got {} and {}", kMaxQueries, r.queries,
          r.batch);
   const bool text_input = !on_task && has_text_input(r.data);
-  auto em = load_eval_model(r.method, text_input);
+  auto em = load_eval_model(r.method, false);
   auto mult = r.multipliers;
   if (r.lengths.empty() && mult.empty()) mult = {2, 4};
-  const auto lengths = resolve_lengths(r.lengths, mult, em.train_length);
+  const auto lengths = resolve_lengths(r.lengths, mult, em.train_length);  // before the tokenizer is needed
+  if (text_input) load_eval_tokenizer(em, r.method);
   TemperatureFit fit;
   if (on_task) {
     tasks::check_offset_key_vocab(em.model->config().vocab_size, "--model " + r.method.model_dir);

@@ -106,32 +106,37 @@ WeightSet open_weights(const std::string& dir) {
   WeightSet ws;
   const auto single = (fs::path(dir) / "model.safetensors").string();
   const auto index = (fs::path(dir) / "model.safetensors.index.json").string();
-  std::vector<std::string> paths;
   if (fs::exists(single)) {
-    paths.push_back(single);
-  } else if (fs::exists(index)) {
-    const json j = read_json_file(index, kMaxConfigBytes);
-    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-      fail("{}: expected an object with a 'weight_map' object", index);
-    std::set<std::string> shards;
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      if (!it->is_string()) fail("{}: weight_map['{}'] must be a file name", index, it.key());
-      const std::string f = it->get<std::string>();
-      if (f.find('/') != std::string::npos || f.find("..") != std::string::npos)
-        fail("{}: weight_map['{}'] = '{}' must be a file name inside the directory", index, it.key(), f);
-      shards.insert(f);
-    }
-    for (const auto& f : shards) paths.push_back((fs::path(dir) / f).string());
-  } else {
-    fail("{}: no model.safetensors or model.safetensors.index.json", dir);
+    ws.files.push_back(std::make_unique<SafetensorsFile>(single));
+    for (const auto& kv : ws.files.back()->header().tensors) ws.where[kv.first] = ws.files.back().get();
+    return ws;
   }
-  for (const auto& p : paths) {
-    ws.files.push_back(std::make_unique<SafetensorsFile>(p));
+  if (!fs::exists(index)) fail("{}: no model.safetensors or model.safetensors.index.json", dir);
+  // A shard that cannot be read, or that lacks a tensor the index puts there, is named with the index key
+  // that points at it: the index is what the user can check against the directory.
+  const auto weight_map = parse_safetensors_index(read_file(index, kMaxConfigBytes), index);
+  std::map<std::string, std::vector<std::string>> keys_of;  // shard → the keys that name it
+  for (const auto& [key, file] : weight_map) keys_of[file].push_back(key);
+  std::map<std::string, const SafetensorsFile*> shard;
+  for (const auto& [file, keys] : keys_of) {
+    const std::string p = (fs::path(dir) / file).string();
+    const std::string named_by = fmt::format("weight_map['{}']{}", keys.front(),
+                                             keys.size() > 1 ? fmt::format(" (and {} more)", keys.size() - 1) : "");
+    try {
+      ws.files.push_back(std::make_unique<SafetensorsFile>(p));
+    } catch (const Error& e) {
+      fail("{}: {} names the shard {}: {}", index, named_by, file, e.what());
+    }
+    shard[file] = ws.files.back().get();
     for (const auto& kv : ws.files.back()->header().tensors) {
       if (ws.where.count(kv.first)) fail("{}: tensor '{}' also appears in {}", p, kv.first, ws.where[kv.first]->path());
       ws.where[kv.first] = ws.files.back().get();
     }
   }
+  for (const auto& [key, file] : weight_map)
+    if (!shard[file]->contains(key))
+      fail("{}: weight_map['{}'] names the shard {}, which holds no tensor '{}'{}", index, key, file, key,
+           ws.where.count(key) ? fmt::format(" (it is in {})", ws.where[key]->path()) : "");
   return ws;
 }
 

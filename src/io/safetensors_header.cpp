@@ -104,4 +104,21 @@ SafetensorsHeader parse_safetensors_header(const char* data, uint64_t size, cons
   return h;
 }
 
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& path) {
+  const nlohmann::json j = parse_json(text, path);
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    fail("{}: expected an object with a 'weight_map' object", path);
+  std::map<std::string, std::string> out;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it->is_string()) fail("{}: weight_map['{}'] must be a file name, got {}", path, it.key(), it->type_name());
+    const std::string f = it->get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f.find("..") != std::string::npos ||
+        f.find('\0') != std::string::npos)
+      fail("{}: weight_map['{}'] = '{}' must be a file name inside the directory", path, it.key(), f);
+    out.emplace(it.key(), f);
+  }
+  if (out.empty()) fail("{}: the weight_map is empty (no tensors)", path);
+  return out;
+}
+
 }  // namespace drope::io

@@ -139,8 +139,13 @@ EssayText load_essay(const std::string& path, const std::string& flag) {
   if (path.empty()) fail("{}: no haystack file given", flag);
   if (!fs::exists(path, ec)) fail("{}: haystack file {} not found", flag, path);
   std::string text;
+  uint64_t total = 0;  // bytes of the files read so far and of the next one, checked before it is read
   auto add_file = [&](const std::string& file) {
-    std::string t = read_file(file);
+    total += InputFile(file).size();
+    if (total > kMaxEssayBytes)
+      fail("{}: haystack {} holds more than the {} MiB of text a haystack may have ({} bytes from {})", flag, path,
+           kMaxEssayBytes >> 20, total, file);
+    std::string t = read_file(file, kMaxEssayBytes);
     if (const int64_t bad = text::utf8_error_offset(t); bad >= 0)
       fail("{}: haystack file {} is not valid UTF-8 (byte offset {})", flag, file, bad);
     if (!text.empty()) text += "\n\n";

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/tasks/offset_key.h"
@@ -14,20 +15,27 @@ namespace fs = std::filesystem;
 
 namespace drope::train {
 
-TokenVectorSource::TokenVectorSource(std::vector<int64_t> tokens, int64_t seq_len, int64_t vocab, std::string name)
-    : tokens_(torch::tensor(tokens, torch::kLong)), seq_len_(seq_len), vocab_(vocab), name_(std::move(name)) {
-  if ((int64_t)tokens.size() < seq_len + 1)
-    fail("{}: {} tokens, fewer than one block of seq_len + 1 = {}", name_, tokens.size(), seq_len + 1);
+ByteBlockSource::ByteBlockSource(std::shared_ptr<const std::string> bytes, size_t begin, size_t end, int64_t seq_len,
+                                 std::string name)
+    : bytes_(std::move(bytes)), begin_(begin), end_(end), seq_len_(seq_len), name_(std::move(name)) {
+  if (int64_t(end_ - begin_) < seq_len + 1)
+    fail("{}: {} tokens, fewer than one block of seq_len + 1 = {}", name_, end_ - begin_, seq_len + 1);
 }
 
-int64_t TokenVectorSource::num_blocks() const { return (tokens_.size(0) - 1) / seq_len_; }
+int64_t ByteBlockSource::num_blocks() const { return (int64_t(end_ - begin_) - 1) / seq_len_; }
 
-torch::Tensor TokenVectorSource::block(int64_t b) const { return tokens_.narrow(0, b * seq_len_, seq_len_ + 1); }
+torch::Tensor ByteBlockSource::block(int64_t b) const {
+  auto t = torch::empty({seq_len_ + 1}, torch::kLong);
+  auto* out = t.data_ptr<int64_t>();
+  const auto* in = reinterpret_cast<const unsigned char*>(bytes_->data()) + begin_ + size_t(b * seq_len_);
+  for (int64_t i = 0; i <= seq_len_; ++i) out[i] = in[i];
+  return t;
+}
 
-std::vector<int64_t> read_byte_corpus(const std::string& path) {
+std::string read_byte_corpus(const std::string& path, const std::string& what) {
   std::vector<std::string> files;
   std::error_code ec;
-  if (!fs::exists(path, ec)) fail("{}: text corpus not found", path);
+  if (!fs::exists(path, ec)) fail("{} {}: text corpus not found", what, path);
   if (fs::is_directory(path, ec)) {
     for (const auto& e : fs::recursive_directory_iterator(path))
       if (e.is_regular_file()) files.push_back(e.path().string());
@@ -35,19 +43,23 @@ std::vector<int64_t> read_byte_corpus(const std::string& path) {
   } else {
     files.push_back(path);
   }
-  std::vector<int64_t> bytes;
-  for (const auto& f : files)
-    for (unsigned char c : read_file(f)) bytes.push_back(c);
+  // Sizes first: the corpus is held whole, so it must fit before the first byte is read.
+  double total = 0;
+  for (const auto& f : files) total += double(InputFile(f).size());
+  check_memory_estimate(total, fmt::format("{} {} ({} files, read whole as byte tokens)", what, path, files.size()),
+                        "use a smaller corpus, or prepare it with drope-data prepare and set data.dataset");
+  std::string bytes;
+  bytes.reserve(size_t(total));
+  for (const auto& f : files) bytes += read_file(f);
   return bytes;
 }
 
 SplitSources byte_text_sources(const std::string& path, int64_t seq_len) {
-  const std::vector<int64_t> bytes = read_byte_corpus(path);
-  const size_t split = bytes.size() * 9 / 10;
-  std::vector<int64_t> train(bytes.begin(), bytes.begin() + split), val(bytes.begin() + split, bytes.end());
+  auto bytes = std::make_shared<const std::string>(read_byte_corpus(path));
+  const size_t split = bytes->size() * 9 / 10;
   SplitSources s;
-  s.train = std::make_unique<TokenVectorSource>(std::move(train), seq_len, 256, path + " (train bytes)");
-  s.val = std::make_unique<TokenVectorSource>(std::move(val), seq_len, 256, path + " (validation bytes)");
+  s.train = std::make_unique<ByteBlockSource>(bytes, 0, split, seq_len, path + " (train bytes)");
+  s.val = std::make_unique<ByteBlockSource>(bytes, split, bytes->size(), seq_len, path + " (validation bytes)");
   return s;
 }
 

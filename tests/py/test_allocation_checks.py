@@ -67,3 +67,55 @@ def test_size_flags_are_bounded_before_anything_runs(tmp_path):
     r, _ = run(BIN / "drope-analyze", "bias-grad", "--seqs", "1000000000", "--out", tmp_path / "bg")
     assert r.returncode == 1 and "--seqs" in r.stderr, r.stderr
     assert not (tmp_path / "bg").exists()
+
+
+def mem_available():
+    for line in pathlib.Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def sparse_files(d, total, each=(4 << 30) - 1):
+    """Files of `each` bytes (sparse: no disk used) under `d` adding up to at least `total` bytes."""
+    d.mkdir(parents=True, exist_ok=True)
+    for i in range(-(-total // each)):
+        with open(d / f"part{i:03}.txt", "wb") as f:
+            f.truncate(each)
+    return d
+
+
+def test_a_byte_corpus_larger_than_memory_is_refused_before_reading(tmp_path):
+    """data.text is held in memory (one byte per token): a corpus larger than the memory available is one
+    clear error naming data.text, found from the file sizes before anything is read."""
+    corpus = sparse_files(tmp_path / "corpus", 2 * mem_available() + (1 << 30))
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"run: {{name: big, out_dir: {tmp_path / 'run'}}}\nmodel: {{preset: micro, max_position: 32}}\n"
+                   f"data: {{text: {corpus}, seq_len: 32, batch_size: 4}}\ntrain: {{steps: 2}}\n")
+    r, secs = run(BIN / "drope-train", cfg, "--quiet", timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert f"data.text {corpus}" in r.stderr and "GiB" in r.stderr and "memory is available" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert secs < 30
+    assert not (tmp_path / "run").exists()
+
+
+def test_analyses_read_only_the_text_they_use(tmp_path):
+    """attention --text reads --max-tokens bytes of its file and needle-attention only as much of its haystack
+    as the prompt needs, so a file of nearly 4 GiB on one line costs nothing."""
+    m = tmp_path / "m"
+    r, _ = run(BIN / "drope-model", "init", "--preset", "micro", "--out", m)
+    assert r.returncode == 0, r.stderr
+    huge = tmp_path / "one-line.txt"
+    with open(huge, "wb") as f:
+        f.write(b"The grass is green. The sky is blue. " * 4)
+        f.truncate((4 << 30) - 1)  # the rest: NUL bytes, no line break
+    r, secs = run(BIN / "drope-analyze", "attention", "--model", m, "--text", huge, "--max-tokens", 16, "--layer", 0,
+                  "--head", 0, "--out", tmp_path / "att")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "att" / "attention_L0_H0.png").exists() and secs < 60
+    r, secs = run(BIN / "drope-analyze", "needle-attention", "--model", m, "--haystack", huge, "--length", 400,
+                  "--out", tmp_path / "na")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "na" / "needle_attention.json").read_text())
+    assert doc["runs"][0]["prompt_tokens"] == 400 and secs < 60

@@ -255,3 +255,24 @@ def test_size_flags_are_bounded_before_anything_is_allocated(tmp, model_dir):
     for args, needles in cases:
         one_clear_line(run_cli(*args, check=False), *needles)
     assert not (tmp / "r.json").exists() and not (tmp / "bg").exists()
+
+
+def test_huge_prompts_are_refused_before_tokenising(tmp, model_dir):
+    """A prompt is tokenised whole (LongBench truncates its tokens in the middle): one above 64 MiB is refused
+    naming its file and line, before the model is loaded or any of it is tokenised."""
+    big = "word " * ((64 << 20) // 5 + 2)
+    prompts = tmp / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "short"}) + "\n" + json.dumps({"prompt": big}) + "\n")
+    r = run_cli("drope-eval", "generate", "--model", model_dir, "--prompts", prompts, "--out", tmp / "gen.jsonl",
+                check=False)
+    expect_error(r, f"{prompts}:2: the prompt is", "bytes, more than the 64 MiB")
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp / "gen.jsonl").exists(), r.stderr
+    data = tmp / "lb"
+    data.mkdir()
+    sample = {"input": "Who?", "context": big, "answers": ["Ann"], "all_classes": None, "length": 9}
+    (data / "hotpotqa.jsonl").write_text(json.dumps(dict(sample, context="Ann wrote it.")) + "\n" + json.dumps(sample)
+                                         + "\n")
+    r = run_cli("drope-eval", "longbench", "--model", model_dir, "--data", data, "--tasks", "hotpotqa", "--out",
+                tmp / "lb-res", check=False)
+    expect_error(r, f"{data / 'hotpotqa.jsonl'}:2: the prompt is", "more than the 64 MiB")
+    assert len(r.stderr.strip().splitlines()) == 1 and not list(tmp.glob("lb-res*")), r.stderr

@@ -164,15 +164,17 @@ def test_a_fifo_log_is_refused_on_resume(tmp):
 def test_outputs_written_whole_are_locked_beside_them(tmp):
     """drope-model, drope-data and drope-eval lock '.<name>.drope-lock' next to their output while they write
     it; here this test process holds that lock, as a second tool would."""
-    (tmp / "m0.yaml").write_text("model:\n  preset: micro\n  vocab_size: 512\n")  # the dataset's 400 ids fit
-    run_cli("drope-model", "init", "--config", tmp / "m0.yaml", "--out", tmp / "m0")
+    (tmp / "v300.yaml").write_text("model: {preset: micro, vocab_size: 300}\n")
+    run_cli("drope-model", "init", "--config", tmp / "v300.yaml", "--out", tmp / "m0")
+    text = tmp / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog.\n\n" * 40)
     cases = [
         (tmp / "m", ("drope-model", "init", "--preset", "micro", "--out", tmp / "m")),
         (tmp / "m2", ("drope-model", "drop", "--model", tmp / "m0", "--out", tmp / "m2")),
-        (tmp / "ds", ("drope-data", "prepare", "-i", "/usr/share/common-licenses/GPL-3", "--paragraphs",
-                      "--train-tokenizer", "--vocab-size", 400, "--out", tmp / "ds")),
-        (tmp / "res" / "ppl", ("drope-eval", "ppl", "--model", tmp / "m0", "--data", tmp / "ds", "--lengths", 16,
-                               "--out", tmp / "res" / "ppl")),  # the dataset of the case before
+        (tmp / "ds", ("drope-data", "prepare", "-i", text, "--paragraphs", "--train-tokenizer", "--vocab-size", 300,
+                      "--out", tmp / "ds")),
+        (tmp / "res" / "ppl", ("drope-eval", "ppl", "--model", tmp / "m0", "--tokenizer", tmp / "ds", "--data", text,
+                               "--lengths", 16, "--out", tmp / "res" / "ppl")),  # the tokenizer of the case before
     ]
     for out, cmd in cases:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -188,3 +190,96 @@ def test_outputs_written_whole_are_locked_beside_them(tmp):
         r = run_cli(*cmd, check=False)
         assert r.returncode == 0, r.stderr
         assert not (out.parent / f".{out.name}.drope-lock").exists()
+
+
+RESULTS = '{"schema": "drope.results", "schema_version": 1, "kind": "ppl", "summary": {"ppl@16": %s}}\n'
+
+
+def test_eval_and_analyze_outputs_are_never_their_inputs(tmp):
+    """An output file, prefix or directory that is an input, or lies inside an input directory, is refused
+    naming --out and the input's flag, before anything is written."""
+    m = tmp / "models" / "m"
+    run_cli("drope-model", "init", "--preset", "micro", "--out", m)
+    os.symlink(m, tmp / "link")
+    tokens = tmp / "in" / "tokens.json"
+    tokens.parent.mkdir()
+    tokens.write_text("[[1, 2, 3]]")
+    text = tmp / "in" / "prompt.txt"
+    text.write_text("The grass is green. The sky is blue. " * 4)
+    (tmp / "in" / "a.json").write_text(RESULTS % 3.0)
+    (tmp / "in" / "b.json").write_text(RESULTS % 4.0)
+    before = {d: tree_digest(tmp / d) for d in ("models", "in")}
+    att = ("drope-analyze", "attention", "--model", m, "--text", text, "--layer", 0, "--head", 0)
+    cases = [
+        ((*att, "--out", m), "is the input --model"),
+        ((*att, "--out", tmp / "link"), "is the input --model"),
+        ((*att, "--out", m / "maps"), "is inside the input --model"),
+        ((*att, "--out", text), "is the input --text"),
+        (("drope-analyze", "constant-seq", "--model", m, "--out", f"{tmp}/models/./m/cs"),
+         "is inside the input --model"),
+        (("drope-analyze", "bias-grad", "--model", m, "--seqs", 1, "--seeds", 1, "--seq-len", 8, "--out",
+          tmp / "link" / "bg"), "is inside the input --model"),
+        (("drope-analyze", "needle-attention", "--model", m, "--haystack", text, "--out", m / "na"),
+         "is inside the input --model"),
+        (("drope-eval", "logits", "--model", m, "--tokens", tokens, "--out", m / "model.safetensors"),
+         "is inside the input --model"),
+        (("drope-eval", "logits", "--model", m, "--tokens", tokens, "--out", tokens), "is the input --tokens"),
+        (("drope-eval", "compare", tmp / "in" / "a.json", tmp / "in" / "b.json", "--out", tmp / "in" / "a"),
+         "is the input FILES"),
+        (("drope-eval", "ppl", "--model", m, "--data", text, "--lengths", 8, "--out", m / "ppl"),
+         "is inside the input --model"),
+        (("drope-eval", "ppl", "--model", m, "--data", text, "--lengths", 8, "--with", tmp / "in" / "a.json",
+          "--out", tmp / "in" / "a"), "is the input --with"),
+        (("drope-eval", "offset-key", "--model", m, "--lengths", 32, "--queries", 4, "--out", tmp / "link" / "ok"),
+         "is inside the input --model"),
+    ]
+    for cmd, needle in cases:
+        r = run_cli(*cmd, check=False)
+        clean_error(r, "--out", needle)
+        assert str(cmd[-1]) in r.stderr, r.stderr
+        for d, digest in before.items():
+            assert tree_digest(tmp / d) == digest, (cmd, os.listdir(tmp / d))
+    assert sorted(os.listdir(tmp / "models")) == ["m"]
+    assert sorted(os.listdir(m)) == sorted(["config.json", "drope.yaml", "model.safetensors"]), os.listdir(m)
+    assert sorted(os.listdir(tmp / "in")) == ["a.json", "b.json", "prompt.txt", "tokens.json"]
+    # Outputs beside the inputs are fine, and so is an output directory that holds an input.
+    run_cli(*att, "--out", tmp / "in")
+    run_cli("drope-eval", "compare", tmp / "in" / "a.json", tmp / "in" / "b.json", "--out", tmp / "in" / "ab")
+    run_cli("drope-eval", "logits", "--model", tmp / "link", "--tokens", tokens, "--out", tmp / "logits.safetensors")
+    assert (tmp / "in" / "attention_L0_H0.png").exists() and (tmp / "in" / "ab.md").exists()
+
+
+def test_analyze_and_eval_outputs_are_locked(tmp):
+    """drope-analyze holds '.drope-lock' inside its output directory, drope-eval logits / compare /
+    longbench-score '.<name>.drope-lock' beside their output, while they write; here this test process holds
+    that lock, as a second tool would, and the tool refuses without writing anything."""
+    m = tmp / "m"
+    run_cli("drope-model", "init", "--preset", "micro", "--out", m)
+    tokens = tmp / "tokens.json"
+    tokens.write_text("[[1, 2, 3]]")
+    (tmp / "a.json").write_text(RESULTS % 3.0)
+    pred = tmp / "pred"
+    pred.mkdir()
+    (pred / "hotpotqa.jsonl").write_text('{"pred": "Ann", "answers": ["Ann"], "all_classes": null, "length": 9}\n')
+    beside = [
+        (tmp / "l.safetensors", ("drope-eval", "logits", "--model", m, "--tokens", tokens, "--out",
+                                 tmp / "l.safetensors")),
+        (tmp / "cmp", ("drope-eval", "compare", tmp / "a.json", "--out", tmp / "cmp")),
+        (pred / "result", ("drope-eval", "longbench-score", "--pred", pred)),
+    ]
+    inside = [(tmp / "cs", ("drope-analyze", "constant-seq", "--model", m, "--out", tmp / "cs"))]
+    for out, cmd in beside + inside:
+        lock = out / ".drope-lock" if (out, cmd) in inside else out.parent / f".{out.name}.drope-lock"
+        lock.parent.mkdir(exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            clean_error(run_cli(*cmd, check=False), f"{out} is in use by process {os.getpid()}")
+            assert not list(out.parent.glob(f"{out.name}.*")), os.listdir(out.parent)
+        finally:
+            os.close(fd)
+        r = run_cli(*cmd, check=False)
+        assert r.returncode == 0, r.stderr
+    assert (tmp / "cs" / "constant_seq.json").exists() and (pred / "result.json").exists()
+    assert not (tmp / ".l.safetensors.drope-lock").exists() and not (pred / ".result.drope-lock").exists()

@@ -145,11 +145,14 @@ def test_bad_input_names_the_flag_or_file(tmp, tok):
     base = ["--dump-prompts", out]
     (tmp / "empty.txt").write_text("")
     (tmp / "latin1.txt").write_bytes("caf\xe9 cr\xe8me. Tr\xe8s bien.".encode("latin-1"))
+    with open(tmp / "huge.txt", "wb") as f:  # split into words whole: refused above 64 MiB before it is read
+        f.truncate((64 << 20) + 1)
     cases = [
         (["--tasks", "single_1,bogus"], ["--tasks", "bogus"]),
         (["--tasks", "single_2", "--haystack", tmp / "missing.txt"], ["--haystack", "missing.txt"]),
         (["--tasks", "single_2", "--haystack", tmp / "empty.txt"], ["--haystack", "empty.txt", "empty"]),
         (["--tasks", "single_2", "--haystack", tmp / "latin1.txt"], ["--haystack", "latin1.txt", "UTF-8"]),
+        (["--tasks", "single_2", "--haystack", tmp / "huge.txt"], ["--haystack", "huge.txt", "64 MiB"]),
         (["--tasks", "multiquery", "--lengths", "150"], ["--lengths", "150"]),
         (["--lengths", "800,abc"], ["--lengths", "abc"]),
         (["--trials", "0"], ["--trials"]),

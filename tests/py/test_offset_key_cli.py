@@ -77,8 +77,9 @@ def test_bad_flags(model, tmp):
     base = ["drope-eval", "offset-key", "--model", model / "m", "--out", tmp / "x"]
     expect_error(run_cli(*base, "--lengths", 10, check=False), "--lengths", "at least 17 tokens", "got 10")
     expect_error(run_cli(*base, "--multipliers", 0.1, check=False), "--multipliers", "at least 17 tokens", "got 6")
-    expect_error(run_cli(*base, "--lengths", 64, "--queries", 0, check=False), "--queries", "[1, ", "got 0")
-    expect_error(run_cli(*base, "--lengths", 64, "--batch-size", 0, check=False), "--batch-size", "[1, ", "got 0")
+    expect_error(run_cli(*base, "--lengths", 64, "--queries", 0, check=False), "--queries", "[1, 1048576]", "got 0")
+    expect_error(run_cli(*base, "--lengths", 64, "--batch-size", 0, check=False), "--batch-size", "[1, 1048576]",
+                 "got 0")
     expect_error(run_cli(*base, "--lengths", 64, "--multipliers", 2, check=False), "either --lengths or --multipliers")
     expect_error(run_cli(*base, check=False), "give --lengths or --multipliers")
     expect_error(run_cli("drope-eval", "offset-key", "--lengths", 64, check=False), "--model")

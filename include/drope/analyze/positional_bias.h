@@ -73,7 +73,7 @@ struct BiasGradOptions {
   int64_t num_seeds = 3;         // M seeds
   int64_t seq_len = 128;         // T
   bool reinit = true;            // re-initialise the weights with each seed (false: seeds vary inputs only)
-  std::vector<int64_t> text;     // token stream to cut random windows from; empty = uniform random tokens
+  std::string text;              // byte tokens to cut random windows from; empty = uniform random tokens
 };
 
 struct BiasGradReport {
@@ -90,11 +90,12 @@ struct BiasGradReport {
 BiasGradReport bias_grad_study(DecoderLM& model, const std::string& name, const std::string& source,
                                const BiasGradOptions& options);
 
-// Token ids (1, T): uniform over the vocabulary, or a random window of `text`, from `seed`.
-torch::Tensor sample_tokens(int64_t vocab, int64_t T, uint64_t seed, const std::vector<int64_t>& text = {});
+// Token ids (1, T): uniform over the vocabulary, or a random window of the byte tokens `text`, from `seed`.
+torch::Tensor sample_tokens(int64_t vocab, int64_t T, uint64_t seed, const std::string& text = {});
 
-// Byte-level tokens of a text file (ids 0..255); the model vocabulary must hold them.
-std::vector<int64_t> byte_tokens(const std::string& path, int64_t vocab);
+// Byte-level tokens of a text file (ids 0..255, one byte each), the model vocabulary must hold them: the first
+// `max_tokens` bytes, of which only those are read, or with 0 the whole file (which must fit in memory).
+std::string byte_tokens(const std::string& path, int64_t vocab, int64_t max_tokens = 0);
 
 std::string bias_grad_json(const std::vector<BiasGradReport>& reports);
 std::string bias_grad_csv(const std::vector<BiasGradReport>& reports);

@@ -53,6 +53,10 @@ class MappedFile {
 // (missing, a directory, a FIFO or device, too large, unreadable).
 std::string read_file(const std::string& path, uint64_t max_bytes = kMaxReadBytes);
 
+// The first `max_bytes` bytes of a regular file, or all of it when it is shorter: a reader that uses only the
+// start of a file reads only that. Refuses what InputFile refuses.
+std::string read_file_prefix(const std::string& path, uint64_t max_bytes);
+
 // Writes `path` atomically: the content goes to a temp file in the same directory, is fsynced, then
 // renamed over `path`, and the directory is fsynced. On any failure the temp file is removed and
 // `path` is left as it was. The first write into a directory also removes our stale temporaries there.
@@ -79,6 +83,14 @@ struct OutputDirRule {
 
 // Throws drope::Error (one line naming the flag, the directory and the input) when `dir` breaks `rule`.
 void check_output_dir(const std::string& dir, const OutputDirRule& rule);
+
+// The same rule for outputs written in place: files written whole (write_file_atomic) under a name or a
+// prefix, or a directory that receives named files. `paths` are what the output `out` (as the user named it
+// with `flag`) writes; none of them is one of `inputs`, and none lies inside an input directory (compared by
+// device and inode after resolving symlinks). Unlike check_output_dir, an output may contain an input, which
+// it leaves untouched. Throws drope::Error naming the flag, the output and the input.
+void check_output_paths(const std::string& flag, const std::string& out, const std::vector<std::string>& paths,
+                        const std::vector<std::pair<std::string, std::string>>& inputs);
 
 // An advisory lock (flock(2)) on a directory a tool writes, held until the lock is destroyed. A second
 // process that locks the same directory fails with "<dir> is in use by process <pid> (<name>)". The kernel

@@ -38,4 +38,8 @@ struct EvalModel {
 // without one is a clear error, as is a tokenizer larger than the model's vocabulary).
 EvalModel load_eval_model(const MethodSpec& m, bool need_tokenizer);
 
+// Loads the tokenizer of a model loaded without one, as load_eval_model does with `need_tokenizer` (for
+// callers that check flags against the model before they require a tokenizer).
+void load_eval_tokenizer(EvalModel& em, const MethodSpec& m);
+
 }  // namespace drope::eval

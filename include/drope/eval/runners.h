@@ -17,6 +17,11 @@ namespace drope::eval {
 // Upper bound of every token-length option (lengths, windows): 4M tokens.
 inline constexpr int64_t kMaxEvalTokens = int64_t(1) << 22;
 
+// Longest prompt text that generate and LongBench tokenise (64 MiB: kMaxEvalTokens tokens of 16 bytes each, more
+// than any context holds). A prompt is tokenised whole (LongBench truncates its tokens in the middle), so a
+// longer one is refused, naming its file and line, before any of it is tokenised.
+inline constexpr uint64_t kMaxPromptBytes = uint64_t(64) << 20;
+
 // Evaluation text: token-dataset splits (a directory with index.json), jsonl files (one document per line,
 // field text_key) or plain text files (one document each).
 struct EvalData {

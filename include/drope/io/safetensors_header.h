@@ -30,4 +30,9 @@ size_t safetensors_itemsize(const std::string& dtype, const std::string& where);
 // (at least min(size, 8 + header size) bytes). `path` names the file in errors.
 SafetensorsHeader parse_safetensors_header(const char* data, uint64_t size, const std::string& path);
 
+// The weight_map of a sharded checkpoint's index (model.safetensors.index.json, read from `path`): tensor name
+// → shard file. Fails naming `path` (and the key) unless it is an object with a non-empty "weight_map" object
+// whose values are plain file names inside the directory (no '/', no "..").
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& path);
+
 }  // namespace drope::io

@@ -112,8 +112,14 @@ struct EssayText {
 // UTF-8 or holds no words.
 EssayText make_essay(const std::string& text, const std::string& source);
 
+// Largest haystack load_essay reads (all its files together): 64 MiB, about 16M words, more text than the
+// longest prompt (4M tokens) uses, since excerpts wrap around. The text is split into words whole, at several
+// times its size in memory, so a larger one is refused from the file sizes before anything is read.
+inline constexpr uint64_t kMaxEssayBytes = uint64_t{64} << 20;
+
 // Reads a text file, or every regular file (not symlinks) of a directory in name order, concatenated
-// with blank lines. Fails naming `flag` and the path: missing, empty, not UTF-8, no words.
+// with blank lines. Fails naming `flag` and the path: missing, empty, larger than kMaxEssayBytes, not UTF-8,
+// no words.
 EssayText load_essay(const std::string& path, const std::string& flag = "--haystack");
 
 // The default haystack: /usr/share/common-licenses (real prose on every Debian system).

@@ -29,24 +29,30 @@ class BlockSource {
   virtual bool generated() const { return false; }
 };
 
-// Blocks over an in-memory token stream.
-class TokenVectorSource final : public BlockSource {
+// Blocks over bytes held in memory as byte tokens (vocab 256), one byte per token: a block is widened to
+// int64 only when it is taken. Sources over parts of one corpus share its bytes.
+class ByteBlockSource final : public BlockSource {
  public:
-  TokenVectorSource(std::vector<int64_t> tokens, int64_t seq_len, int64_t vocab, std::string name);
+  // Tokens [begin, end) of `bytes`.
+  ByteBlockSource(std::shared_ptr<const std::string> bytes, size_t begin, size_t end, int64_t seq_len,
+                  std::string name);
   int64_t num_blocks() const override;
   int64_t seq_len() const override { return seq_len_; }
-  int64_t vocab_size() const override { return vocab_; }
+  int64_t vocab_size() const override { return 256; }
   torch::Tensor block(int64_t b) const override;
   std::string describe() const override { return name_; }
 
  private:
-  torch::Tensor tokens_;  // (N) int64
-  int64_t seq_len_, vocab_;
+  std::shared_ptr<const std::string> bytes_;
+  size_t begin_, end_;
+  int64_t seq_len_;
   std::string name_;
 };
 
-// All regular files under `path` (sorted; or the file itself) concatenated as byte tokens.
-std::vector<int64_t> read_byte_corpus(const std::string& path);
+// All regular files under `path` (sorted; or the file itself) concatenated. The total size is known before
+// anything is read: a corpus larger than the memory available (check_memory_estimate) is refused, naming
+// `what` (how the user named the path).
+std::string read_byte_corpus(const std::string& path, const std::string& what = "data.text");
 
 // A text file or a directory of files read as bytes (vocab 256); the last 10% forms the validation split.
 struct SplitSources {
