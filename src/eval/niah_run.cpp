@@ -103,6 +103,77 @@ double mean(const std::vector<double>& v) {
 
 std::string depth_label(double d) { return fmt::format("{:g}", d); }
 
+// A RULER sample's fields that both its dumped prompt line and its scored line carry.
+nlohmann::json niah_sample_json(const tasks::NiahSample& s) {
+  return {{"task", s.task},
+          {"length", s.length},
+          {"trial", s.trial},
+          {"seed", s.seed},
+          {"prompt_tokens", s.prompt_tokens},
+          {"haystack_units", s.haystack_units},
+          {"depths", s.depths},
+          {"positions", s.positions},
+          {"queries", s.queries},
+          {"expected", s.expected}};
+}
+
+// The same for a depth x length grid sample.
+nlohmann::json kamradt_sample_json(const tasks::KamradtSample& s) {
+  return {{"length", s.length},
+          {"depth", s.depth},
+          {"actual_depth", s.actual_depth},
+          {"trial", s.trial},
+          {"seed", s.seed},
+          {"prompt_tokens", s.prompt_tokens},
+          {"haystack_units", s.haystack_units},
+          {"key", s.key},
+          {"expected", nlohmann::json::array({s.value})}};
+}
+
+// The grid's table: one row per depth, one column per length, means last.
+tasks::Table grid_table(const std::vector<double>& cell, const std::vector<double>& depths,
+                        const std::vector<int64_t>& lengths, const std::string& title) {
+  const auto rows = static_cast<int64_t>(depths.size()), cols = static_cast<int64_t>(lengths.size());
+  tasks::Table table;
+  table.title = title;
+  table.columns = {"depth %"};
+  for (int64_t L : lengths) table.columns.push_back(std::to_string(L));
+  table.columns.push_back("mean");
+  for (int64_t di = 0; di < rows; ++di) {
+    std::vector<std::string> row = {depth_label(depths[di])};
+    std::vector<double> r(cell.begin() + di * cols, cell.begin() + (di + 1) * cols);
+    for (double v : r) row.push_back(tasks::fixed(v, 2));
+    row.push_back(tasks::fixed(mean(r), 2));
+    table.add_row(row);
+  }
+  std::vector<std::string> mean_row = {"mean"};
+  for (int64_t li = 0; li < cols; ++li) {
+    std::vector<double> col;
+    for (int64_t di = 0; di < rows; ++di) col.push_back(cell[static_cast<size_t>(di * cols + li)]);
+    mean_row.push_back(tasks::fixed(mean(col), 2));
+  }
+  mean_row.push_back(tasks::fixed(mean(cell), 2));
+  table.add_row(mean_row);
+  return table;
+}
+
+plot::Heatmap grid_heatmap(const std::vector<double>& cell, const std::vector<double>& depths,
+                           const std::vector<int64_t>& lengths, const std::string& label) {
+  plot::Heatmap map;
+  map.title = fmt::format("Needle in a haystack — {}", label);
+  map.xlabel = "context length (tokens)";
+  map.ylabel = "needle depth (%)";
+  map.colorbar_label = "score (%)";
+  map.rows = static_cast<int64_t>(depths.size());
+  map.cols = static_cast<int64_t>(lengths.size());
+  map.values = cell;
+  for (double d : depths) map.row_labels.push_back(depth_label(d));
+  for (int64_t L : lengths) map.col_labels.push_back(std::to_string(L));
+  map.v_min = 0;
+  map.v_max = 100;
+  return map;
+}
+
 }  // namespace
 
 // ---- niah -------------------------------------------------------------------------------------------
@@ -128,20 +199,9 @@ void run_niah(const NiahRun& o) {
           for (int64_t t = 0; t < c.trials; ++t) {
             const auto s = tasks::make_niah_sample(task, L, c.seed, t, essay, counter, nopt, &hint);
             max_tokens = std::max(max_tokens, s.prompt_tokens);
-            content += json_line({{"task", s.task},
-                                  {"length", s.length},
-                                  {"trial", s.trial},
-                                  {"seed", s.seed},
-                                  {"prompt_tokens", s.prompt_tokens},
-                                  {"haystack_units", s.haystack_units},
-                                  {"essay_start", s.essay_start},
-                                  {"depths", s.depths},
-                                  {"positions", s.positions},
-                                  {"keys", s.keys},
-                                  {"queries", s.queries},
-                                  {"expected", s.expected},
-                                  {"needles", s.needles},
-                                  {"prompt", s.prompt}});
+            auto j = niah_sample_json(s);
+            j.update({{"essay_start", s.essay_start}, {"keys", s.keys}, {"needles", s.needles}, {"prompt", s.prompt}});
+            content += json_line(j);
           }
           logging::info("niah_{} @ {}: {} prompts, at most {} prompt tokens (+{} generated)", task.name, L, c.trials,
                         max_tokens, c.max_new_tokens);
@@ -186,19 +246,9 @@ void run_niah(const NiahRun& o) {
         scores.push_back(score);
         tokens += static_cast<double>(s.prompt_tokens);
         units += static_cast<double>(s.haystack_units);
-        samples_jsonl += json_line({{"task", s.task},
-                                    {"length", s.length},
-                                    {"trial", s.trial},
-                                    {"seed", s.seed},
-                                    {"prompt_tokens", s.prompt_tokens},
-                                    {"haystack_units", s.haystack_units},
-                                    {"depths", s.depths},
-                                    {"positions", s.positions},
-                                    {"queries", s.queries},
-                                    {"expected", s.expected},
-                                    {"output", output},
-                                    {"finish", gens[i].finish},
-                                    {"score", score}});
+        auto j = niah_sample_json(s);
+        j.update({{"output", output}, {"finish", gens[i].finish}, {"score", score}});
+        samples_jsonl += json_line(j);
       }
       const double score = mean(scores);
       logging::info("{}  {}: {:.2f}  (mean prompt {:.0f} tokens)", em.label, what, score, tokens / c.trials);
@@ -256,19 +306,12 @@ void run_niah_grid(const NiahGridRun& o) {
         for (double d : depths)
           for (int64_t t = 0; t < c.trials; ++t) {
             const auto s = tasks::make_kamradt_sample(L, d, c.seed, t, essay, counter, nopt, &hint);
-            content += json_line({{"length", s.length},
-                                  {"depth", s.depth},
-                                  {"actual_depth", s.actual_depth},
-                                  {"trial", s.trial},
-                                  {"seed", s.seed},
-                                  {"prompt_tokens", s.prompt_tokens},
-                                  {"haystack_units", s.haystack_units},
-                                  {"sentences_before", s.sentences_before},
-                                  {"essay_start", s.essay_start},
-                                  {"key", s.key},
-                                  {"expected", nlohmann::json::array({s.value})},
-                                  {"needle", s.needle},
-                                  {"prompt", s.prompt}});
+            auto j = kamradt_sample_json(s);
+            j.update({{"sentences_before", s.sentences_before},
+                      {"essay_start", s.essay_start},
+                      {"needle", s.needle},
+                      {"prompt", s.prompt}});
+            content += json_line(j);
           }
         logging::info("grid @ {}: {} prompts", L, depths.size() * static_cast<size_t>(c.trials));
       }
@@ -303,18 +346,9 @@ void run_niah_grid(const NiahGridRun& o) {
         const double score = tasks::string_match_all(output, {s.value});
         scores.push_back(score);
         actual += s.actual_depth;
-        samples_jsonl += json_line({{"length", s.length},
-                                    {"depth", s.depth},
-                                    {"actual_depth", s.actual_depth},
-                                    {"trial", s.trial},
-                                    {"seed", s.seed},
-                                    {"prompt_tokens", s.prompt_tokens},
-                                    {"haystack_units", s.haystack_units},
-                                    {"key", s.key},
-                                    {"expected", nlohmann::json::array({s.value})},
-                                    {"output", output},
-                                    {"finish", gens[i].finish},
-                                    {"score", score}});
+        auto j = kamradt_sample_json(s);
+        j.update({{"output", output}, {"finish", gens[i].finish}, {"score", score}});
+        samples_jsonl += json_line(j);
       }
       cell[static_cast<size_t>(di * cols + li)] = mean(scores);
       results.push_back({{"length", L},
@@ -330,36 +364,10 @@ void run_niah_grid(const NiahGridRun& o) {
   }
   summary["avg"] = mean(cell);
 
-  tasks::Table table;
-  table.title = fmt::format("Needle in a haystack, score % by depth × length ({} trials) — {}", c.trials, em.label);
-  table.columns = {"depth %"};
-  for (int64_t L : lengths) table.columns.push_back(std::to_string(L));
-  table.columns.push_back("mean");
-  for (int64_t di = 0; di < rows; ++di) {
-    std::vector<std::string> row = {depth_label(depths[di])};
-    std::vector<double> r(cell.begin() + di * cols, cell.begin() + (di + 1) * cols);
-    for (double v : r) row.push_back(tasks::fixed(v, 2));
-    row.push_back(tasks::fixed(mean(r), 2));
-    table.add_row(row);
-  }
-  std::vector<std::string> mean_row = {"mean"};
-  for (int64_t li = 0; li < cols; ++li)
-    mean_row.push_back(tasks::fixed(summary[fmt::format("grid@{}", lengths[li])].get<double>(), 2));
-  mean_row.push_back(tasks::fixed(mean(cell), 2));
-  table.add_row(mean_row);
-
-  plot::Heatmap map;
-  map.title = fmt::format("Needle in a haystack — {}", em.label);
-  map.xlabel = "context length (tokens)";
-  map.ylabel = "needle depth (%)";
-  map.colorbar_label = "score (%)";
-  map.rows = rows;
-  map.cols = cols;
-  map.values = cell;
-  for (double d : depths) map.row_labels.push_back(depth_label(d));
-  for (int64_t L : lengths) map.col_labels.push_back(std::to_string(L));
-  map.v_min = 0;
-  map.v_max = 100;
+  const auto table =
+      grid_table(cell, depths, lengths,
+                 fmt::format("Needle in a haystack, score % by depth × length ({} trials) — {}", c.trials, em.label));
+  const auto map = grid_heatmap(cell, depths, lengths, em.label);
 
   nlohmann::json doc = run_settings("niah-grid", c, em, essay.source);
   doc["lengths"] = lengths;
