@@ -4,7 +4,7 @@
 # PI / NTK / YaRN past the context) and the DroPE transform without recalibration. Prints one table
 # (docs/real-model.md). Set-up as scripts/setup.sh (skip with DROPE_SKIP_SETUP=1); the held-out prose is
 # Austen's Persuasion from scripts/make_corpus.sh --small.
-#   bash scripts/real_model.sh [--quick] [--out DIR]
+#   bash scripts/real_model.sh [--quick] [--long] [--out DIR]    (--long: 16K rows, about 10 more minutes)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
