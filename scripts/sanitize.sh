@@ -16,7 +16,8 @@ fi
 export CCACHE_BASEDIR="$ROOT"
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
 targets=(drope_torchfree_tests)
-if ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q '^drope_tasks_tests:'; then targets+=(drope_tasks_tests); fi
+# grep reads the whole list (no -q): an early exit would SIGPIPE ninja and fail the pipe under pipefail.
+if ninja -C "$BUILD" -t targets all 2>/dev/null | grep '^drope_tasks_tests:' >/dev/null; then targets+=(drope_tasks_tests); fi
 cmake --build "$BUILD" --target "${targets[@]}" -j "${DROPE_JOBS:-$(nproc)}"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
