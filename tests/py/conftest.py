@@ -2,6 +2,7 @@
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 
@@ -55,3 +56,10 @@ def our_logits(model_dir, tokens, tmp):
 @pytest.fixture
 def tmp(tmp_path):
     return tmp_path
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a rendezvous store)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -6,7 +6,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ import time
 import numpy as np
 from safetensors.numpy import load_file
 
-from conftest import BIN, expect_error
+from conftest import BIN, expect_error, free_port
 
 CFG = """run: {{name: d, out_dir: {out}, seed: 5}}
 model: {{preset: micro, max_position: 32}}
@@ -39,12 +38,6 @@ def base_env():
     for k in DIST_VARS:
         e.pop(k, None)
     return e
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch_ranks(cfg, world=2):

@@ -3,13 +3,12 @@ drope-train, and which ranks speak under a 2-rank torchrun."""
 import os
 import pathlib
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from conftest import BIN, expect_error, run_cli
+from conftest import BIN, expect_error, free_port, run_cli
 
 TRAIN = str(BIN / "drope-train")
 CFG = """run: {{name: t, out_dir: {out}, seed: 5}}
@@ -36,12 +35,6 @@ def env1(**extra):
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS"):
         e.pop(k, None)
     return e
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_cfg(tmp, name):
