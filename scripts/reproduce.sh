@@ -3,13 +3,13 @@
 # (positional-bias gradients at initialisation), Table 7 (RoPE vs NoPE vs DroPE perplexity at equal budget
 # over seeds), Table 1 (NIAH at 2× the training context, with eval-time RoPE scaling, ALiBi, RNoPE-SWA),
 # perplexity vs length up to 8× and the fitted temperature c, and offset-key retrieval (RoPE,
-# RoPE+PI/NTK/YaRN, NoPE, DroPE at C-8C over 3 seeds, mean ± 95 % CI, plot, one verdict line per claim).
+# RoPE+PI/NTK/YaRN, NoPE, DroPE at C-8C over 5 seeds, mean ± 95 % CI, plot, one verdict line per claim).
 #
 #   bash scripts/reproduce.sh                             # DROPE_REPRO_SCALE=full: target ≤ 45 min on 2 idle cores
 #   DROPE_REPRO_SCALE=reduced bash scripts/reproduce.sh   # ~1/3 of the training, fewer trials: a smoke run
 #
 # Idempotent: finished training runs and evaluations are reused (DROPE_FORCE=1 redoes all). Knobs (env):
-# DROPE_REPRO_STEPS, DROPE_REPRO_SEEDS, DROPE_REPRO_TRIALS, DROPE_REPRO_OK_SEEDS (offset-key seeds),
+# DROPE_REPRO_STEPS, DROPE_REPRO_SEEDS, DROPE_REPRO_TRIALS, DROPE_REPRO_OK_SEEDS (offset-key seeds), DROPE_REPRO_JOBS,
 # DROPE_RUN_DIR (runs/reproduce), DROPE_SKIP_SETUP, DROPE_BUILD_DIR. The steps:
 # scripts/drope_scripts/reproduce.py, offset_key.py and report.py.
 set -euo pipefail

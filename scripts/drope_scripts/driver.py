@@ -3,16 +3,20 @@ evaluations that are reused, side-by-side tables."""
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import fnmatch
+import os
 import pathlib
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import yaml
 
@@ -22,6 +26,25 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # What a tool's stdout shows: everything, nothing, the lines matching a pattern, or the last n lines.
 Show = str | re.Pattern | int
 ALL, NONE = "all", "none"
+T = TypeVar("T")
+_task = threading.local()  # the tag of the parallel task the current thread runs (Driver.parallel)
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def jobs_knob(env: dict[str, str], name: str) -> int:
+    """A worker-count environment knob: an integer in 1..256, by default half the CPUs this process may use (at
+    least 1), so that each job's tools run two threads: on a 2-core machine two one-thread trainings side by side
+    were slower than the same two one after the other on two threads (docs/results.md)."""
+    v = env.get(name, "")
+    if not v:
+        return max(1, cpu_count() // 2)
+    if not v.isdigit() or not 1 <= int(v) <= 256:
+        raise ValueError(f"{name} must be an integer in 1..256, got '{v}'")
+    return int(v)
 
 
 class ToolError(RuntimeError):
@@ -110,9 +133,10 @@ def run_logged(cmd: Sequence[object], log: pathlib.Path, env: dict | None = None
 class Driver:
     """Runs the tools of one build directory for a pipeline named `name`, printing timed stage headings."""
 
-    def __init__(self, name: str, bin_dir: pathlib.Path, width: int):
-        self.name, self.bin_dir, self.width = name, bin_dir, width
+    def __init__(self, name: str, bin_dir: pathlib.Path, width: int, jobs: int = 1):
+        self.name, self.bin_dir, self.width, self.jobs = name, bin_dir, width, max(1, jobs)
         self.t0 = time.monotonic()
+        self.print_lock = threading.Lock()
         self.line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []  # progress when piped
 
     def elapsed(self) -> int:
@@ -122,28 +146,65 @@ class Driver:
     def stage(self, msg: str) -> None:
         print(f"\n\033[1m[{self.name} {self.elapsed():{self.width}d}s] {msg}\033[0m", flush=True)
 
+    def say(self, text: str) -> None:
+        """Prints one or more lines; inside a parallel task each line starts with the task's tag."""
+        tag = getattr(_task, "tag", None)
+        if tag is not None:
+            text = "".join(f"[{tag}] {line}" for line in text.splitlines(keepends=True))
+        with self.print_lock:
+            print(text, end="" if text.endswith("\n") else "\n", flush=True)
+
     def tool(self, name: str, *args: object, show: Show = ALL, line_buffered: bool = False) -> None:
-        """Runs bin_dir/name; stderr passes through, stdout as `show` says. Raises ToolError on failure."""
+        """Runs bin_dir/name; stderr passes through, stdout as `show` says. Raises ToolError on failure. Inside a
+        parallel task the tool runs with the task's share of the CPUs (OMP_NUM_THREADS) and its shown lines are
+        tagged."""
         cmd = [str(self.bin_dir / name), *map(str, args)]
         if line_buffered:
             cmd = self.line_buffered + cmd
+        env = None
+        if getattr(_task, "tag", None) is not None:
+            env = dict(os.environ, OMP_NUM_THREADS=str(max(1, cpu_count() // self.jobs)))
+            if show == ALL:
+                show = re.compile("")
         sys.stdout.flush()
         if show == ALL:
             rc = subprocess.run(cmd).returncode
         elif show == NONE:
-            rc = subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode
+            rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, env=env).returncode
         else:
             last: collections.deque[str] = collections.deque(maxlen=show if isinstance(show, int) else None)
-            with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, errors="replace") as p:
+            with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, errors="replace", env=env) as p:
                 for line in p.stdout:
                     if isinstance(show, int):
                         last.append(line)
                     elif show.search(line):
-                        print(line, end="", flush=True)
+                        self.say(line)
                 rc = p.wait()
-            print("".join(last), end="", flush=True)
+            if last:
+                self.say("".join(last))
         if rc != 0:
             raise ToolError(name, rc)
+
+    def parallel(self, tasks: Sequence[tuple[str, Callable[[], T]]]) -> list[T]:
+        """Runs the (tag, function) tasks on `jobs` worker threads, each tool they start with cpus / jobs
+        threads, and returns their results in task order. With one job, or one task, they run here in order.
+        The first failure cancels the tasks not yet started and is raised once the running ones end."""
+        if self.jobs == 1 or len(tasks) <= 1:
+            return [fn() for _, fn in tasks]
+
+        def call(tag: str, fn: Callable[[], T]) -> T:
+            _task.tag = tag
+            try:
+                return fn()
+            finally:
+                _task.tag = None
+
+        ex = concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs)
+        try:
+            futures = [ex.submit(call, tag, fn) for tag, fn in tasks]
+            return [f.result() for f in futures]
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)
 
     def train(self, config: str | pathlib.Path, run_dir: pathlib.Path, steps: int, overrides: Sequence[str] = (),
               fresh_overrides: Sequence[str] = (), show: Show = ALL) -> str:

@@ -18,6 +18,7 @@ Finished training runs, temperature fits and evaluations are reused; DROPE_FORCE
 """
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 from collections.abc import Callable, Sequence
@@ -71,11 +72,16 @@ class Plan:
     queries: int = 1000
     multipliers: tuple[int, ...] = (1, 2, 4, 8)
     nope: bool = False  # NoPE from scratch (+ fitted temperature)
+    nope_seeds: int | None = None  # NoPE on the first n seeds only (None: every seed)
     drope_c0: bool = True  # DroPE without the temperature (claim f)
     train_show: Show = ALL  # what drope-train's stdout shows
 
     def specs(self) -> list[Spec]:
         return [s for s in SPECS if (self.nope or s.model != "nope") and (self.drope_c0 or s.label != DROPE_0)]
+
+    def seeds_of(self, model: str) -> tuple[int, ...]:
+        """The seeds a training run kind (rope, drope, nope) has."""
+        return self.seeds[:self.nope_seeds] if model == "nope" and self.nope_seeds is not None else self.seeds
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,8 @@ def describe(plan: Plan) -> str:
     """One line for a stage heading: what run() trains and evaluates."""
     c, rope_steps, drope_steps = context(ROPE_CONFIG), config_steps(ROPE_CONFIG), config_steps(DROPE_CONFIG)
     n = len(plan.seeds)
-    nope = f", NoPE {rope_steps}" if plan.nope else ""
+    n_nope = len(plan.seeds_of("nope"))
+    nope = (f", NoPE {rope_steps}" + (f" (on the first {n_nope})" if n_nope < n else "") if plan.nope else "")
     return (f"RoPE at C = {c} for {rope_steps} steps, DroPE from its step {rope_steps - drope_steps} for "
             f"{drope_steps}{nope} × {n} seed{'s' if n > 1 else ''}; fitted temperature; accuracy at "
             f"{', '.join('C' if m == 1 else f'{m}C' for m in plan.multipliers)} for "
@@ -167,67 +174,87 @@ def run(d: Driver, out: pathlib.Path, plan: Plan, mark: Callable[[str, bool], No
         nonlocal computed
         run_dir = out / "train" / f"{name}-s{seed}"
         if train_state(run_dir, steps) == "finished":
-            print(f"{name} seed {seed}: done ({checkpoint(run_dir, steps)})")
+            d.say(f"{name} seed {seed}: done ({checkpoint(run_dir, steps)})")
         else:
-            print(f"== offset-key {name} seed {seed}")
+            d.say(f"== offset-key {name} seed {seed}")
             computed = True
             d.train(config, run_dir, steps, [f"run.name=offset-key-{name}-s{seed}", f"run.seed={seed}", *overrides],
                     fresh, show=plan.train_show)
         return checkpoint(run_dir, steps)
 
-    models: dict[tuple[str, int], pathlib.Path] = {}
-    for seed in plan.seeds:
-        models["rope", seed] = train("rope", seed, ROPE_CONFIG, rope_steps)
+    def rope_then_drope(seed: int) -> dict[tuple[str, int], pathlib.Path]:
+        got = {("rope", seed): train("rope", seed, ROPE_CONFIG, rope_steps)}
         if "drope" in needed:
             init = checkpoint(out / "train" / f"rope-s{seed}", init_step)
             if train_state(out / "train" / f"drope-s{seed}", drope_steps) == "fresh" and \
                     not (init / "model.safetensors").is_file():
                 raise ValueError(f"{init} is missing (the RoPE config must keep it: checkpoint_every, keep_last)")
-            models["drope", seed] = train("drope", seed, DROPE_CONFIG, drope_steps, fresh=[f"run.init={init}"])
-        if "nope" in needed:
-            models["nope", seed] = train("nope", seed, ROPE_CONFIG, rope_steps, ["model.positional.type=nope"])
+            got["drope", seed] = train("drope", seed, DROPE_CONFIG, drope_steps, fresh=[f"run.init={init}"])
+        return got
+
+    def nope(seed: int) -> dict[tuple[str, int], pathlib.Path]:
+        return {("nope", seed): train("nope", seed, ROPE_CONFIG, rope_steps, ["model.positional.type=nope"])}
+
+    # Independent runs go to parallel workers (d.jobs): per seed RoPE then its DroPE, and NoPE.
+    runs = [(f"rope s{seed}", functools.partial(rope_then_drope, seed)) for seed in plan.seeds]
+    if "nope" in needed:
+        runs += [(f"nope s{seed}", functools.partial(nope, seed)) for seed in plan.seeds_of("nope")]
+    models: dict[tuple[str, int], pathlib.Path] = {}
+    for got in d.parallel(runs):
+        models.update(got)
 
     fit = ",".join(str(m) for m in plan.multipliers if m > 1)
-    for kind in sorted({s.model for s in specs if s.temperature == "auto"}):
-        for seed in plan.seeds:
-            model = models[kind, seed]
-            if not (model / "temperature.json").is_file():
-                d.tool("drope-eval", "fit-temperature", "--model", model, "--task", KIND, "--multipliers", fit,
-                       "--queries", TEMPERATURE_QUERIES, show=3)
-                computed = True
-            fitted = results.load(model / "temperature.json", "temperature")["c"]
-            print(f"{kind} seed {seed}: fitted temperature c = {fitted:.3f}")
+
+    def fit_temperature(kind: str, seed: int) -> None:
+        nonlocal computed
+        model = models[kind, seed]
+        if not (model / "temperature.json").is_file():
+            d.tool("drope-eval", "fit-temperature", "--model", model, "--task", KIND, "--multipliers", fit,
+                   "--queries", TEMPERATURE_QUERIES, show=3)
+            computed = True
+        fitted = results.load(model / "temperature.json", "temperature")["c"]
+        d.say(f"{kind} seed {seed}: fitted temperature c = {fitted:.3f}")
+
+    fitted_kinds = sorted({s.model for s in specs if s.temperature == "auto"})
+    d.parallel([(f"fit {kind} s{seed}", functools.partial(fit_temperature, kind, seed))
+                for kind in fitted_kinds for seed in plan.seeds_of(kind)])
     mark("offset-key-train", computed)
     computed = False
 
     lengths = [m * c for m in plan.multipliers]
-    files: dict[str, list[pathlib.Path]] = {}
-    for spec in specs:
-        for seed in plan.seeds:
-            model = models[spec.model, seed]
-            prefix = out / "eval" / f"{spec.slug}-s{seed}"
-            common = ("--queries", plan.queries, "--seed", seed)
-            if spec.scaling is None:
-                options = ("--temperature", spec.temperature) if spec.temperature else ()
-                doc, now = d.evaluate(KIND, Method(spec.label, model, options), prefix,
-                                      ("--lengths", ",".join(map(str, lengths)), *common), KIND)
+
+    def evaluate(spec: Spec, seed: int) -> pathlib.Path:
+        nonlocal computed
+        model = models[spec.model, seed]
+        prefix = out / "eval" / f"{spec.slug}-s{seed}"
+        common = ("--queries", plan.queries, "--seed", seed)
+        if spec.scaling is None:
+            options = ("--temperature", spec.temperature) if spec.temperature else ()
+            doc, now = d.evaluate(KIND, Method(spec.label, model, options), prefix,
+                                  ("--lengths", ",".join(map(str, lengths)), *common), KIND)
+            computed |= now
+        else:
+            parts = []
+            for mult in plan.multipliers:
+                if mult == 1:
+                    continue  # factor 1 is plain RoPE
+                part = out / "eval" / f"{spec.slug}-s{seed}-L{mult * c}"
+                method = Method(spec.label, model, ("--rope-scaling", spec.scaling, "--factor", mult))
+                _, now = d.evaluate(KIND, method, part, ("--lengths", mult * c, *common), KIND)
                 computed |= now
-            else:
-                parts = []
-                for mult in plan.multipliers:
-                    if mult == 1:
-                        continue  # factor 1 is plain RoPE
-                    part = out / "eval" / f"{spec.slug}-s{seed}-L{mult * c}"
-                    method = Method(spec.label, model, ("--rope-scaling", spec.scaling, "--factor", mult))
-                    _, now = d.evaluate(KIND, method, part, ("--lengths", mult * c, *common), KIND)
-                    computed |= now
-                    parts.append(json_path(part))
-                doc = merge(parts, spec.label)
-                write_atomic(json_path(prefix), dump(doc))
-            cells = ", ".join(f"{r['length']}: {r['accuracy']:.1f}" + (
-                f" (far {r['far_accuracy']:.1f})" if r.get("far_accuracy") is not None else "") for r in doc["results"])
-            print(f"{spec.label} seed {seed}: {cells}")
-            files.setdefault(spec.label, []).append(json_path(prefix))
+                parts.append(json_path(part))
+            doc = merge(parts, spec.label)
+            write_atomic(json_path(prefix), dump(doc))
+        cells = ", ".join(f"{r['length']}: {r['accuracy']:.1f}" + (
+            f" (far {r['far_accuracy']:.1f})" if r.get("far_accuracy") is not None else "") for r in doc["results"])
+        d.say(f"{spec.label} seed {seed}: {cells}")
+        return json_path(prefix)
+
+    cells = [(spec, seed) for spec in specs for seed in plan.seeds_of(spec.model)]
+    paths = d.parallel([(f"{spec.slug} s{seed}", functools.partial(evaluate, spec, seed)) for spec, seed in cells])
+    files: dict[str, list[pathlib.Path]] = {}
+    for (spec, _), path in zip(cells, paths):
+        files.setdefault(spec.label, []).append(path)
 
     doc = aggregate(files, c, plan.multipliers, (drope_steps, rope_steps))
     write_atomic(out / "results.json", dump(doc))

@@ -286,7 +286,8 @@ def markdown(doc: dict, where: str) -> str:
         for mult, cell in zip(mults, m["cells"]):
             value = cell["accuracy"] if mult == 1 else cell["far_accuracy"]
             cells.append("–" if value is None else Cell.of(value).text())
-        lines.append(f"| {m['label']} | " + " | ".join(cells) + " |")
+        fewer = f" ({m['seeds']} seeds)" if m["seeds"] < seeds[-1] else ""  # rows over fewer seeds say so
+        lines.append(f"| {m['label']}{fewer} | " + " | ".join(cells) + " |")
     lines += [f"\nPlot: `{where}/far.png` (far-needle accuracy vs length; mean over seeds, band min–max).\n",
               "```"] + [Claim(**cl).line() for cl in doc["claims"]] + ["```\n",
               "Criteria (decided from the numbers by scripts/drope_scripts/offset_key_report.py; "

@@ -6,18 +6,20 @@
               RoPE+NTK, RoPE+YaRN (eval-time, factor 2), NoPE, ALiBi, RNoPE-SWA, DroPE
   4.          perplexity vs length up to 8× for the same models; the fitted temperature c (DroPE, NoPE)
   5.          offset-key retrieval (offset_key.py): RoPE, RoPE+PI/NTK/YaRN (factor L/C), NoPE and
-              DroPE (fitted temperature, and c = 0) at C–8C over DROPE_REPRO_OK_SEEDS seeds (mean, 95 % t
-              interval), far accuracy vs length, and the verdicts on claims (a)–(f)
+              DroPE (fitted temperature, and c = 0) at C–8C over DROPE_REPRO_OK_SEEDS seeds (NoPE: the first 3;
+              mean, 95 % t interval), far accuracy vs length, and the verdicts on claims (a)–(f)
 Every model of 1–4: configs/train/repro-tiny.yaml (tiny, C = 256, vocab 4096) on the full Debian corpus; of 5:
 configs/train/offset-key-{rope,drope}.yaml (C = 128, generated sequences).
 
 Idempotent: finished training runs and evaluations are reused (DROPE_FORCE=1 redoes all). Knobs (env):
 DROPE_REPRO_SCALE (full | reduced), DROPE_REPRO_STEPS, DROPE_REPRO_SEEDS, DROPE_REPRO_TRIALS,
-DROPE_REPRO_OK_SEEDS (offset-key seeds: 3 full, 1 reduced), DROPE_RUN_DIR (runs/reproduce), DROPE_BUILD_DIR
+DROPE_REPRO_OK_SEEDS (offset-key seeds: 5 full, 1 reduced), DROPE_REPRO_JOBS (independent runs side by side:
+default half the CPUs, each tool with cpus / jobs threads), DROPE_RUN_DIR (runs/reproduce), DROPE_BUILD_DIR
 (build/).
 """
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import re
@@ -25,7 +27,18 @@ import sys
 from dataclasses import dataclass
 
 from . import corpus, offset_key, report
-from .driver import NONE, ROOT, Driver, Method, checkpoint, concat_tables, remove_outputs, run_pipeline, train_state
+from .driver import (
+    NONE,
+    ROOT,
+    Driver,
+    Method,
+    checkpoint,
+    concat_tables,
+    jobs_knob,
+    remove_outputs,
+    run_pipeline,
+    train_state,
+)
 
 C = 256
 DATA = "runs/data/full"
@@ -34,6 +47,7 @@ CONFIG = "configs/train/repro-tiny.yaml"
 OUTPUTS = ("settings.txt", "timing", "fig3", "train", "eval", "ppl_vs_length.*", "results.md", "results-ppl.*",
            "results-niah.*", "offset-key", "REPORT.md")
 OFFSET_KEY_QUERIES = 1000
+OFFSET_KEY_NOPE_SEEDS = 3  # NoPE from scratch, a reference no claim reads, runs on the first 3 offset-key seeds
 
 
 @dataclass(frozen=True)
@@ -63,7 +77,7 @@ class Settings:
 def settings(env: dict[str, str]) -> Settings:
     """DROPE_REPRO_SCALE and its overrides DROPE_REPRO_STEPS / _SEEDS / _TRIALS / _OK_SEEDS."""
     scale = env.get("DROPE_REPRO_SCALE", "full")
-    defaults = {"full": (600, 3, 40, 48, ("--seeds", "3", "--seqs", "8"), 3),
+    defaults = {"full": (600, 3, 40, 48, ("--seeds", "3", "--seqs", "8"), 5),
                 "reduced": (120, 2, 10, 16, ("--seeds", "2", "--seqs", "4"), 1)}
     if scale not in defaults:
         raise ValueError(f"DROPE_REPRO_SCALE must be full or reduced, got '{scale}'")
@@ -103,7 +117,12 @@ def reproduce() -> int:
     except ValueError as e:
         print(f"reproduce: {e}", file=sys.stderr)
         return 2
-    d = Driver("reproduce", pathlib.Path(env.get("DROPE_BUILD_DIR", ROOT / "build")), width=4)
+    try:
+        jobs = jobs_knob(env, "DROPE_REPRO_JOBS")
+    except ValueError as e:
+        print(f"reproduce: {e}", file=sys.stderr)
+        return 2
+    d = Driver("reproduce", pathlib.Path(env.get("DROPE_BUILD_DIR", ROOT / "build")), width=4, jobs=jobs)
     run = pathlib.Path(env.get("DROPE_RUN_DIR", "runs/reproduce"))
     if env.get("DROPE_FORCE", "0") == "1":
         remove_outputs(run, OUTPUTS)
@@ -129,9 +148,9 @@ def reproduce() -> int:
     def train(name: str, seed: int, *overrides: str) -> None:
         run_dir = run / "train" / f"{name}-s{seed}"
         if train_state(run_dir, s.steps) == "finished":
-            print(f"{name} seed {seed}: done ({checkpoint(run_dir, s.steps)})")
+            d.say(f"{name} seed {seed}: done ({checkpoint(run_dir, s.steps)})")
             return
-        print(f"== {name} seed {seed}")
+        d.say(f"== {name} seed {seed}")
         times.work = True
         d.train(CONFIG, run_dir, s.steps, [f"run.name={name}-s{seed}", f"run.seed={seed}", f"train.steps={s.steps}",
                                            *overrides], show=re.compile(r"^(step|done)"))
@@ -141,12 +160,11 @@ def reproduce() -> int:
 
     d.stage(f"2/5 training at equal budget: {s.steps} steps × 8 × {C} tokens; RoPE, NoPE, DroPE (drop at step "
             f"{s.drop_at}) × {s.seeds} seeds; ALiBi, RNoPE-SWA × 1")
-    for seed in range(s.seeds):
-        train("rope", seed, "model.positional.type=rope")
-        train("nope", seed, "model.positional.type=nope")
-        train("drope", seed, "model.positional.type=rope", f"drope.drop_at_step={s.drop_at}")
-    train("alibi", 0, "model.positional.type=alibi")
-    train("rnope-swa", 0, "model.positional.type=rnope-swa")
+    runs = [(name, seed, over) for seed in range(s.seeds) for name, over in (
+        ("rope", ("model.positional.type=rope",)), ("nope", ("model.positional.type=nope",)),
+        ("drope", ("model.positional.type=rope", f"drope.drop_at_step={s.drop_at}")))]
+    runs += [("alibi", 0, ("model.positional.type=alibi",)), ("rnope-swa", 0, ("model.positional.type=rnope-swa",))]
+    d.parallel([(f"{name} s{seed}", functools.partial(train, name, seed, *over)) for name, seed, over in runs])
     times.mark("train")
 
     ms = [
@@ -161,34 +179,41 @@ def reproduce() -> int:
     ]
 
     d.stage(f"3/5 NIAH at 2C = {2 * C} (multiquery, multikey_1, multivalue; {s.trials} trials each; greedy)")
-    niah = []
-    for m in ms:
+
+    def niah_eval(m: Method) -> pathlib.Path:
         out = run / "eval" / f"niah-{m.slug}"
         doc, computed = d.evaluate("niah", m, out, ("--tokenizer", DATA, "--lengths", 2 * C, "--tasks", "paper",
                                                     "--trials", s.trials, "--max-new-tokens", 32, "--haystack",
                                                     HAYSTACK, "--seed", 0, "--batch-size", 8), "niah")
         times.work |= computed
-        print(f"{m.name}: {doc['summary']['avg']:.2f} (mean score)")
-        niah.append(out.with_name(out.name + ".json"))
+        d.say(f"{m.name}: {doc['summary']['avg']:.2f} (mean score)")
+        return out.with_name(out.name + ".json")
+
+    niah = d.parallel([(m.slug, functools.partial(niah_eval, m)) for m in ms])
     times.mark("niah")
 
     d.stage("4/5 fitted temperature c (DroPE, NoPE) and perplexity vs length 1×–8× "
             "(drope-eval fit-temperature, ppl)")
-    for name in ("drope-s0", "nope-s0"):
+
+    def fit(name: str) -> None:
         if not (model(name) / "temperature.json").is_file():
             d.tool("drope-eval", "fit-temperature", "--model", model(name), "--tokenizer", DATA, "--data", DATA,
                    "--multipliers", 2, 4, 8, "--max-windows", s.windows, "--out", run / "eval" / f"temperature-{name}",
                    show=3)
             times.work = True
+
+    d.parallel([(name, functools.partial(fit, name)) for name in ("drope-s0", "nope-s0")])
     ms += [Method("DroPE+temp", model("drope-s0"), ("--temperature", "auto")),
            Method("NoPE+temp", model("nope-s0"), ("--temperature", "auto"))]
     ppl_args = ("--tokenizer", DATA, "--data", DATA, "--multipliers", 1, 2, 4, 8, "--max-windows", s.windows)
-    ppl = []
-    for m in ms:
+
+    def ppl_eval(m: Method) -> pathlib.Path:
         out = run / "eval" / f"ppl-{m.slug}"
         _, computed = d.evaluate("ppl", m, out, ppl_args, "ppl", show=re.compile("ppl="))
         times.work |= computed
-        ppl.append(out.with_name(out.name + ".json"))
+        return out.with_name(out.name + ".json")
+
+    ppl = d.parallel([(m.slug, functools.partial(ppl_eval, m)) for m in ms])
     # All curves on one plot (the last method drawn with the others beside it).
     last = ms[-1]
     d.tool("drope-eval", "ppl", "--model", last.model, *last.options, "--label", last.name, *ppl_args,
@@ -200,6 +225,7 @@ def reproduce() -> int:
     times.mark("eval")
 
     plan = offset_key.Plan(seeds=tuple(range(s.ok_seeds)), queries=OFFSET_KEY_QUERIES, nope=True,
+                           nope_seeds=min(s.ok_seeds, OFFSET_KEY_NOPE_SEEDS),
                            train_show=re.compile(r"^(step|done)"))
     d.stage(f"5/5 offset-key retrieval: {offset_key.describe(plan)}")
 

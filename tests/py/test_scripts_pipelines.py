@@ -1,5 +1,6 @@
 """quickstart and reproduce end to end with fake tools (no C++ binaries, no corpus download): the files they
 write, the table they print, reuse on a second run, and the settings knobs."""
+import re
 import sys
 
 import pytest
@@ -80,6 +81,7 @@ def fake(tmp_path, monkeypatch):
     for knob in ("DROPE_FORCE", "DROPE_REPRO_SCALE", "DROPE_REPRO_STEPS", "DROPE_REPRO_SEEDS", "DROPE_REPRO_TRIALS",
                  "DROPE_REPRO_OK_SEEDS"):
         monkeypatch.delenv(knob, raising=False)
+    monkeypatch.setenv("DROPE_REPRO_JOBS", "1")  # one run at a time: the call order below is fixed
     monkeypatch.setattr(corpus, "main", lambda argv: 0)
     monkeypatch.chdir(tmp_path)  # the pipelines chdir to the repository root: restored after the test
     return tmp_path / "run", calls
@@ -190,7 +192,7 @@ def test_reproduce_reduced(fake, capsys, monkeypatch):
 
 def test_reproduce_settings():
     full = reproduce.settings({})
-    assert (full.steps, full.seeds, full.trials, full.windows, full.drop_at, full.ok_seeds) == (600, 3, 40, 48, 525, 3)
+    assert (full.steps, full.seeds, full.trials, full.windows, full.drop_at, full.ok_seeds) == (600, 3, 40, 48, 525, 5)
     assert reproduce.settings({"DROPE_REPRO_SCALE": "reduced"}).ok_seeds == 1
     assert reproduce.settings({"DROPE_REPRO_OK_SEEDS": "5"}).ok_seeds == 5
     r = reproduce.settings({"DROPE_REPRO_SCALE": "reduced", "DROPE_REPRO_STEPS": "80", "DROPE_REPRO_TRIALS": "4"})
@@ -209,3 +211,50 @@ def test_reproduce_refuses_a_bad_knob(fake, monkeypatch, capsys):
     assert reproduce.reproduce() == 2
     assert "DROPE_REPRO_STEPS must be a positive integer, got '-5'" in capsys.readouterr().err
     assert calls.read_text() == "" and not run.exists()
+
+
+def test_reproduce_side_by_side_matches_one_at_a_time(fake, capsys, monkeypatch):
+    """DROPE_REPRO_JOBS=3 runs independent trainings and evaluations side by side: the same tool calls (in another
+    order) and the same report as one at a time."""
+    run, calls = fake
+    monkeypatch.setenv("DROPE_REPRO_SCALE", "reduced")
+    monkeypatch.setenv("DROPE_REPRO_OK_SEEDS", "2")
+    assert reproduce.reproduce() == 0
+    serial_calls, serial_report = calls.read_text().splitlines(), (run / "REPORT.md").read_text()
+    capsys.readouterr()
+
+    side = run.with_name("side")
+    monkeypatch.setenv("DROPE_RUN_DIR", str(side))
+    monkeypatch.setenv("DROPE_REPRO_JOBS", "3")
+    calls.write_text("")
+    assert reproduce.reproduce() == 0
+    out = capsys.readouterr().out
+    side_calls = [c.replace(str(side), str(run)) for c in calls.read_text().splitlines()]
+    assert sorted(side_calls) == sorted(serial_calls)
+    def timeless(text: str) -> str:  # the report's stage times differ from run to run
+        return re.sub(r"\d+\.\d min", "T min", text)
+
+    assert timeless((side / "REPORT.md").read_text().replace(str(side), str(run))) == timeless(serial_report)
+    assert "[nope s1] == offset-key nope seed 1" in out  # lines of a side-by-side task carry its tag
+
+
+def test_reproduce_runs_nope_on_three_offset_key_seeds(fake, capsys, monkeypatch):
+    run, calls = fake
+    monkeypatch.setenv("DROPE_REPRO_SCALE", "reduced")
+    monkeypatch.setenv("DROPE_REPRO_OK_SEEDS", "4")
+    assert reproduce.reproduce() == 0
+    nope = [c for c in tool_calls(calls, "drope-train") if "offset-key-nope" in c]
+    assert [c.split("run.seed=")[1].split()[0] for c in nope] == ["0", "1", "2"]
+    assert len([c for c in tool_calls(calls, "drope-train") if "run.name=offset-key-rope-s" in c]) == 4
+    text = (run / "offset-key" / "results.md").read_text()
+    assert "3/4 seeds" in text and "| NoPE+temp (3 seeds) |" in text and "| RoPE | " in text
+    assert "NoPE 800 (on the first 3) × 4 seeds" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["0", "x", "-1", "257"])
+def test_reproduce_refuses_a_bad_jobs_knob(fake, monkeypatch, capsys, value):
+    _, calls = fake
+    monkeypatch.setenv("DROPE_REPRO_JOBS", value)
+    assert reproduce.reproduce() == 2
+    assert f"reproduce: DROPE_REPRO_JOBS must be an integer in 1..256, got '{value}'" in capsys.readouterr().err
+    assert calls.read_text() == ""
