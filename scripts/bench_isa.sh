@@ -12,13 +12,8 @@ OUT="$ROOT/runs/bench-isa"
 QUICK=0; [ "${1:-}" = "--quick" ] && QUICK=1
 mkdir -p "$OUT"
 
-isa_env() {  # the environment of one level
-  case "$1" in
-    avx512) echo "DROPE_CPU_ISA=avx512 ATEN_CPU_CAPABILITY=avx512 ONEDNN_MAX_CPU_ISA=AVX512_CORE MKL_ENABLE_INSTRUCTIONS=AVX512" ;;
-    avx2) echo "DROPE_CPU_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2" ;;
-    baseline) echo "DROPE_CPU_ISA=baseline ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 MKL_ENABLE_INSTRUCTIONS=SSE4_2" ;;
-  esac
-}
+# shellcheck source=lib/isa_env.sh
+source "$ROOT/scripts/lib/isa_env.sh"
 lens="1024,2048,4096,8192"; steps=12; steps50=8
 [ $QUICK = 1 ] && { lens="1024,2048"; steps=6; steps50=4; }
 for isa in avx512 avx2 baseline; do

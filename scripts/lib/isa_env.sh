@@ -1,0 +1,12 @@
+# shellcheck shell=bash
+# isa_env LEVEL: the environment that caps drope's CPU kernels and LibTorch's own dispatch (ATen, oneDNN, MKL)
+# together at one instruction-set level: avx512, avx2 or baseline (SSE4). Sourced by bench_isa.sh and
+# quickstart_isa.sh.
+isa_env() {
+  case "$1" in
+    avx512) echo "DROPE_CPU_ISA=avx512 ATEN_CPU_CAPABILITY=avx512 ONEDNN_MAX_CPU_ISA=AVX512_CORE MKL_ENABLE_INSTRUCTIONS=AVX512" ;;
+    avx2) echo "DROPE_CPU_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2" ;;
+    baseline) echo "DROPE_CPU_ISA=baseline ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 MKL_ENABLE_INSTRUCTIONS=SSE4_2" ;;
+    *) echo "isa_env: unknown level '$1' (expected avx512, avx2 or baseline)" >&2; return 2 ;;
+  esac
+}
