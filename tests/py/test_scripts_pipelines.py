@@ -1,11 +1,14 @@
 """quickstart and reproduce end to end with fake tools (no C++ binaries, no corpus download): the files they
 write, the table they print, reuse on a second run, and the settings knobs."""
+import json
+import os
+import pathlib
 import re
 import sys
 
 import pytest
 
-from drope_scripts import corpus, quickstart, reproduce
+from drope_scripts import corpus, prose_drop_study, quickstart, reproduce
 
 FAKE_TOOL = r'''#!{python}
 """Fake drope-train / drope-eval / drope-analyze: records its arguments and writes what the pipelines read."""
@@ -24,7 +27,7 @@ if name == "drope-train":
     steps, every = {"quickstart-pretrain-rope.yaml": (400, 100), "quickstart-drope.yaml": (100, 100),
                     "offset-key-rope.yaml": (800, 200),
                     "offset-key-drope.yaml": (200, 200)}.get(pathlib.Path(args[0]).name, (600, 150))
-    steps = int(sets.get("train.steps", steps))
+    steps, every = int(sets.get("train.steps", steps)), int(sets.get("train.checkpoint_every", every))
     for k in [*range(every, steps, every), steps]:
         (run / "checkpoints" / f"step-{k:08d}").mkdir(parents=True, exist_ok=True)
         (run / "checkpoints" / f"step-{k:08d}" / "model.safetensors").write_text("")
@@ -59,6 +62,12 @@ else:
             "method": {"label": label, "factor": factor, "train_length": 128}, "results": rows, "summary": summary}))
     else:
         summary = {"ppl@256": 3.0} if args[0] == "ppl" else {"avg": 12.5}
+        if args[0] == "ppl" and "--lengths" in args:  # 3 at 256, +0.5 per 256 more; a prose DroPE model +0.3 × seed
+            i, model = args.index("--lengths") + 1, opt("--model")
+            extra = 0.3 * (1 + int(model.split("-s")[-1].split("/")[0])) if "/drope-r" in model else 0.0
+            while i < len(args) and not args[i].startswith("--"):
+                summary[f"ppl@{args[i]}"] = 3.0 + (int(args[i]) - 256) / 512 + extra
+                i += 1
         pathlib.Path(out + ".json").write_text(json.dumps({"kind": args[0], "method": {"label": label},
                                                            "results": [], "summary": summary}))
         print(f"{label}  L=256  ppl=3.0")
@@ -258,3 +267,40 @@ def test_reproduce_refuses_a_bad_jobs_knob(fake, monkeypatch, capsys, value):
     assert reproduce.reproduce() == 2
     assert f"reproduce: DROPE_REPRO_JOBS must be an integer in 1..256, got '{value}'" in capsys.readouterr().err
     assert calls.read_text() == ""
+
+
+def test_prose_drop_study(fake, capsys, monkeypatch):
+    """Per seed one RoPE run keeping every drop point, one DroPE run per share from RoPE's checkpoint at T − S
+    with the same budget, ppl of each; the gap per seed, mean and t interval over seeds."""
+    run, calls = fake
+    out = run.with_name("prose")
+    assert prose_drop_study.main(["--out", str(out), "--seeds", "2", "--shares", "12.5,50", "--jobs", "1",
+                                  "--bin", str(pathlib.Path(os.environ["DROPE_BUILD_DIR"]))]) == 0
+    train = tool_calls(calls, "drope-train")
+    assert len(train) == 2 * 3
+    assert "--set train.checkpoint_every=50 --set train.keep_last=8" in train[0]
+    assert train[1].endswith(f"--set train.steps=50 --set schedule.warmup=5 --set train.log_every=12 "
+                             f"--set run.init={out}/train/rope-s0/checkpoints/step-00000350")
+    assert f"--set run.init={out}/train/rope-s1/checkpoints/step-00000200" in train[5]
+    doc = json.loads((out / "study.json").read_text())
+    assert doc["rope"]["ppl_c"]["values"] == [3.0, 3.0] and doc["rope"]["ppl_2c"]["mean"] == 3.5
+    # DroPE's ppl at C is 3 + 0.3 (seed 0) and 3 + 0.6 (seed 1): gaps 10 % and 20 %, t(0.975, 1) · 5 = 63.5
+    gap = doc["drope"][0]["gap_pct"]
+    assert gap["values"] == pytest.approx([10.0, 20.0]) and gap["ci_high"] - 15 == pytest.approx(63.53, abs=0.01)
+    assert "| DroPE | 50 % (200) | 3.45 ± 1.91 | 3.95 ± 1.91 | +15.0 ± 63.5 % |" in (out / "study.md").read_text()
+    calls.write_text("")
+    assert prose_drop_study.main(["--out", str(out), "--seeds", "2", "--shares", "12.5,50", "--jobs", "1",
+                                  "--bin", str(pathlib.Path(os.environ["DROPE_BUILD_DIR"]))]) == 0
+    assert tool_calls(calls, "drope-train") == [] and tool_calls(calls, "drope-eval") == []  # all reused
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--shares", "0"], "each share must be a percentage in (0, 100), got 0"),
+    (["--shares", "nan"], "each share must be a percentage in (0, 100), got nan"),
+    (["--shares", "0.1"], "0.1 % of 400 steps is 0 recalibration steps"),
+    (["--jobs", "0"], "--jobs must be an integer in 1..256, got '0'"),
+])
+def test_prose_drop_study_refuses_bad_settings(fake, capsys, args, message):
+    _, calls = fake
+    assert prose_drop_study.main(args) == 1
+    assert message in capsys.readouterr().err and calls.read_text() == ""
