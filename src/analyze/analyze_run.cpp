@@ -293,6 +293,7 @@ void run_head_scores(const HeadScoresRun& r) {
           {"layer", l}, {"head", h}, {"previous_token", o.previous_token}, {"first_token", o.first_token}};
       if (s.offset_key) {
         e["answer_to_query"] = o.answer_to_query;
+        e["answer_to_earlier_queries"] = o.answer_to_earlier_queries;
         e["answer_to_needle"] = o.answer_to_needle;
         e["answer_to_other_needles"] = o.answer_to_other_needles;
         e["query_to_needle"] = o.query_to_needle;

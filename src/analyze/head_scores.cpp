@@ -32,10 +32,10 @@ HeadScores head_scores(DecoderLM& model, const torch::Tensor& ids, const std::ve
   // Sums over rows (and queries) first, divided at the end.
   HeadScore zero;
   if (r.offset_key)
-    zero.answer_to_query = zero.answer_to_needle = zero.answer_to_other_needles = zero.query_to_needle =
-        zero.query_to_other_needles = 0;
+    zero.answer_to_query = zero.answer_to_earlier_queries = zero.answer_to_needle = zero.answer_to_other_needles =
+        zero.query_to_needle = zero.query_to_other_needles = 0;
   r.heads.assign(static_cast<size_t>(cfg.num_layers), std::vector<HeadScore>(static_cast<size_t>(cfg.num_heads), zero));
-  int64_t answers = 0;
+  int64_t answers = 0, later_answers = 0;  // all answers; those with an earlier query in the block
   const std::vector<int64_t> rows_and_queries = {0, 2};
   torch::NoGradGuard no_grad;
   for (int64_t first = 0; first < B; first += batch) {
@@ -66,6 +66,9 @@ HeadScores head_scores(DecoderLM& model, const torch::Tensor& ids, const std::ve
                 query_other += att[at - 1][sq.needle_positions[o]];
               }
             s.answer_to_query += att[at][at - 1];
+            double earlier = 0;
+            for (size_t o = 0; o < q; ++o) earlier += att[at][sq.answer_positions[o] - 1];
+            if (q > 0) s.answer_to_earlier_queries += earlier / double(q);
             s.answer_to_needle += att[at][needle];
             s.answer_to_other_needles += answer_other / double(Q - 1);
             s.query_to_needle += att[at - 1][needle];
@@ -74,7 +77,10 @@ HeadScores head_scores(DecoderLM& model, const torch::Tensor& ids, const std::ve
         }
       }
     }
-    for (int64_t b = 0; b < n && r.offset_key; ++b) answers += int64_t(seqs[size_t(first + b)].answer_positions.size());
+    for (int64_t b = 0; b < n && r.offset_key; ++b) {
+      answers += int64_t(seqs[size_t(first + b)].answer_positions.size());
+      later_answers += int64_t(seqs[size_t(first + b)].answer_positions.size()) - 1;
+    }
   }
   const double queries = double(B) * double(T - 1);
   for (auto& layer : r.heads)
@@ -85,6 +91,7 @@ HeadScores head_scores(DecoderLM& model, const torch::Tensor& ids, const std::ve
       for (double* v : {&s.answer_to_query, &s.answer_to_needle, &s.answer_to_other_needles, &s.query_to_needle,
                         &s.query_to_other_needles})
         *v /= double(answers);
+      s.answer_to_earlier_queries /= double(later_answers);
     }
   return r;
 }
@@ -92,8 +99,8 @@ HeadScores head_scores(DecoderLM& model, const torch::Tensor& ids, const std::ve
 std::vector<std::string> head_score_columns(const HeadScores& s) {
   std::vector<std::string> c = {"layer", "head", "previous_token", "first_token"};
   if (s.offset_key)
-    for (const char* k : {"answer_to_query", "answer_to_needle", "answer_to_other_needles", "query_to_needle",
-                          "query_to_other_needles"})
+    for (const char* k : {"answer_to_query", "answer_to_earlier_queries", "answer_to_needle", "answer_to_other_needles",
+                          "query_to_needle", "query_to_other_needles"})
       c.emplace_back(k);
   return c;
 }
@@ -105,8 +112,8 @@ std::vector<std::vector<std::string>> head_score_rows(const HeadScores& s) {
       const auto& o = s.heads[l][h];
       std::vector<double> v = {o.previous_token, o.first_token};
       if (s.offset_key)
-        v.insert(v.end(), {o.answer_to_query, o.answer_to_needle, o.answer_to_other_needles, o.query_to_needle,
-                           o.query_to_other_needles});
+        v.insert(v.end(), {o.answer_to_query, o.answer_to_earlier_queries, o.answer_to_needle,
+                           o.answer_to_other_needles, o.query_to_needle, o.query_to_other_needles});
       std::vector<std::string> row = {std::to_string(l), std::to_string(h)};
       for (double x : v) row.push_back(fmt::format("{:.6g}", x));
       rows.push_back(std::move(row));

@@ -174,18 +174,20 @@ def scores_from_map(m, layout):
     T = len(m)
     out = {"previous_token": sum(m[i][i - 1] for i in range(1, T)) / (T - 1),
            "first_token": sum(m[i][0] for i in range(1, T)) / (T - 1)}
-    keys = ("answer_to_query", "answer_to_needle", "answer_to_other_needles", "query_to_needle",
-            "query_to_other_needles")
+    keys = ("answer_to_query", "answer_to_earlier_queries", "answer_to_needle", "answer_to_other_needles",
+            "query_to_needle", "query_to_other_needles")
     acc = dict.fromkeys(keys, 0.0)
     answers, needles = layout["answer_positions"], layout["needle_positions"]
-    for a, n in zip(answers, needles):
+    for k, (a, n) in enumerate(zip(answers, needles)):
         others = [x for x in needles if x != n]
         acc["answer_to_query"] += m[a][a - 1]
+        if k:
+            acc["answer_to_earlier_queries"] += sum(m[a][e - 1] for e in answers[:k]) / k / (len(answers) - 1)
         acc["answer_to_needle"] += m[a][n]
         acc["answer_to_other_needles"] += sum(m[a][x] for x in others) / len(others)
         acc["query_to_needle"] += m[a - 1][n]
         acc["query_to_other_needles"] += sum(m[a - 1][x] for x in others) / len(others)
-    out.update({k: v / len(answers) for k, v in acc.items()})
+    out.update({k: v if k == "answer_to_earlier_queries" else v / len(answers) for k, v in acc.items()})
     return out
 
 

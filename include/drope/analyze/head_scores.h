@@ -21,15 +21,17 @@ struct HeadScore {
   double previous_token = 0;           // mean over rows and queries i >= 1 of α_{i,i-1}
   double first_token = 0;              // mean over rows and queries i >= 1 of α_{i,0}
   double answer_to_query = NAN;        // mean over answers of α_{s,s-1}: SEP (s) on the query marker Q_c
-  double answer_to_needle = NAN;       // α_{s,n_c}: SEP on the needle of its query's colour
+  double answer_to_earlier_queries = NAN;  // α_{s,q} averaged over the block's earlier query markers q (per
+                                           // marker), over the answers that have any (all but the first)
+  double answer_to_needle = NAN;  // α_{s,n_c}: SEP on the needle of its query's colour
   double answer_to_other_needles = NAN;  // α_{s,n_c'} averaged over the other colours c' (per needle)
-  double query_to_needle = NAN;        // α_{s-1,n_c}: Q_c on the needle of its colour
+  double query_to_needle = NAN;  // α_{s-1,n_c}: Q_c on the needle of its colour
   double query_to_other_needles = NAN;  // α_{s-1,n_c'}, per needle
 };
 
 struct HeadScores {
   int64_t sequences = 0, length = 0;
-  bool offset_key = false;                    // the offset-key scores are set
+  bool offset_key = false;  // the offset-key scores are set
   std::vector<std::vector<HeadScore>> heads;  // [layer][head]
 };
 
