@@ -7,15 +7,17 @@ the model finds the four needles but not which query it answers, ≈ (1 + 1/2 + 
 rules out the colours already answered. The recipe is the first (by name) with both; --recipe and the seed flags
 choose instead.
 
-For four models (each DroPE model and the RoPE checkpoint it was dropped from) drope-analyze head-scores measures
-every layer × head on the same held-out offset-key sequences (the task's own generator): previous-token attention
+For six models (each DroPE model, the RoPE checkpoint it was dropped from, and that checkpoint right after the drop,
+before any recalibration: drope-model drop with the run's QK-norm) drope-analyze head-scores measures every
+layer × head on the same held-out offset-key sequences (the task's own generator): previous-token attention
 over all positions, and at each answer position SEP its attention to the query marker Q_c just before it (the
 previous-token step the task needs), to the block's earlier query markers, to the needle of colour c and to the
 other needles. drope-analyze attention gives the maps of the two key heads of each model (its strongest SEP → Q_c
 head and its strongest SEP → needle head) on the first sequence.
 
-Writes to --out: <model>/head_scores.json (one per model), maps/<model>/attention_L<l>_H<h>.json, summary.json
-and summary.md (the numbers), failure_analysis.{png,svg} (needs matplotlib).
+Writes to --out: models/dropped-s<seed>/ (the dropped checkpoints), <model>/head_scores.json (one per model),
+maps/<model>/attention_L<l>_H<h>.json, summary.json and summary.md (the numbers), failure_analysis.{png,svg} (the
+figure: RoPE and both DroPE models; needs matplotlib).
 
 Usage: bash scripts/run_python.sh drope_scripts.failure_analysis --study runs/recovery-study --out runs/failure-analysis
 """
@@ -98,14 +100,16 @@ def pick(found: Sequence[SeedResult], recipe: str | None = None, recovered: int 
 
 @dataclass(frozen=True)
 class Model:
-    key: str  # file name: rope-s1-700, drope-s1
+    key: str  # file name: rope-s1-700, dropped-s1, drope-s1
     label: str  # for the figure
     path: pathlib.Path  # model directory
-    run: pathlib.Path  # training run directory
+    run: pathlib.Path | None  # training run directory (None: made here)
 
 
-def drope_models(study: pathlib.Path, r: SeedResult, state: str) -> tuple[Model, Model]:
-    """(the RoPE checkpoint at the drop step, the final DroPE checkpoint) of one DroPE run."""
+def drope_models(d: Driver, study: pathlib.Path, out: pathlib.Path, r: SeedResult,
+                 state: str) -> tuple[Model, Model, Model]:
+    """(the RoPE checkpoint at the drop step, that checkpoint just dropped as the run dropped it (drope-model drop
+    into out/, no recalibration), the final DroPE checkpoint) of one DroPE run."""
     run = study / "train" / f"drope-{r.recipe}-s{r.seed}"
     cfg = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
     init, steps = pathlib.Path(cfg["run"]["init"]), int(cfg["train"]["steps"])
@@ -114,13 +118,19 @@ def drope_models(study: pathlib.Path, r: SeedResult, state: str) -> tuple[Model,
     for p in (init, drope):
         if not (p / "model.safetensors").is_file():
             raise ValueError(f"{p}: no model.safetensors")
-    rope = Model(f"rope-s{r.seed}-{drop_step}", f"RoPE s{r.seed}, step {drop_step}", init, init.parents[1])
-    return rope, Model(f"drope-s{r.seed}", f"DroPE s{r.seed}: {state}, {r.accuracy:.1f} %", drope, run)
+    dropped = out / "models" / f"dropped-s{r.seed}"
+    d.tool("drope-model", "drop", "--model", init, "--qk-norm", cfg["drope"]["qk_norm"],
+           *(["--per-head"] if cfg["drope"].get("per_head") else []), "--force", "--out", dropped, show=NONE)
+    return (Model(f"rope-s{r.seed}-{drop_step}", f"RoPE s{r.seed}, step {drop_step}", init, init.parents[1]),
+            Model(f"dropped-s{r.seed}", f"RoPE s{r.seed}, step {drop_step}, dropped (no recalibration)", dropped, None),
+            Model(f"drope-s{r.seed}", f"DroPE s{r.seed}: {state}, {r.accuracy:.1f} %", drope, run))
 
 
-def last_val_loss(run: pathlib.Path, at_step: int | None = None) -> float | None:
+def last_val_loss(run: pathlib.Path | None, at_step: int | None = None) -> float | None:
     """The run's validation loss at `at_step` (default: its last one) from log.jsonl."""
     loss = None
+    if run is None:
+        return None
     for line in (run / "log.jsonl").read_text(encoding="utf-8").splitlines():
         e = json.loads(line)
         if "val_loss" in e and (at_step is None or e.get("step") == at_step):
@@ -163,7 +173,7 @@ def compact_columns(layout: dict) -> tuple[list[list[int]], list[str], list[int 
 
 
 def draw(models: Sequence[Model], scores: dict[str, dict], maps: dict[tuple[str, str], dict], layout: dict,
-         map_models: Sequence[Model], out: pathlib.Path) -> None:
+         map_models: Sequence[Model], out: pathlib.Path, title: str) -> None:
     """Left: the two key heads of each of map_models: the query block's attention on BOS, the needles, the fillers
     (summed) and the query block itself; right: per head and model, previous-token score, SEP → Q_c (tick: an
     earlier query marker) and SEP → its needle (tick: another needle)."""
@@ -176,6 +186,7 @@ def draw(models: Sequence[Model], scores: dict[str, dict], maps: dict[tuple[str,
     colours = ["#1f77b4", "#2ca02c", "#9467bd", "#d62728"]  # needle / query colours 0..3
     model_colours = dict(zip((m.key for m in models), ["#7f7f7f", "#2ca02c", "#bcbd22", "#d62728"]))
     fig = plt.figure(figsize=(17, 11), layout="constrained")
+    fig.suptitle(title, fontsize=12)
     left, right = fig.subfigures(1, 2, width_ratios=[1.25, 1])
     axes = left.subplots(len(map_models), 2)
     T = len(layout["tokens"])
@@ -226,6 +237,9 @@ def draw(models: Sequence[Model], scores: dict[str, dict], maps: dict[tuple[str,
             ax.bar(xs, [h[field] for h in hs], width, color=model_colours[m.key], label=m.label)
             if tick:
                 ax.plot(xs, [h[tick] for h in hs], "_", color="black", ms=6, mew=1.5)
+        if field == "previous_token":  # what a head with uniform causal attention scores
+            uniform = sum(1 / (i + 1) for i in range(1, T)) / (T - 1)
+            ax.axhline(uniform, color="black", ls="--", lw=0.8, label=f"uniform causal attention ({uniform:.3f})")
         ax.set_ylabel(title, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
     bars[0].legend(fontsize=7, ncol=2, loc="upper left")
@@ -260,12 +274,13 @@ def run(d: Driver, a: argparse.Namespace) -> dict:
     rec, plat = pick(found, a.recipe, a.recovered_seed, a.plateaued_seed)
     d.stage(f"recipe {rec.recipe}: seed {rec.seed} recovered ({rec.accuracy:.1f} %), seed {plat.seed} on the "
             f"plateau ({plat.accuracy:.1f} %)")
-    rope_r, drope_r = drope_models(a.study, rec, "recovered")
-    rope_p, drope_p = drope_models(a.study, plat, "plateau")
-    models = [rope_r, drope_r, rope_p, drope_p]
     a.out.mkdir(parents=True, exist_ok=True)
+    rope_r, dropped_r, drope_r = drope_models(d, a.study, a.out, rec, "recovered")
+    rope_p, dropped_p, drope_p = drope_models(d, a.study, a.out, plat, "plateau")
+    models = [rope_r, drope_r, rope_p, drope_p]  # the figure's
+    every = [rope_r, dropped_r, drope_r, rope_p, dropped_p, drope_p]  # the summary's
     scores = {}
-    for m in models:
+    for m in every:
         d.stage(f"head-scores: {m.label} ({m.path})")
         d.tool("drope-analyze", "head-scores", "--model", m.path, "--task", "offset-key", "--sequences", a.sequences,
                "--split", a.split, "--task-seed", a.task_seed, "--out", a.out / m.key, show=NONE)
@@ -284,9 +299,9 @@ def run(d: Driver, a: argparse.Namespace) -> dict:
     accuracy = {drope_r.key: rec.accuracy, drope_p.key: plat.accuracy}
     doc = {"recipe": rec.recipe, "split": a.split, "sequences": a.sequences, "task_seed": a.task_seed,
            "length": scores[rope_r.key]["length"], "models": []}
-    for m in models:
+    for m in every:
         heads = key_heads(scores[m.key])
-        step = int(m.path.name.removeprefix("step-"))
+        step = int(m.path.name.removeprefix("step-")) if m.run else None
         doc["models"].append({"key": m.key, "label": m.label, "model": str(m.path), "accuracy": accuracy.get(m.key),
                               "val_loss": last_val_loss(m.run, step), "previous_head": heads["previous"],
                               "needle_head": heads["needle"]})
@@ -294,7 +309,9 @@ def run(d: Driver, a: argparse.Namespace) -> dict:
     write_atomic(a.out / "summary.md", summary_markdown(doc))
     print(summary_markdown(doc))
     d.stage("figure")
-    draw(models, scores, maps, layout, map_models, a.out / "failure_analysis")
+    draw(models, scores, maps, layout, map_models, a.out / "failure_analysis",
+         f"Offset-key, DroPE recipe {rec.recipe}: a recovered and a plateaued seed, and the RoPE models they were "
+         f"dropped from")
     d.stage(f"done: {a.out}/failure_analysis.png")
     return doc
 

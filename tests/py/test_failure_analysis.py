@@ -4,6 +4,7 @@ real drope-analyze (the figure only where matplotlib is installed)."""
 import json
 
 import pytest
+import yaml
 
 from conftest import BIN, run_cli
 from drope_scripts import failure_analysis as fa
@@ -55,7 +56,7 @@ def make_study(tmp):
         run = study / "train" / f"drope-x-s{seed}"
         run_cli("drope-model", "drop", "--model", rope, "--qk-norm", "qk", "--out",
                 run / "checkpoints" / "step-00000002")
-        (run / "config.yaml").write_text(f"run:\n  init: {rope}\ntrain:\n  steps: 2\n")
+        (run / "config.yaml").write_text(f"run:\n  init: {rope}\ndrope:\n  qk_norm: qk\ntrain:\n  steps: 2\n")
         (run / "log.jsonl").write_text(json.dumps({"step": 2, "val_loss": 1.4 + seed}) + "\n")
         (rope.parents[1] / "log.jsonl").write_text(json.dumps({"step": 6, "val_loss": 0.01}) + "\n")
         (study / "eval" / f"rope-s{seed}-heldout.json").write_text(json.dumps(offset_key_doc(100.0)))
@@ -82,15 +83,18 @@ def test_run_on_tiny_models(tmp, capsys):
     doc = json.loads((out / "summary.json").read_text())
     assert doc["recipe"] == "x" and doc["sequences"] == 3 and doc["length"] == 64
     keys = [m["key"] for m in doc["models"]]
-    assert keys == ["rope-s0-6", "drope-s0", "rope-s1-6", "drope-s1"]
-    assert [m["accuracy"] for m in doc["models"]] == [None, 99.0, None, 50.5]
-    assert [m["val_loss"] for m in doc["models"]] == [0.01, 1.4, 0.01, 2.4]
+    assert keys == ["rope-s0-6", "dropped-s0", "drope-s0", "rope-s1-6", "dropped-s1", "drope-s1"]
+    assert [m["accuracy"] for m in doc["models"]] == [None, None, 99.0, None, None, 50.5]
+    assert [m["val_loss"] for m in doc["models"]] == [0.01, None, 1.4, 0.01, None, 2.4]
+    # The dropped checkpoint is the DroPE run's starting point: RoPE removed, QK-norm added.
+    dropped = yaml.safe_load((out / "models" / "dropped-s0" / "drope.yaml").read_text())
+    assert (dropped["positional"]["type"], dropped["qk_norm"]) == ("nope", "qk")
     for m in doc["models"]:
         scores = json.loads((out / m["key"] / "head_scores.json").read_text())
         best = max(scores["heads"], key=lambda h: h["answer_to_query"])
         assert m["previous_head"] == best
         layer, head = m["previous_head"]["layer"], m["previous_head"]["head"]
-        if not m["key"].startswith("rope-s1"):  # the maps: RoPE of the recovered seed and both DroPE models
+        if m["key"] in ("rope-s0-6", "drope-s0", "drope-s1"):  # maps: the recovered seed's RoPE, both DroPE
             att = json.loads((out / "maps" / m["key"] / f"attention_L{layer}_H{head}.json").read_text())
             assert att["tokens"] == json.loads((out / "rope-s0-6" / "sequences.json").read_text())[0]
     assert "| DroPE s1: plateau, 50.5 % | 50.5 | 2.400 |" in (out / "summary.md").read_text()
