@@ -1,7 +1,9 @@
 // drope-analyze: positional analyses (paper §3–4). `bias-grad` measures the gradients of the attention
 // positional bias A^c at initialisation (Figure 3), `constant-seq` checks Proposition 3.1, `rope-scaling`
-// prints/plots the scaled RoPE frequencies γ_m (Figure 6), `attention` draws one head's attention map and
-// `needle-attention` shows where the last query attends around a needle (Figures 7–8). The analyses run in
+// prints/plots the scaled RoPE frequencies γ_m (Figure 6), `attention` draws one head's attention map,
+// `head-scores` measures every head's previous-token attention (and, on offset-key sequences, the answer's
+// attention to its query and needles) and `needle-attention` shows where the last query attends around a needle
+// (Figures 7–8). The analyses run in
 // the library (analyze/runners.h); this file parses flags.
 #include <string>
 #include <utility>
@@ -67,9 +69,13 @@ int main(int argc, char** argv) {
   // constant-seq and attention share the model selection
   an::ConstantSeqRun csr;
   an::AttentionMapRun amr;
+  an::HeadScoresRun hsr;
   auto* cs = cli.add_subcommand("constant-seq", "Proposition 3.1 on a sequence of one repeated token (float64)");
   auto* att = cli.add_subcommand("attention", "Heatmap of one head's attention map for a prompt");
-  for (auto [sub, m] : {std::pair{cs, &csr.model}, std::pair{att, &amr.model}}) {
+  auto* hs = cli.add_subcommand("head-scores",
+                                "Previous-token attention of every layer x head; on offset-key sequences also the "
+                                "answer's attention to its query and needles");
+  for (auto [sub, m] : {std::pair{cs, &csr.model}, std::pair{att, &amr.model}, std::pair{hs, &hsr.model}}) {
     sub->add_option("--model", m->dir, "Model directory");
     sub->add_option("--config", m->config, "Model YAML config (initialised with --seed)");
     sub->add_option("--preset", m->preset, "Preset name (default tiny), initialised with --seed");
@@ -85,7 +91,17 @@ int main(int argc, char** argv) {
   att->add_option("--layer", amr.layer, "Layer index (0-based)")->required();
   att->add_option("--head", amr.head, "Query head index (0-based)")->required();
   att->add_flag("--log-color", amr.log_color, "Colour by log10(α)");
-  att->add_option("--out", amr.out, "Output directory for attention_L<layer>_H<head>.{png,svg}")->required();
+  att->add_option("--out", amr.out, "Output directory for attention_L<layer>_H<head>.{png,svg,json}")->required();
+  hs->add_option("--tokens", hsr.tokens, "JSON list of equally long token-id lists (all are scored)");
+  hs->add_option("--task", hsr.task, "offset-key: score the task's own sequences instead of --tokens");
+  const std::vector<CLI::Option*> hs_task_flags = {
+      hs->add_option("--length", hsr.length, "Offset-key sequence length (default: the model's max_position)"),
+      hs->add_option("--sequences", hsr.sequences, "Offset-key sequences (default 64)"),
+      hs->add_option("--split", hsr.split, "Their index split: heldout (default) or test"),
+      hs->add_option("--task-seed", hsr.task_seed, "Their generator seed (default 42, as drope-eval offset-key)")};
+  hs->add_option("--batch-size", hsr.batch, "Sequences per forward (default 16)");
+  hs->add_option("--out", hsr.out, "Output directory for head_scores.{json,csv} (and sequences.json with --task)")
+      ->required();
 
   an::NeedleAttentionRun nd;
   auto* na = cli.add_subcommand("needle-attention",
@@ -128,6 +144,17 @@ int main(int argc, char** argv) {
       drope::app::check_size_flag("--seq-len", csr.seq_len, 2, drope::app::kMaxTokensFlag);
       const auto lock = claim_out(csr.out, model_inputs(csr.model));
       an::run_constant_seq(csr);
+    } else if (hs->parsed()) {
+      if (hsr.task.empty())
+        for (const CLI::Option* o : hs_task_flags)
+          if (o->count() > 0) throw drope::Error(o->get_name() + " goes with --task offset-key");
+      drope::app::check_size_flag("--length", hsr.length, 0, drope::app::kMaxTokensFlag);
+      drope::app::check_size_flag("--sequences", hsr.sequences, 1, 1 << 16);
+      drope::app::check_size_flag("--batch-size", hsr.batch, 1, 1 << 16);
+      Inputs in = model_inputs(hsr.model);
+      in.emplace_back("--tokens", hsr.tokens);
+      const auto lock = claim_out(hsr.out, in);
+      an::run_head_scores(hsr);
     } else {
       drope::app::check_size_flag("--max-tokens", amr.max_tokens, 1, drope::app::kMaxTokensFlag);
       Inputs in = model_inputs(amr.model);

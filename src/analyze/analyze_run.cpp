@@ -1,10 +1,11 @@
-// The drope-analyze runners rope-scaling, bias-grad, constant-seq and attention (analyze/runners.h).
+// The drope-analyze runners rope-scaling, bias-grad, constant-seq, attention and head-scores (analyze/runners.h).
 #include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "drope/analyze/head_scores.h"
 #include "drope/analyze/positional_bias.h"
 #include "drope/analyze/runners.h"
 #include "drope/config/names.h"
@@ -14,9 +15,12 @@
 #include "drope/core/log.h"
 #include "drope/core/numbers.h"
 #include "drope/eval/logits.h"
+#include "drope/eval/results.h"
 #include "drope/io/model_io.h"
 #include "drope/model/rope_scaling.h"
 #include "drope/plot/plot.h"
+#include "drope/tasks/offset_key.h"
+#include "drope/tasks/report.h"
 #include "run_output.h"
 
 namespace fs = std::filesystem;
@@ -113,14 +117,15 @@ std::vector<ModelSpec> bias_grad_specs(const BiasGradRun& r) {
 }
 
 // Refuses an analysis over `tokens` tokens whose memory would not fit: a forward and backward that keeps
-// every layer's activations and (H, T, T) attention probabilities, `elt`-byte elements (an estimate).
-void check_analysis_fits(const ModelConfig& c, int64_t tokens, double elt, const std::string& what) {
+// every layer's activations and (H, T, T) attention probabilities, `elt`-byte elements (an estimate), for
+// `rows` sequences at once.
+void check_analysis_fits(const ModelConfig& c, int64_t tokens, double elt, const std::string& what, int64_t rows = 1) {
   const double T = double(tokens), D = double(c.resolved_head_dim());
   const double per_layer =
       T * (6.0 * double(c.hidden_size) + 2.0 * double(c.num_heads) * D + 3.0 * double(c.intermediate_size)) +
       double(c.num_heads) * T * T;
-  check_memory_estimate(2.0 * elt * double(c.num_layers) * per_layer, fmt::format("{} of {} tokens", what, tokens),
-                        "use a shorter sequence");
+  check_memory_estimate(2.0 * elt * double(c.num_layers) * double(rows) * per_layer,
+                        fmt::format("{} of {} tokens", what, tokens), "use a shorter sequence");
 }
 
 }  // namespace
@@ -218,6 +223,18 @@ void run_attention_map(const AttentionMapRun& r) {
   }
   check_analysis_fits(model->config(), ids.size(1), 4, "attention");
   auto map = attention_map(model, ids, r.layer, r.head);  // (T, T)
+  nlohmann::json doc = eval::new_results("attention-map");
+  const int64_t T = ids.size(1);
+  const int64_t* tok = ids.data_ptr<int64_t>();
+  doc["model"] = spec.name;
+  doc["layer"] = r.layer;
+  doc["head"] = r.head;
+  doc["tokens"] = std::vector<int64_t>(tok, tok + T);
+  doc["previous_token"] = T >= 2 ? nlohmann::json(previous_token_score(map)) : nlohmann::json(nullptr);
+  const double* m = map.data_ptr<double>();
+  doc["map"] = nlohmann::json::array();
+  for (int64_t i = 0; i < T; ++i) doc["map"].push_back(std::vector<double>(m + i * T, m + (i + 1) * T));
+  write_text(r.out, fmt::format("attention_L{}_H{}.json", r.layer, r.head), doc.dump() + "\n");
   auto heat =
       attention_heatmap(map, labels, fmt::format("{}: layer {}, head {}", spec.name, r.layer, r.head), r.log_color);
   for (const char* ext : {"png", "svg"}) {
@@ -225,6 +242,77 @@ void run_attention_map(const AttentionMapRun& r) {
     plot::save(heat, path);
     logging::info("wrote {}", path);
   }
+}
+
+void run_head_scores(const HeadScoresRun& r) {
+  if (r.tokens.empty() == r.task.empty()) fail("give exactly one of --tokens JSON and --task offset-key");
+  if (!r.task.empty() && r.task != "offset-key") fail("--task: expected offset-key, got '{}'", r.task);
+  if (r.split != "heldout" && r.split != "test") fail("--split: expected heldout or test, got '{}'", r.split);
+  if (r.sequences < 1) fail("--sequences must be >= 1, got {}", r.sequences);
+  if (r.batch < 1) fail("--batch-size must be >= 1, got {}", r.batch);
+  auto [spec, model] = chosen_model(r.model);
+  const int64_t vocab = model->config().vocab_size;
+  torch::Tensor ids;  // (B, T)
+  std::vector<tasks::OffsetKeySequence> seqs;
+  if (!r.tokens.empty()) {
+    ids = eval::read_token_batch(r.tokens, vocab);
+    if (ids.size(1) < 2) fail("{}: head scores need token lists of at least 2 tokens, got {}", r.tokens, ids.size(1));
+  } else {
+    tasks::check_offset_key_vocab(vocab, "model " + spec.source);
+    const int64_t L = r.length > 0 ? r.length : model->config().max_position;
+    tasks::check_offset_key_length(L, "--length");
+    const auto split = r.split == "test" ? tasks::OffsetKeySplit::test : tasks::OffsetKeySplit::heldout;
+    std::vector<int64_t> flat;
+    for (int64_t i = 0; i < r.sequences; ++i) {
+      seqs.push_back(tasks::make_offset_key_sequence(r.task_seed, tasks::offset_key_index(split, uint64_t(i)), L));
+      flat.insert(flat.end(), seqs.back().tokens.begin(), seqs.back().tokens.end());
+    }
+    ids = torch::tensor(flat, torch::kLong).view({r.sequences, L});
+  }
+  check_analysis_fits(model->config(), ids.size(1), 4, "head-scores", std::min(r.batch, ids.size(0)));
+  const HeadScores s = head_scores(model, ids, seqs, r.batch);
+
+  nlohmann::json doc = eval::new_results("head-scores");
+  doc["model"] = spec.name;
+  doc["source"] = spec.source;
+  doc["sequences"] = s.sequences;
+  doc["length"] = s.length;
+  doc["tokens"] = r.tokens.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.tokens);
+  if (s.offset_key) {
+    nlohmann::json layout = nlohmann::json::array();
+    for (const auto& q : seqs)
+      layout.push_back(
+          {{"colours", q.colours}, {"answer_positions", q.answer_positions}, {"needle_positions", q.needle_positions}});
+    doc["task"] = {{"name", "offset-key"}, {"split", r.split}, {"seed", r.task_seed}, {"layout", layout}};
+  }
+  doc["heads"] = nlohmann::json::array();
+  for (size_t l = 0; l < s.heads.size(); ++l)
+    for (size_t h = 0; h < s.heads[l].size(); ++h) {
+      const auto& o = s.heads[l][h];
+      nlohmann::json e = {
+          {"layer", l}, {"head", h}, {"previous_token", o.previous_token}, {"first_token", o.first_token}};
+      if (s.offset_key) {
+        e["answer_to_query"] = o.answer_to_query;
+        e["answer_to_earlier_queries"] = o.answer_to_earlier_queries;
+        e["answer_to_needle"] = o.answer_to_needle;
+        e["answer_to_other_needles"] = o.answer_to_other_needles;
+        e["query_to_needle"] = o.query_to_needle;
+        e["query_to_other_needles"] = o.query_to_other_needles;
+      }
+      doc["heads"].push_back(e);
+    }
+  tasks::Table table;
+  table.title = fmt::format("Head scores: {} ({} sequences of {} tokens)", spec.name, s.sequences, s.length);
+  table.columns = head_score_columns(s);
+  for (auto& row : head_score_rows(s)) table.add_row(std::move(row));
+  if (s.offset_key) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& q : seqs) rows.push_back(q.tokens);
+    write_text(r.out, "sequences.json", rows.dump() + "\n");
+  }
+  write_text(r.out, "head_scores.csv", tasks::to_csv(table));
+  write_text(r.out, "head_scores.json", doc.dump(2) + "\n");
+  fmt::print("{}", tasks::to_markdown(table));
 }
 
 }  // namespace drope::analyze

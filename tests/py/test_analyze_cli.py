@@ -1,5 +1,5 @@
 """drope-analyze at the CLI edge: bad inputs end with one clear line and no crash; bias-grad, constant-seq,
-attention and rope-scaling --out write their files."""
+attention, head-scores and rope-scaling --out write their files."""
 import csv
 import json
 
@@ -98,6 +98,9 @@ def test_constant_seq_and_attention(tmp, model_dir):
     run_cli("drope-analyze", "attention", "--model", model_dir, "--text", text, "--layer", 1, "--head", 2,
             "--out", tmp / "att")
     assert (tmp / "att" / "attention_L1_H2.png").read_bytes()[:8] == PNG_MAGIC
+    att = json.loads((tmp / "att" / "attention_L1_H2.json").read_text())
+    assert att["tokens"] == list(text.read_bytes()) and len(att["map"]) == len(att["tokens"])
+    assert all(sum(row) == pytest.approx(1.0, rel=1e-5) for row in att["map"])
     assert "<svg" in (tmp / "att" / "attention_L1_H2.svg").read_text()
 
 
@@ -135,3 +138,108 @@ def test_needle_attention(tmp, model_dir):
                     check=False)
         expect_error(r, needle)
     assert not (tmp / "bad").exists()
+
+
+def test_attention_json_and_head_scores_on_a_constant_sequence(tmp):
+    """Proposition 3.1 as the oracle: without positions, a sequence of one repeated token gets uniform causal
+    attention, α_ij = 1/(i+1) for j <= i, in every head; so the previous-token and first-token scores are both
+    mean over i = 1..T-1 of 1/(i+1)."""
+    T = 24
+    tokens = tmp / "same.json"
+    tokens.write_text(json.dumps([[7] * T] * 3))
+    nope = ("--preset", "micro", "--positional", "nope", "--seed", 4)
+    run_cli("drope-analyze", "attention", *nope, "--tokens", tokens, "--layer", 1, "--head", 3, "--out", tmp / "att")
+    doc = json.loads((tmp / "att" / "attention_L1_H3.json").read_text())
+    assert (doc["schema"], doc["kind"], doc["layer"], doc["head"]) == ("drope.results", "attention-map", 1, 3)
+    assert doc["tokens"] == [7] * T and len(doc["map"]) == T
+    for i, row in enumerate(doc["map"]):
+        assert row == pytest.approx([1 / (i + 1) if j <= i else 0.0 for j in range(T)], rel=1e-5, abs=1e-12)
+    uniform = sum(1 / (i + 1) for i in range(1, T)) / (T - 1)
+    assert doc["previous_token"] == pytest.approx(uniform, rel=1e-5)
+    r = run_cli("drope-analyze", "head-scores", *nope, "--tokens", tokens, "--batch-size", 2, "--out", tmp / "hs")
+    res = json.loads((tmp / "hs" / "head_scores.json").read_text())
+    assert (res["kind"], res["sequences"], res["length"]) == ("head-scores", 3, T) and "task" not in res
+    assert [(h["layer"], h["head"]) for h in res["heads"]] == [(l, h) for l in range(2) for h in range(4)]
+    for h in res["heads"]:
+        assert h["previous_token"] == pytest.approx(uniform, rel=1e-5)
+        assert h["first_token"] == pytest.approx(uniform, rel=1e-5)
+        assert "answer_to_query" not in h
+    assert "previous_token" in r.stdout and not (tmp / "hs" / "sequences.json").exists()
+    rows = list(csv.DictReader((tmp / "hs" / "head_scores.csv").open()))
+    assert len(rows) == 8 and float(rows[5]["previous_token"]) == pytest.approx(uniform, rel=1e-5)
+
+
+def scores_from_map(m, layout):
+    """The head-scores numbers recomputed in float64 from one head's attention map (one sequence)."""
+    T = len(m)
+    out = {"previous_token": sum(m[i][i - 1] for i in range(1, T)) / (T - 1),
+           "first_token": sum(m[i][0] for i in range(1, T)) / (T - 1)}
+    keys = ("answer_to_query", "answer_to_earlier_queries", "answer_to_needle", "answer_to_other_needles",
+            "query_to_needle", "query_to_other_needles")
+    acc = dict.fromkeys(keys, 0.0)
+    answers, needles = layout["answer_positions"], layout["needle_positions"]
+    for k, (a, n) in enumerate(zip(answers, needles)):
+        others = [x for x in needles if x != n]
+        acc["answer_to_query"] += m[a][a - 1]
+        if k:
+            acc["answer_to_earlier_queries"] += sum(m[a][e - 1] for e in answers[:k]) / k / (len(answers) - 1)
+        acc["answer_to_needle"] += m[a][n]
+        acc["answer_to_other_needles"] += sum(m[a][x] for x in others) / len(others)
+        acc["query_to_needle"] += m[a - 1][n]
+        acc["query_to_other_needles"] += sum(m[a - 1][x] for x in others) / len(others)
+    out.update({k: v if k == "answer_to_earlier_queries" else v / len(answers) for k, v in acc.items()})
+    return out
+
+
+def test_head_scores_offset_key_against_attention_maps(tmp, model_dir):
+    """--task offset-key: the task's sequences (SEP answers, Q_c before it, the needle of colour c in the body),
+    and every head's scores equal a float64 recomputation from `attention`'s JSON map of the same sequence."""
+    out = tmp / "hs"
+    run_cli("drope-analyze", "head-scores", "--model", model_dir, "--task", "offset-key", "--sequences", 1,
+            "--length", 48, "--split", "test", "--task-seed", 9, "--out", out)
+    res = json.loads((out / "head_scores.json").read_text())
+    assert res["task"]["name"] == "offset-key" and res["task"]["split"] == "test" and res["task"]["seed"] == 9
+    (seq,) = json.loads((out / "sequences.json").read_text())
+    (layout,) = res["task"]["layout"]
+    assert len(seq) == 48 and seq[0] == 0 and sorted(layout["colours"]) == [0, 1, 2, 3]
+    for c, a, n in zip(layout["colours"], layout["answer_positions"], layout["needle_positions"]):
+        assert seq[a] == 69 and seq[a - 1] == 1 + c and seq[a + 1] == seq[n] and (seq[n] - 5) // 16 == c and n < 36
+    for h in res["heads"]:
+        run_cli("drope-analyze", "attention", "--model", model_dir, "--tokens", out / "sequences.json",
+                "--layer", h["layer"], "--head", h["head"], "--out", tmp / f"att{h['layer']}{h['head']}")
+        m = json.loads((tmp / f"att{h['layer']}{h['head']}" / f"attention_L{h['layer']}_H{h['head']}.json")
+                       .read_text())["map"]
+        want = scores_from_map(m, layout)
+        assert {k: h[k] for k in want} == pytest.approx(want, rel=1e-9, abs=1e-12), (h["layer"], h["head"])
+    # Batching changes nothing; the held-out split (default) gives other sequences.
+    for name, extra in (("b1", ["--batch-size", 1]), ("b3", ["--batch-size", 3]), ("ho", [])):
+        run_cli("drope-analyze", "head-scores", "--model", model_dir, "--task", "offset-key", "--sequences", 3,
+                "--length", 48, *extra, "--out", tmp / name)
+    b1, b3, ho = (json.loads((tmp / n / "head_scores.json").read_text()) for n in ("b1", "b3", "ho"))
+    assert [pytest.approx(h, rel=1e-9) for h in b1["heads"]] == b3["heads"]
+    assert ho["task"]["split"] == "heldout" and json.loads((tmp / "ho" / "sequences.json").read_text())[0] != seq
+
+
+def test_head_scores_bad_inputs(tmp, model_dir):
+    out = tmp / "bad"
+    tokens = tmp / "t.json"
+    tokens.write_text("[[1, 2, 3]]")
+    ok = ("head-scores", "--model", model_dir)
+    for extra, needle in ((["--out", out], "exactly one of --tokens"),
+                          (["--tokens", tokens, "--task", "offset-key", "--out", out], "exactly one of --tokens"),
+                          (["--task", "niah", "--out", out], "--task: expected offset-key"),
+                          (["--task", "offset-key", "--split", "dev", "--out", out], "--split"),
+                          (["--task", "offset-key", "--length", 10, "--out", out], "at least 17 tokens"),
+                          (["--task", "offset-key", "--sequences", 0, "--out", out], "--sequences"),
+                          (["--tokens", tokens, "--sequences", 4, "--out", out], "--sequences goes with --task"),
+                          (["--tokens", tokens, "--batch-size", 0, "--out", out], "--batch-size"),
+                          (["--tokens", tmp / "none.json", "--out", out], "none.json")):
+        expect_error(analyze(*ok, *extra), needle)
+    one = tmp / "one.json"
+    one.write_text("[[5]]")
+    expect_error(analyze(*ok, "--tokens", one, "--out", out), "at least 2 tokens")
+    small = tmp / "small.yaml"
+    small.write_text("preset: micro\nvocab_size: 128\n")
+    expect_error(analyze("head-scores", "--config", small, "--task", "offset-key", "--out", out), "small.yaml",
+                 "at least 196 token ids")
+    assert not out.exists()

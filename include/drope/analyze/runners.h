@@ -61,9 +61,25 @@ struct AttentionMapRun {
   int64_t max_tokens = 64;
   int64_t layer = -1, head = -1;
   bool log_color = false;            // colour by log10(α)
-  std::string out;                   // directory for attention_L<layer>_H<head>.{png,svg}
+  std::string out;                   // directory for attention_L<layer>_H<head>.{png,svg,json}
 };
 void run_attention_map(const AttentionMapRun& r);
+
+// head-scores: previous-token and first-token attention of every layer × head (analyze/head_scores.h) over
+// token lists, or over the offset-key task's own sequences, which adds what the answer position (SEP) and the
+// query marker attend to.
+struct HeadScoresRun {
+  ModelChoice model;
+  std::string tokens;                // a JSON list of equally long token-id lists, or
+  std::string task;                  // "offset-key": sequences of tasks/offset_key.h
+  int64_t length = 0;                // offset-key sequence length; 0 = the model's max_position
+  int64_t sequences = 64;            // offset-key sequences
+  std::string split = "heldout";     // their index split: heldout | test
+  uint64_t task_seed = 42;           // their generator seed (drope-eval offset-key's default)
+  int64_t batch = 16;                // rows per forward
+  std::string out;                   // directory for head_scores.{json,csv}; with task also sequences.json
+};
+void run_head_scores(const HeadScoresRun& r);
 
 // needle-attention: where the last query attends around a needle, per model and method (paper Figures 7–8).
 struct NeedleAttentionRun {
