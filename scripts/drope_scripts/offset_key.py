@@ -1,6 +1,6 @@
 """Offset-key retrieval (docs/design.md#offset-key-retrieval), the experiment quickstart and reproduce share: per
-seed, pretrain RoPE at C = 128 (configs/train/offset-key-rope.yaml), recalibrate its step-600 checkpoint as DroPE
-for the remaining 200 steps (offset-key-drope.yaml: equal budget), optionally NoPE from scratch (the RoPE config
+seed, pretrain RoPE at C = 128 (configs/train/offset-key-rope.yaml), recalibrate its step-400 checkpoint as DroPE
+for the remaining 400 steps (offset-key-drope.yaml: equal budget), optionally NoPE from scratch (the RoPE config
 with model.positional.type=nope); fit the temperature c of β = 1 + c·ln s on held-out offset-key sequences
 (drope-eval fit-temperature --task offset-key); score every method at C, 2C, 4C, 8C (drope-eval offset-key:
 accuracy overall, and on "far" needles, farther than C from the query); aggregate over seeds (mean, 95 % t

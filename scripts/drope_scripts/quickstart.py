@@ -5,7 +5,7 @@ tiny RoPE model at context C = 256 for 400 steps (drope-train), DroPE-recalibrat
 with QK-norm for the remaining 100 steps (drope-train, phase drope: the same budget as RoPE), then
 evaluates RoPE, RoPE+PI, RoPE+NTK, RoPE+YaRN (eval-time, factor 2) and DroPE on perplexity at C and 2C
 (drope-eval ppl); then the offset-key retrieval experiment (offset_key.py) with one
-seed: RoPE at C = 128 for 800 steps, DroPE from its step 600 for 200 steps, the fitted temperature, accuracy
+seed: RoPE at C = 128 for 800 steps, DroPE from its step 400 for 400 steps, the fitted temperature, accuracy
 at C–8C for RoPE, RoPE+PI / NTK / YaRN (factor L/C), DroPE with and without the temperature, and the claim
 verdicts; prints the side-by-side tables (drope-eval compare) and the offset-key table.
 

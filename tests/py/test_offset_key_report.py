@@ -269,5 +269,5 @@ class MissingInitDriver(Driver):
 def test_a_missing_drope_init_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     d = MissingInitDriver("test", tmp_path, width=3)
-    with pytest.raises(ValueError, match=r"rope-s0/checkpoints/step-00000600 is missing \(the RoPE config must keep"):
+    with pytest.raises(ValueError, match=r"rope-s0/checkpoints/step-00000400 is missing \(the RoPE config must keep"):
         ok.run(d, tmp_path / "ok", ok.Plan((0,)))

@@ -26,7 +26,7 @@ if name == "drope-train":
     run = pathlib.Path(sets["run.out_dir"])
     steps, every = {"quickstart-pretrain-rope.yaml": (400, 100), "quickstart-drope.yaml": (100, 100),
                     "offset-key-rope.yaml": (800, 200),
-                    "offset-key-drope.yaml": (200, 200)}.get(pathlib.Path(args[0]).name, (600, 150))
+                    "offset-key-drope.yaml": (400, 200)}.get(pathlib.Path(args[0]).name, (600, 150))
     steps, every = int(sets.get("train.steps", steps)), int(sets.get("train.checkpoint_every", every))
     for k in [*range(every, steps, every), steps]:
         (run / "checkpoints" / f"step-{k:08d}").mkdir(parents=True, exist_ok=True)
@@ -113,13 +113,13 @@ def test_quickstart(fake, capsys):
                      "--set run.name=offset-key-rope-s0 --set run.seed=0",
                      f"drope-train configs/train/offset-key-drope.yaml --set run.out_dir={ok}/train/drope-s0 "
                      f"--set run.name=offset-key-drope-s0 --set run.seed=0 "
-                     f"--set run.init={ok}/train/rope-s0/checkpoints/step-00000600"]
+                     f"--set run.init={ok}/train/rope-s0/checkpoints/step-00000400"]
     evals = tool_calls(calls, "drope-eval")
     # ppl per method, the plot (no NIAH: the prose models retrieve nothing); offset-key: the temperature fit, RoPE,
     # PI / NTK / YaRN at 2C, 4C, 8C, DroPE with and without the temperature, the plot; the ppl table
     assert len(evals) == 5 + 1 + (1 + 1 + 9 + 2 + 1) + 1
     ok_evals = [e for e in evals if "offset-key" in e]
-    assert ok_evals[0] == (f"drope-eval fit-temperature --model {ok}/train/drope-s0/checkpoints/step-00000200 "
+    assert ok_evals[0] == (f"drope-eval fit-temperature --model {ok}/train/drope-s0/checkpoints/step-00000400 "
                            "--task offset-key --multipliers 2,4,8 --queries 256")
     assert ok_evals[1] == (f"drope-eval offset-key --model {ok}/train/rope-s0/checkpoints/step-00000800 --label RoPE "
                            f"--lengths 128,256,512,1024 --queries 1000 --seed 0 --out {ok}/eval/rope-s0")
