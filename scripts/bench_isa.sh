@@ -17,8 +17,7 @@ source "$ROOT/scripts/lib/isa_env.sh"
 lens="1024,2048,4096,8192"; steps=12; steps50=8
 [ $QUICK = 1 ] && { lens="1024,2048"; steps=6; steps50=4; }
 for isa in avx512 avx2 baseline; do
-  if ! env DROPE_CPU_ISA=$isa "$BIN/drope-bench" attention --lengths 16 --cases causal --impls ours --repeats 1 \
-       --warmup 0 --quiet >/dev/null 2>"$OUT/$isa-check.txt"; then
+  if ! isa_runs "$BIN" "$isa" "$OUT/$isa-check.txt"; then
     echo "== $isa: not run ($(head -1 "$OUT/$isa-check.txt"))"
     continue
   fi

@@ -17,8 +17,7 @@ isa_env "$A" >/dev/null && isa_env "$B" >/dev/null || exit 2
 if [ "${DROPE_SKIP_SETUP:-0}" != 1 ]; then bash "$ROOT/scripts/setup.sh"; fi
 BIN="${DROPE_BUILD_DIR:-$ROOT/build}"
 for isa in "$A" "$B"; do
-  if ! env DROPE_CPU_ISA="$isa" "$BIN/drope-bench" attention --lengths 16 --cases causal --impls ours --repeats 1 \
-       --warmup 0 --quiet >/dev/null 2>&1; then
+  if ! isa_runs "$BIN" "$isa"; then
     echo "quickstart_isa: this CPU cannot run level $isa" >&2; exit 2
   fi
 done
