@@ -92,7 +92,7 @@ def report(a: str, b: str, label_a: str, label_b: str, top: int = 8) -> str:
     return "\n".join(lines) + "\n" + merged
 
 
-def _read(spec: str) -> tuple[str, str]:
+def _read(spec: str) -> tuple[str, pathlib.Path, str]:
     label, sep, path = spec.partition("=")
     if not sep or not label or not path:
         raise ValueError(f"expected LABEL=FILE, got '{spec}'")
@@ -101,7 +101,7 @@ def _read(spec: str) -> tuple[str, str]:
         raise ValueError(f"{p}: not a regular file")
     if p.stat().st_size > MAX_BYTES:
         raise ValueError(f"{p}: {p.stat().st_size} bytes, more than the {MAX_BYTES} a results page may have")
-    return label, p.read_text(encoding="utf-8")
+    return label, p, p.read_text(encoding="utf-8")
 
 
 def main(argv: list[str]) -> int:
@@ -111,8 +111,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", type=pathlib.Path, required=True, help="Markdown to write")
     args = ap.parse_args(argv)
     try:
-        (la, ta), (lb, tb) = _read(args.a), _read(args.b)
-        if any(args.out.resolve() == pathlib.Path(s.partition("=")[2]).resolve() for s in (args.a, args.b)):
+        (la, pa, ta), (lb, pb, tb) = _read(args.a), _read(args.b)
+        if args.out.resolve() in (pa.resolve(), pb.resolve()):
             raise ValueError(f"--out {args.out} is one of the inputs")
         text = report(ta, tb, la, lb)
     except (ValueError, OSError, UnicodeDecodeError) as e:
