@@ -98,7 +98,8 @@ def describe(plan: Plan) -> str:
     c, rope_steps, drope_steps = context(ROPE_CONFIG), config_steps(ROPE_CONFIG), config_steps(DROPE_CONFIG)
     n = len(plan.seeds)
     n_nope = len(plan.seeds_of("nope"))
-    nope = (f", NoPE {rope_steps}" + (f" (on the first {n_nope})" if n_nope < n else "") if plan.nope else "")
+    first = f"seed {plan.seeds[0]}" if n_nope == 1 else f"the first {n_nope}"
+    nope = (f", NoPE {rope_steps}" + (f" (on {first})" if n_nope < n else "") if plan.nope else "")
     return (f"RoPE at C = {c} for {rope_steps} steps, DroPE from its step {rope_steps - drope_steps} for "
             f"{drope_steps}{nope} × {n} seed{'s' if n > 1 else ''}; fitted temperature; accuracy at "
             f"{', '.join('C' if m == 1 else f'{m}C' for m in plan.multipliers)} for "

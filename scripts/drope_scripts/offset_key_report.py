@@ -286,7 +286,8 @@ def markdown(doc: dict, where: str) -> str:
         for mult, cell in zip(mults, m["cells"]):
             value = cell["accuracy"] if mult == 1 else cell["far_accuracy"]
             cells.append("–" if value is None else Cell.of(value).text())
-        fewer = f" ({m['seeds']} seeds)" if m["seeds"] < seeds[-1] else ""  # rows over fewer seeds say so
+        n = m["seeds"]
+        fewer = f" ({n} seed{'s' if n > 1 else ''})" if n < seeds[-1] else ""  # rows over fewer seeds say so
         lines.append(f"| {m['label']}{fewer} | " + " | ".join(cells) + " |")
     lines += [f"\nPlot: `{where}/far.png` (far-needle accuracy vs length; mean over seeds, band min–max).\n",
               "```"] + [Claim(**cl).line() for cl in doc["claims"]] + ["```\n",

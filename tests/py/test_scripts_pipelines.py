@@ -176,12 +176,18 @@ def test_reproduce_reduced(fake, capsys, monkeypatch):
     assert (run / "settings.txt").read_text() == ("scale=reduced steps=120 seeds=2 trials=10 drop_at=105 C=256 "
                                                   "ok_seeds=2\n")
     train = tool_calls(calls, "drope-train")
-    assert len(train) == 3 * 2 + 2 + 3 * 2  # offset-key: RoPE, DroPE, NoPE per seed
-    assert train[-1].endswith("--set run.name=offset-key-nope-s1 --set run.seed=1 --set model.positional.type=nope")
+    assert len(train) == 3 * 2 + 2 + 2 * 2 + 1  # offset-key: RoPE, DroPE per seed, NoPE on the first
+    assert train[-1].endswith("--set run.name=offset-key-nope-s0 --set run.seed=0 --set model.positional.type=nope")
     fits = [e for e in tool_calls(calls, "drope-eval") if e.startswith("drope-eval fit-temperature")]
-    assert len(fits) == 2 + 2 * 2 and sum("--task offset-key" in f for f in fits) == 4
-    assert train[2].endswith("--set run.name=drope-s0 --set run.seed=0 --set train.steps=120 "
-                             "--set model.positional.type=rope --set drope.drop_at_step=105")
+    assert len(fits) == 2 + 2 + 1 and sum("--task offset-key" in f for f in fits) == 3
+    # RoPE keeps its step-105 checkpoint; DroPE resumes from a copy of it and drops there
+    assert train[0].endswith("--set run.name=rope-s0 --set run.seed=0 --set train.steps=120 "
+                             "--set model.positional.type=rope --set train.checkpoint_every=105 "
+                             "--set train.keep_last=2")
+    assert train[1].endswith("--set run.name=drope-s0 --set run.seed=0 --set train.steps=120 "
+                             "--set model.positional.type=rope --set drope.drop_at_step=105 --resume")
+    assert "/train/drope-s0 " in train[1] and (run / "train" / "drope-s0" / "checkpoints" / "step-00000105").is_dir()
+    assert "nope-s0" in train[2]
     assert "== rnope-swa seed 0" in out and "noise" not in out  # training output filtered to step/done lines
     assert len(tool_calls(calls, "drope-analyze")) == 1
     assert sorted(p.name for p in (run / "timing").iterdir()) == ["corpus", "eval", "fig3", "niah", "offset-key-eval",
@@ -189,7 +195,8 @@ def test_reproduce_reduced(fake, capsys, monkeypatch):
     text = (run / "REPORT.md").read_text()
     assert "| rope | 2 | 20.50 | 0.71 |" in text and "- drope: c = 0.5" in text and text in out
     # far accuracy: seed bonus 0 and 1, so two values 0.5 apart around the mean: half-width t(0.975, 1)·0.5/√2·√2
-    assert "## 5. Offset-key retrieval" in text and "| NoPE+temp | 90.0 ± 0.0 | 85.5 ± 6.4 | 65.5 ± 6.4 |" in text
+    assert "## 5. Offset-key retrieval" in text and "| DroPE+temp | 90.0 ± 0.0 | 85.5 ± 6.4 | 65.5 ± 6.4 |" in text
+    assert "| NoPE+temp (1 seed) | 90.0 | 85.0 | 65.0 |" in text
     assert "\nclaim (a) RoPE collapses beyond C on far needles: agrees\n" in text
 
     calls.write_text("")
@@ -244,20 +251,37 @@ def test_reproduce_side_by_side_matches_one_at_a_time(fake, capsys, monkeypatch)
         return re.sub(r"\d+\.\d min", "T min", text)
 
     assert timeless((side / "REPORT.md").read_text().replace(str(side), str(run))) == timeless(serial_report)
-    assert "[nope s1] == offset-key nope seed 1" in out  # lines of a side-by-side task carry its tag
+    assert "[rope+drope s1] == drope seed 1" in out  # lines of a side-by-side task carry its tag
 
 
-def test_reproduce_runs_nope_on_three_offset_key_seeds(fake, capsys, monkeypatch):
+def test_reproduce_runs_nope_on_the_first_offset_key_seed(fake, capsys, monkeypatch):
     run, calls = fake
     monkeypatch.setenv("DROPE_REPRO_SCALE", "reduced")
     monkeypatch.setenv("DROPE_REPRO_OK_SEEDS", "4")
     assert reproduce.reproduce() == 0
     nope = [c for c in tool_calls(calls, "drope-train") if "offset-key-nope" in c]
-    assert [c.split("run.seed=")[1].split()[0] for c in nope] == ["0", "1", "2"]
+    assert [c.split("run.seed=")[1].split()[0] for c in nope] == ["0"]
     assert len([c for c in tool_calls(calls, "drope-train") if "run.name=offset-key-rope-s" in c]) == 4
     text = (run / "offset-key" / "results.md").read_text()
-    assert "3/4 seeds" in text and "| NoPE+temp (3 seeds) |" in text and "| RoPE | " in text
-    assert "NoPE 800 (on the first 3) × 4 seeds" in capsys.readouterr().out
+    assert "1/4 seeds" in text and "| NoPE+temp (1 seed) |" in text and "| RoPE | " in text
+    assert "NoPE 800 (on seed 0) × 4 seeds" in capsys.readouterr().out
+
+
+def test_drope_seeded_from_the_rope_checkpoint(tmp_path):
+    src = tmp_path / "rope" / "checkpoints" / "step-00000105"
+    src.mkdir(parents=True)
+    (src / "model.safetensors").write_text("weights")
+    (src / "state.json").write_text("{}")
+    run = tmp_path / "drope"
+    (run / "checkpoints" / ".seed-step-00000105.partial").mkdir(parents=True)  # a copy a kill interrupted
+    assert reproduce.seed_from_checkpoint(src, run)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-00000105"]
+    assert (run / "checkpoints" / "step-00000105" / "model.safetensors").read_text() == "weights"
+    (src / "model.safetensors").write_text("changed")
+    assert not reproduce.seed_from_checkpoint(src, run)  # a run with a checkpoint is never touched
+    assert (run / "checkpoints" / "step-00000105" / "model.safetensors").read_text() == "weights"
+    assert not reproduce.seed_from_checkpoint(tmp_path / "rope" / "checkpoints" / "step-00000090", tmp_path / "x")
+    assert not (tmp_path / "x" / "checkpoints").exists() or not any((tmp_path / "x" / "checkpoints").iterdir())
 
 
 @pytest.mark.parametrize("value", ["0", "x", "-1", "257"])
