@@ -6,7 +6,7 @@
               RoPE+NTK, RoPE+YaRN (eval-time, factor 2), NoPE, ALiBi, RNoPE-SWA, DroPE
   4.          perplexity vs length up to 8× for the same models; the fitted temperature c (DroPE, NoPE)
   5.          offset-key retrieval (offset_key.py): RoPE, RoPE+PI/NTK/YaRN (factor L/C), NoPE and
-              DroPE (fitted temperature, and c = 0) at C–8C over DROPE_REPRO_OK_SEEDS seeds (NoPE: the first;
+              DroPE (fitted temperature, and c = 0) at C–8C over DROPE_REPRO_OK_SEEDS seeds (NoPE: the first seed;
               mean, 95 % t interval), far accuracy vs length, and the verdicts on claims (a)–(f)
 Every model of 1–4: configs/train/repro-tiny.yaml (tiny, C = 256, vocab 4096) on the full Debian corpus; of 5:
 configs/train/offset-key-{rope,drope}.yaml (C = 128, generated sequences).
@@ -115,12 +115,12 @@ def seed_from_checkpoint(src: pathlib.Path, run_dir: pathlib.Path) -> bool:
     place whole, so a killed copy leaves nothing drope-train would read), for drope-train --resume to continue
     from it. Nothing happens when run_dir already holds a checkpoint or `src` is not a finished checkpoint."""
     ckpts = run_dir / "checkpoints"
-    if any(ckpts.glob("step-*")) or not (src / "model.safetensors").is_file():
-        return False
-    ckpts.mkdir(parents=True, exist_ok=True)
     tmp = ckpts / f".seed-{src.name}.partial"
     if tmp.exists():  # a copy we started and did not finish
         shutil.rmtree(tmp)
+    if any(ckpts.glob("step-*")) or not (src / "model.safetensors").is_file():
+        return False
+    ckpts.mkdir(parents=True, exist_ok=True)
     shutil.copytree(src, tmp)
     os.rename(tmp, ckpts / src.name)
     return True
@@ -174,11 +174,16 @@ def reproduce() -> int:
 
     def rope_then_drope(seed: int) -> None:
         """RoPE, keeping its step-drop_at checkpoint; then DroPE, which repeats RoPE's first drop_at steps (same
-        seed, data order and schedule), resumed from a copy of that checkpoint (the same weights and log as
-        from scratch: tests/py/test_drop_from_checkpoint.py). Without the checkpoint (a RoPE run of an earlier
-        reproduction), DroPE trains from step 0."""
-        train("rope", seed, "model.positional.type=rope", f"train.checkpoint_every={s.drop_at}", "train.keep_last=2")
-        seed_from_checkpoint(checkpoint(run / "train" / f"rope-s{seed}", s.drop_at), run / "train" / f"drope-s{seed}")
+        seed, data order and schedule), resumed from a copy of that checkpoint: the same weights as from scratch
+        and the same log after step drop_at (tests/py/test_drop_from_checkpoint.py). Without the checkpoint (a
+        RoPE run of an earlier reproduction), DroPE trains from step 0. keep_last 3: a RoPE run stopped and
+        resumed after drop_at saves one checkpoint more, and drop_at's must survive it."""
+        train("rope", seed, "model.positional.type=rope", f"train.checkpoint_every={s.drop_at}", "train.keep_last=3")
+        src, dst = checkpoint(run / "train" / f"rope-s{seed}", s.drop_at), run / "train" / f"drope-s{seed}"
+        if seed_from_checkpoint(src, dst):
+            d.say(f"drope seed {seed}: continues a copy of {src}")
+        elif train_state(dst, s.steps) == "fresh":
+            d.say(f"drope seed {seed}: trains from step 0 ({src} is missing)")
         train("drope", seed, "model.positional.type=rope", f"drope.drop_at_step={s.drop_at}")
 
     def model(name: str) -> pathlib.Path:

@@ -183,11 +183,12 @@ def test_reproduce_reduced(fake, capsys, monkeypatch):
     # RoPE keeps its step-105 checkpoint; DroPE resumes from a copy of it and drops there
     assert train[0].endswith("--set run.name=rope-s0 --set run.seed=0 --set train.steps=120 "
                              "--set model.positional.type=rope --set train.checkpoint_every=105 "
-                             "--set train.keep_last=2")
+                             "--set train.keep_last=3")
     assert train[1].endswith("--set run.name=drope-s0 --set run.seed=0 --set train.steps=120 "
                              "--set model.positional.type=rope --set drope.drop_at_step=105 --resume")
     assert "/train/drope-s0 " in train[1] and (run / "train" / "drope-s0" / "checkpoints" / "step-00000105").is_dir()
     assert "nope-s0" in train[2]
+    assert f"drope seed 0: continues a copy of {run}/train/rope-s0/checkpoints/step-00000105" in out
     assert "== rnope-swa seed 0" in out and "noise" not in out  # training output filtered to step/done lines
     assert len(tool_calls(calls, "drope-analyze")) == 1
     assert sorted(p.name for p in (run / "timing").iterdir()) == ["corpus", "eval", "fig3", "niah", "offset-key-eval",
@@ -280,8 +281,26 @@ def test_drope_seeded_from_the_rope_checkpoint(tmp_path):
     (src / "model.safetensors").write_text("changed")
     assert not reproduce.seed_from_checkpoint(src, run)  # a run with a checkpoint is never touched
     assert (run / "checkpoints" / "step-00000105" / "model.safetensors").read_text() == "weights"
+    (tmp_path / "x" / "checkpoints" / ".seed-step-00000090.partial").mkdir(parents=True)
     assert not reproduce.seed_from_checkpoint(tmp_path / "rope" / "checkpoints" / "step-00000090", tmp_path / "x")
     assert not (tmp_path / "x" / "checkpoints").exists() or not any((tmp_path / "x" / "checkpoints").iterdir())
+
+
+def test_reproduce_drope_from_step_0_beside_an_older_rope_run(fake, capsys, monkeypatch):
+    """A finished RoPE run without the drop step's checkpoint (an earlier reproduction's) is reused as it is; its
+    DroPE sibling then trains from step 0, and says so."""
+    run, calls = fake
+    monkeypatch.setenv("DROPE_REPRO_SCALE", "reduced")
+    final = run / "train" / "rope-s0" / "checkpoints" / "step-00000120"
+    final.mkdir(parents=True)
+    (final / "model.safetensors").write_text("")
+    (run / "train" / "rope-s0" / "log.jsonl").write_text('{"step": 120, "val_loss": 3.0}\n')
+    assert reproduce.reproduce() == 0
+    out = capsys.readouterr().out
+    assert f"drope seed 0: trains from step 0 ({run}/train/rope-s0/checkpoints/step-00000105 is missing)" in out
+    drope = [c for c in tool_calls(calls, "drope-train") if "run.name=drope-s0 " in c]
+    assert len(drope) == 1 and not drope[0].endswith("--resume")
+    assert not any("run.name=rope-s0 " in c for c in tool_calls(calls, "drope-train"))
 
 
 @pytest.mark.parametrize("value", ["0", "x", "-1", "257"])
