@@ -551,9 +551,11 @@ def markdown(st: Study, doc: dict) -> str:
         "scored on the **held-out** split of the offset-key index space only (`drope-eval offset-key --split "
         "heldout`); no test sequence is scored before the choice.",
         f"2. Selected: {doc['selection']['rule']}.",
-        f"3. The selected recipe alone runs again on fresh seeds {_seeds(st.confirm)} (new RoPE runs; the selection "
-        "never saw them) and is scored on the **test** split: those are the study's numbers. The held-out numbers "
-        "of the selected recipe are biased upward by the choice.", "",
+        (f"3. The selected recipe alone runs again on fresh seeds {_seeds(st.confirm)} (new RoPE runs; the selection "
+         "never saw them) and is scored on the **test** split: those are the study's numbers. The held-out numbers "
+         "of the selected recipe are biased upward by the choice." if st.confirm else
+         "3. No confirmation here (--confirm-seeds 0): these are held-out numbers only, and those of the selected "
+         "recipe are biased upward by the choice."), "",
         f"## Selection: held-out split, seeds {_seeds(st.seeds)}", "",
         "| rank | recipe | lr | warm-up | QK-norm | DroPE steps (share) | recovered [Wilson 95 %] | RoPE acc@C | "
         "DroPE acc@C | " + " | ".join(f"far {m}C" for m in far_ms) + " |",
@@ -564,7 +566,8 @@ def markdown(st: Study, doc: dict) -> str:
         lines.append(f"| {e['rank']} | `{r.slug}`{mark} | {r.lr:g} | {r.warmup_steps(T)} ({100 * r.warmup:g} %) | "
                      f"{r.qk_norm} | {r.steps(T)} ({r.share:g} %) | {_rate(e)} | {_cell(e['rope_accuracy'])} | "
                      f"{_cell(e['accuracy'])} | " + " | ".join(_cell(e["far"][str(m)]) for m in far_ms) + " |")
-    lines += ["", f"## Confirmation: test split, fresh seeds {_seeds(st.confirm)}", ""]
+    lines += ["", f"## Confirmation: test split, fresh seeds {_seeds(st.confirm)}" if st.confirm else "## Confirmation",
+              ""]
     conf = doc["confirmation"]
     if not st.confirm:
         lines.append("No confirmation seeds (--confirm-seeds 0).")

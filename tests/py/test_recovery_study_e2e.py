@@ -57,6 +57,14 @@ def test_tiny_study_end_to_end(tmp):
     r = run_study(out, *TINY)
     assert "done in" not in r.stdout
     assert stamps == {p.name: p.stat().st_mtime_ns for p in (out / "eval").glob("*.json")}
+    # without confirmation seeds the report says it holds held-out numbers only
+    no_conf = list(TINY)
+    no_conf[no_conf.index("--confirm-seeds") + 1] = 0
+    r = run_study(out, *no_conf)
+    assert "done in" not in r.stdout
+    text = (out / "study.md").read_text()
+    assert "3. No confirmation here (--confirm-seeds 0)" in text and "fresh seeds " not in text
+    assert "## Confirmation\n\nNo confirmation seeds (--confirm-seeds 0)." in text
     # another budget on the same directory is refused
     r = run_study(out, *TINY[:-2], "--steps", 16, check=False)
     assert r.returncode == 1 and "settings.json" in r.stderr and "use another --out" in r.stderr
