@@ -74,11 +74,16 @@ def checkpoint(run_dir: pathlib.Path, step: int) -> pathlib.Path:
     return run_dir / "checkpoints" / f"step-{step:08d}"
 
 
+def has_checkpoint(run_dir: pathlib.Path) -> bool:
+    """Whether run_dir holds any drope-train checkpoint (checkpoints/step-*)."""
+    return any((run_dir / "checkpoints").glob("step-*"))
+
+
 def train_state(run_dir: pathlib.Path, steps: int) -> str:
     """'finished' (the final checkpoint exists), 'killed' (some checkpoint exists: resume) or 'fresh'."""
     if (checkpoint(run_dir, steps) / "model.safetensors").is_file():
         return "finished"
-    if any((run_dir / "checkpoints").glob("step-*")):
+    if has_checkpoint(run_dir):
         return "killed"
     return "fresh"
 

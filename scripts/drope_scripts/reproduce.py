@@ -35,6 +35,7 @@ from .driver import (
     Method,
     checkpoint,
     concat_tables,
+    has_checkpoint,
     jobs_knob,
     remove_outputs,
     run_pipeline,
@@ -118,7 +119,7 @@ def seed_from_checkpoint(src: pathlib.Path, run_dir: pathlib.Path) -> bool:
     tmp = ckpts / f".seed-{src.name}.partial"
     if tmp.exists():  # a copy we started and did not finish
         shutil.rmtree(tmp)
-    if any(ckpts.glob("step-*")) or not (src / "model.safetensors").is_file():
+    if has_checkpoint(run_dir) or not (src / "model.safetensors").is_file():
         return False
     ckpts.mkdir(parents=True, exist_ok=True)
     shutil.copytree(src, tmp)
