@@ -194,12 +194,12 @@ EOF
 }
 
 describe_stage_eager() {
-  echo "python -m drope_scripts.eager_train_cuda $OUT_DIR/train-qwen2-eager (HF Qwen2ForCausalLM, SDPA, bf16" \
+  echo "python bench/eager_train_cuda.py $OUT_DIR/train-qwen2-eager (HF Qwen2ForCausalLM, SDPA, bf16" \
     "autocast, fused AdamW; the train stage's shape, batch and optimizer: what users run instead)"
 }
 stage_eager() {
   rm -rf "$OUT_DIR/train-qwen2-eager"  # ours, from an earlier check
-  PYTHONPATH="$ROOT/scripts" "$PY" -m drope_scripts.eager_train_cuda "$OUT_DIR/train-qwen2-eager" --steps 8
+  "$PY" "$ROOT/bench/eager_train_cuda.py" "$OUT_DIR/train-qwen2-eager" --steps 8
 }
 
 describe_stage_nccl() {

@@ -9,8 +9,6 @@
 # Outputs in runs/quickstart/ (DROPE_RUN_DIR): rope/, drope/, eval/, offset-key/, results.md,
 # results-ppl.*, timing.txt. Re-running reuses what is finished; DROPE_FORCE=1 redoes training and evaluation;
 # DROPE_SKIP_SETUP=1 skips scripts/setup.sh; DROPE_BUILD_DIR picks the binaries (build/).
-# The steps: scripts/drope_scripts/quickstart.py (the driver it shares with reproduce.sh: driver.py).
+# The steps: studies/quickstart.py (the driver it shares with reproduce.sh: scripts/drope_scripts/driver.py).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [ "${DROPE_SKIP_SETUP:-0}" != 1 ]; then bash "$ROOT/scripts/setup.sh"; fi
-exec bash "$ROOT/scripts/run_python.sh" drope_scripts.quickstart "$@"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../studies/run.sh" quickstart "$@"

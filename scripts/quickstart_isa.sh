@@ -26,5 +26,5 @@ for isa in "$A" "$B"; do
   # shellcheck disable=SC2046
   env $(isa_env "$isa") DROPE_RUN_DIR="$ROOT/runs/quickstart-$isa" DROPE_SKIP_SETUP=1 bash "$ROOT/scripts/quickstart.sh"
 done
-exec bash "$ROOT/scripts/run_python.sh" drope_scripts.isa_compare "$A=runs/quickstart-$A/results.md" \
+exec bash "$ROOT/studies/run.sh" isa_compare "$A=runs/quickstart-$A/results.md" \
   "$B=runs/quickstart-$B/results.md" --out runs/quickstart-isa.md

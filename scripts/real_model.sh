@@ -6,15 +6,4 @@
 # Austen's Persuasion from scripts/make_corpus.sh --small.
 #   bash scripts/real_model.sh [--quick] [--long] [--out DIR]    (--long: 16K rows, about 10 more minutes)
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-[ "${DROPE_SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh
-GGUF="$(bash scripts/fetch_smollm2.sh)"
-CORPUS="${DROPE_CORPUS_DIR:-$ROOT/runs/corpus}"
-HELDOUT="$(ls "$CORPUS"/*/heldout/persuasion.txt 2>/dev/null | head -n1 || true)"
-if [ -z "$HELDOUT" ]; then
-  bash scripts/make_corpus.sh --small >&2
-  HELDOUT="$(ls "$CORPUS"/*/heldout/persuasion.txt | head -n1)"
-fi
-exec bash scripts/run_python.sh drope_scripts.real_model --gguf "$GGUF" --heldout "$HELDOUT" \
-  --build "${DROPE_BUILD_DIR:-$ROOT/build}" "$@"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../studies/run.sh" real_model "$@"

@@ -10,7 +10,6 @@
 #
 # Resumable (finished runs and evaluations are reused) and safe to run in several processes on one --out.
 # Needs a build (scripts/setup.sh; DROPE_BIN or --bin to use another build directory). The steps:
-# scripts/drope_scripts/recovery_study.py.
+# studies/recovery_study.py.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-exec bash "$ROOT/scripts/run_python.sh" drope_scripts.recovery_study "$@"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../studies/run.sh" recovery_study "$@"

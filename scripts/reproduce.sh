@@ -11,8 +11,6 @@
 # Idempotent: finished training runs and evaluations are reused (DROPE_FORCE=1 redoes all). Knobs (env):
 # DROPE_REPRO_STEPS, DROPE_REPRO_SEEDS, DROPE_REPRO_TRIALS, DROPE_REPRO_OK_SEEDS (offset-key seeds), DROPE_REPRO_JOBS,
 # DROPE_RUN_DIR (runs/reproduce), DROPE_SKIP_SETUP, DROPE_BUILD_DIR. The steps:
-# scripts/drope_scripts/reproduce.py, offset_key.py and report.py.
+# studies/reproduce.py (offset_key.py and report.py in scripts/drope_scripts/).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [ "${DROPE_SKIP_SETUP:-0}" != 1 ]; then bash "$ROOT/scripts/setup.sh"; fi
-exec bash "$ROOT/scripts/run_python.sh" drope_scripts.reproduce "$@"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../studies/run.sh" reproduce "$@"

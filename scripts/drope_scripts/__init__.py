@@ -1,7 +1,8 @@
-"""Python parts of the drope scripts (scripts/*.sh run them with the project venv).
+"""The scripts' shared Python library (the studies in studies/ and the tools in scripts/ build on it).
 
-corpus / corpus_text: the Debian text corpus (make_corpus.sh); results: the one reader of the tools'
-result files; stats: summary statistics; driver: the train / evaluate steps quickstart and reproduce
-share; quickstart, reproduce, report: the two pipelines and reproduce's REPORT.md; rehearse: the DroPE pipeline at a
-real model's shape on the CPU (rehearse.sh); drope_reference: the DroPE authors' model on transformers' classes.
+driver: the train / evaluate steps and the one task runner (Driver.parallel); results: the one reader of the
+tools' result files; stats: summary statistics; report: reproduce's REPORT.md; offset_key / offset_key_report:
+the offset-key retrieval experiment and its aggregation; corpus / corpus_text: the Debian text corpus
+(make_corpus.sh); drope_reference: the DroPE authors' model on transformers' classes; gpu_check: gpu-check.sh's
+summary; atomic: atomic file writes.
 """

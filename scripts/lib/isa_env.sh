@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # isa_env LEVEL: the environment that caps drope's CPU kernels and LibTorch's own dispatch (ATen, oneDNN, MKL)
-# together at one instruction-set level: avx512, avx2 or baseline (SSE4). Sourced by bench_isa.sh and
+# together at one instruction-set level: avx512, avx2 or baseline (SSE4). Sourced by bench/isa.sh and
 # quickstart_isa.sh; isa_runs probes whether this CPU runs a level.
 isa_env() {
   case "$1" in

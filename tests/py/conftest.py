@@ -10,7 +10,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(os.environ.get("DROPE_BIN", ROOT / "build"))
-sys.path.insert(0, str(ROOT / "scripts"))  # drope_scripts, the scripts' Python package (test_scripts_*.py)
+sys.path.insert(0, str(ROOT / "scripts"))  # drope_scripts, the scripts' shared Python package
+sys.path.insert(1, str(ROOT))  # studies (studies/*.py)
+sys.path.append(str(ROOT / "bench"))  # the benchmarks, run as files (bench/paper_plans.py)
 
 
 def run_cli(*args, check=True):

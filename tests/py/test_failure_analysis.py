@@ -1,4 +1,4 @@
-"""scripts/drope_scripts/failure_analysis.py: which seeds count as recovered / on the plateau, the recipe it picks
+"""studies/failure_analysis.py: which seeds count as recovered / on the plateau, the recipe it picks
 (and the one-line refusal listing what there is), and the whole run on a fake study of tiny random models with the
 real drope-analyze (the figure only where matplotlib is installed)."""
 import json
@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from conftest import BIN, run_cli
-from drope_scripts import failure_analysis as fa
-from drope_scripts.failure_analysis import SeedResult
+from studies import failure_analysis as fa
+from studies.failure_analysis import SeedResult
 
 
 def offset_key_doc(accuracy):

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from drope_scripts import isa_compare
+from studies import isa_compare
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 A = """# results

@@ -12,8 +12,9 @@ from scipy import stats as sps
 
 from drope_scripts import offset_key as ok
 from drope_scripts import offset_key_report as okr
-from drope_scripts import quickstart, reproduce, results
+from drope_scripts import results
 from drope_scripts.driver import ROOT, Driver
+from studies import quickstart, reproduce
 
 C = 128
 T975_2 = 0.95 * math.sqrt(2 / (1 - 0.95 ** 2))  # t(0.975, 2 dof) in closed form (a·√(2/(1−a²)), a = 0.95)

@@ -1,6 +1,6 @@
 """The paper's DroPE configs at 360M-7B: the public recipe's hyper-parameters, the models'
 public shapes (configs/hf/*/config.json against transformers), and shard modes that the memory plan says each
-config needs on 8 x 80 GB; the README shows the plan table that scripts/paper_plans.py prints.
+config needs on 8 x 80 GB; the README shows the plan table that bench/paper_plans.py prints.
 """
 import json
 
@@ -81,4 +81,4 @@ def test_shard_mode_is_what_the_plan_needs(name):
 def test_readme_shows_the_plan_table():
     readme = (ROOT / "README.md").read_text()
     t = table(BIN)
-    assert t in readme, "README's memory-plan table is stale: paste the output of scripts/paper_plans.py\n" + t
+    assert t in readme, "README's memory-plan table is stale: paste the output of bench/paper_plans.py\n" + t

@@ -1,5 +1,5 @@
 """scripts/real_model.sh's table from its step results (the steps themselves: tests/py/test_gguf.py)."""
-from drope_scripts import real_model
+from studies import real_model
 
 
 def test_render_has_every_row():

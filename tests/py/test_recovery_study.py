@@ -1,4 +1,4 @@
-"""scripts/drope_scripts/recovery_study.py without training: the Wilson interval, the recovery decision, the recipe
+"""studies/recovery_study.py without training: the Wilson interval, the recovery decision, the recipe
 grid, selection from held-out numbers only, fresh confirmation seeds, task claims and the worker loop, options.
 The tiny study end to end: test_recovery_study_e2e.py."""
 import json
@@ -7,8 +7,8 @@ import multiprocessing
 import pytest
 
 from conftest import BIN, ROOT
-from drope_scripts import recovery_study as rs
-from drope_scripts.recovery_study import HELDOUT, TEST, Recipe, SeedResult
+from studies import recovery_study as rs
+from studies.recovery_study import HELDOUT, TEST, Recipe, SeedResult
 
 
 def test_wilson_against_hand_computed_values():

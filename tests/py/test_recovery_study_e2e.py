@@ -1,4 +1,4 @@
-"""scripts/drope_scripts/recovery_study.py end to end on a tiny study (8 training steps per run, two processes on
+"""studies/recovery_study.py end to end on a tiny study (8 training steps per run, two processes on
 one directory): held-out evaluations for the selection seeds only, test evaluations for the fresh seeds only, the
 report, reuse on a second run. About 21 tool runs, 53-83 s measured on 2 shared cores: ctest labels it slow
 (ctest -LE slow skips it)."""
@@ -8,12 +8,12 @@ import subprocess
 import sys
 
 from conftest import BIN, ROOT
-from drope_scripts.recovery_study import HELDOUT, TEST
+from studies.recovery_study import HELDOUT, TEST
 
 
 def run_study(out, *extra, check=True):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "scripts"))
-    args = [sys.executable, "-m", "drope_scripts.recovery_study", "--out", out, "--bin", BIN, *extra]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{ROOT / 'scripts'}:{ROOT}")
+    args = [sys.executable, "-m", "studies.recovery_study", "--out", out, "--bin", BIN, *extra]
     r = subprocess.run([str(a) for a in args],
                        capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     if check and r.returncode != 0:

@@ -1,4 +1,4 @@
-"""scripts/rehearse.sh at the `tiny` shape, end to end with the real tools: transformers'
+"""studies/run.sh rehearse at the `tiny` shape, end to end with the real tools: transformers'
 random-weight HF directory → drope-data → drope-model drop --qk-norm qk → drope-train (torchrun, 2 ranks,
 shard params, activation checkpointing) → drope-eval ppl / niah → export to the authors' HF format →
 transformers' logits within 1e-4 of ours. Plus bad input (one clear line, exit 2, nothing written) and a
@@ -13,7 +13,7 @@ import pytest
 
 from conftest import BIN, ROOT
 
-SCRIPT = ROOT / "scripts" / "rehearse.sh"
+SCRIPT = ROOT / "studies" / "run.sh"
 STAGES = ["hf-init", "data", "drop", "recalibrate", "ppl", "niah", "export", "parity"]
 LINE = re.compile(r"^\[rehearse (\S+)\] (\S+)\s+(ok|FAIL)\s+([\d.]+)s  (.*)$")
 
@@ -22,8 +22,8 @@ def rehearse(*args, cwd=None, timeout=900):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                                             "MASTER_PORT")}
     env.setdefault("OMP_NUM_THREADS", "1")
-    return subprocess.run(["bash", str(SCRIPT), *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=timeout)
+    return subprocess.run(["bash", str(SCRIPT), "rehearse", *map(str, args)], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=timeout)
 
 
 def stage_lines(stdout):

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from drope_scripts import corpus, prose_drop_study, quickstart, reproduce
+from drope_scripts import corpus
+from studies import prose_drop_study, quickstart, reproduce
 
 FAKE_TOOL = r'''#!{python}
 """Fake drope-train / drope-eval / drope-analyze: records its arguments and writes what the pipelines read."""

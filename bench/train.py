@@ -5,8 +5,8 @@ length, optimizer and thread count, side by side in one run on this machine. Eac
 process; tokens/s = tokens of the steps after `--warmup` steps / their wall time (both sides timed the same
 way); peak RSS per process.
 
-  .venv/bin/python scripts/bench_train.py --preset tiny-256 --seq-len 512 --batch 8 --steps 30 --threads 2
-  .venv/bin/python scripts/bench_train.py --preset small-50m --vocab 32000 --seq-len 512 --batch 4 --steps 8 --warmup 2
+  .venv/bin/python bench/train.py --preset tiny-256 --seq-len 512 --batch 8 --steps 30 --threads 2
+  .venv/bin/python bench/train.py --preset small-50m --vocab 32000 --seq-len 512 --batch 4 --steps 8 --warmup 2
 
 `--isa avx2` (or baseline, avx512) runs both sides at that instruction-set level, emulating a CPU without the
 wider ones: drope's kernels (DROPE_CPU_ISA) and LibTorch's own dispatch (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA,

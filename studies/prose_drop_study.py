@@ -5,7 +5,7 @@ Reports per share the held-out perplexity at C and 2C of RoPE and DroPE and DroP
 (ppl_DroPE(C) / ppl_RoPE(C) − 1, per seed), mean and 95 % t interval over seeds (stats.py). The question of the
 paper's Table 7 at quickstart scale; descriptive, nothing is selected on it.
 
-  bash scripts/run_python.sh drope_scripts.prose_drop_study [--seeds 5] [--shares 12.5,25,50] [--jobs N]
+  bash studies/run.sh prose_drop_study [--seeds 5] [--shares 12.5,25,50] [--jobs N]
 
 Outputs in runs/prose-drop-study/ (--out): train/rope-s<seed>/, train/drope-r<share>-s<seed>/, eval/*.json
 (drope-eval ppl), study.md / study.json. Finished runs and evaluations are reused; a killed run resumes.
@@ -21,9 +21,9 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
-from . import corpus, stats
-from .atomic import write_atomic
-from .driver import NONE, ROOT, Driver, Method, checkpoint, config_steps, jobs_knob, run_pipeline
+from drope_scripts import corpus, stats
+from drope_scripts.atomic import write_atomic
+from drope_scripts.driver import NONE, ROOT, Driver, Method, checkpoint, config_steps, jobs_knob, run_pipeline
 
 PRETRAIN = "configs/train/quickstart-pretrain-rope.yaml"
 DROPE = "configs/train/quickstart-drope.yaml"

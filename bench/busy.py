@@ -9,7 +9,7 @@ busy processes (pure spin loops, one core each), under each OpenMP setting:
   spin 10000        GOMP_SPINCOUNT=10000
   1 thread          OMP_NUM_THREADS=1
 
-  .venv/bin/python scripts/bench_busy.py [--steps 40] [--busy 0,1,2]
+  .venv/bin/python bench/busy.py [--steps 40] [--busy 0,1,2]
 """
 import argparse
 import json

@@ -13,8 +13,8 @@ The documents are the "text" fields of a JSON Lines file (default: the Austen co
 `scripts/make_corpus.sh --small` writes); the tokenizer is `--tokenizer`, or a GPT-2-style byte-level BPE
 trained here with HF tokenizers on the same documents (`--vocab`).
 
-  .venv/bin/python scripts/bench_tokenizer.py --threads 1,2 --repeats 3
-  .venv/bin/python scripts/bench_tokenizer.py --docs corpus.jsonl --tokenizer path/to/tokenizer.json
+  .venv/bin/python bench/tokenizer.py --threads 1,2 --repeats 3
+  .venv/bin/python bench/tokenizer.py --docs corpus.jsonl --tokenizer path/to/tokenizer.json
 """
 import argparse
 import json

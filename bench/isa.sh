@@ -2,7 +2,7 @@
 # Benchmarks (not tests) at every instruction-set level this CPU runs, side by side in one run: drope's CPU
 # kernels and LibTorch's own dispatch capped together (DROPE_CPU_ISA, ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA,
 # MKL_ENABLE_INSTRUCTIONS), so that an AVX-512 machine also measures what an AVX2 or SSE-only user gets.
-#   bash scripts/bench_isa.sh [--quick]      → runs/bench-isa/<level>-*.txt and a summary on stdout
+#   bash bench/isa.sh [--quick]      → runs/bench-isa/<level>-*.txt and a summary on stdout
 # Levels the CPU lacks are listed as such (they cannot be emulated upwards).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,8 +26,8 @@ for isa in avx512 avx2 baseline; do
     --impls ours,sdpa,sdpa_mask --heads 8 --head-dim 64 --window 512 --repeats 3 --warmup 1 --quiet \
     | tee "$OUT/$isa-attention.txt"
   env $(isa_env $isa) OMP_NUM_THREADS=2 "$BIN/drope-bench" layers | tee "$OUT/$isa-layers.txt"
-  "$PY" "$ROOT/scripts/bench_train.py" --isa $isa --preset tiny-256 --seq-len 512 --batch 8 --steps $steps --warmup 2 \
+  "$PY" "$ROOT/bench/train.py" --isa $isa --preset tiny-256 --seq-len 512 --batch 8 --steps $steps --warmup 2 \
     --threads 2 --bin "$BIN" | tee "$OUT/$isa-train-tiny.txt"
-  "$PY" "$ROOT/scripts/bench_train.py" --isa $isa --preset small-50m --vocab 32000 --seq-len 512 --batch 4 \
+  "$PY" "$ROOT/bench/train.py" --isa $isa --preset small-50m --vocab 32000 --seq-len 512 --batch 4 \
     --steps $steps50 --warmup 2 --threads 2 --bin "$BIN" | tee "$OUT/$isa-train-50m.txt"
 done

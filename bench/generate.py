@@ -8,7 +8,7 @@ time per later token), timed inside the generation (drope: GenerateStats; HF: a 
 each the fastest of 3 runs after a warm-up.
 Prompts are random token ids; greedy decoding; both on CPU float32 with the same thread count.
 
-  .venv/bin/python scripts/bench_generate.py --contexts 2048,8192,32768 --new-tokens 64 --threads 2
+  .venv/bin/python bench/generate.py --contexts 2048,8192,32768 --new-tokens 64 --threads 2
 """
 import argparse
 import json

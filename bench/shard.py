@@ -5,7 +5,7 @@ and on, against one process with the same global batch. Per row: tokens/s over t
 the peak bytes of live tensors of rank 0 (DROPE_TRACK_TENSOR_MEMORY), the memory plan's total for that mode,
 and the peak RSS of the largest process (GNU time).
 
-  .venv/bin/python scripts/bench_shard.py --preset small-50m --seq-len 256 --batch 8 --steps 6 --warmup 2
+  .venv/bin/python bench/shard.py --preset small-50m --seq-len 256 --batch 8 --steps 6 --warmup 2
 """
 import argparse
 import json

@@ -7,7 +7,7 @@ micro-batch and activation checkpointing, the mode the config chose and the larg
 A config's choice is the least sharded mode whose total stays within HEADROOM of the device
 (tests/py/test_paper_configs.py checks that, and that the README shows this table).
 
-  .venv/bin/python scripts/paper_plans.py [--bin build]
+  .venv/bin/python bench/paper_plans.py [--bin build]
 """
 import argparse
 import json

@@ -25,8 +25,18 @@ import pathlib
 import re
 import sys
 
-from . import corpus, offset_key
-from .driver import NONE, ROOT, Driver, Method, checkpoint, concat_tables, config_steps, remove_outputs, run_pipeline
+from drope_scripts import corpus, offset_key
+from drope_scripts.driver import (
+    NONE,
+    ROOT,
+    Driver,
+    Method,
+    checkpoint,
+    concat_tables,
+    config_steps,
+    remove_outputs,
+    run_pipeline,
+)
 
 C = 256
 PRETRAIN = "configs/train/quickstart-pretrain-rope.yaml"

@@ -27,8 +27,8 @@ import shutil
 import sys
 from dataclasses import dataclass
 
-from . import corpus, offset_key, report
-from .driver import (
+from drope_scripts import corpus, offset_key, report
+from drope_scripts.driver import (
     NONE,
     ROOT,
     Driver,

@@ -55,11 +55,21 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from . import results
-from .atomic import write_atomic
-from .driver import NONE, ROOT, Driver, Method, ToolError, checkpoint, config_int, config_steps, train_state
-from .offset_key import DROPE_CONFIG, ROPE_CONFIG, TEMPERATURE_QUERIES, context, dump
-from .offset_key_report import KIND, summarize
+from drope_scripts import results
+from drope_scripts.atomic import write_atomic
+from drope_scripts.driver import (
+    NONE,
+    ROOT,
+    Driver,
+    Method,
+    ToolError,
+    checkpoint,
+    config_int,
+    config_steps,
+    train_state,
+)
+from drope_scripts.offset_key import DROPE_CONFIG, ROPE_CONFIG, TEMPERATURE_QUERIES, context, dump
+from drope_scripts.offset_key_report import KIND, summarize
 
 HELDOUT, TEST = "heldout", "test"
 STUDY_KIND = "offset-key-recovery-study"
@@ -756,8 +766,8 @@ def main(argv: list[str]) -> int:
         st.out.mkdir(parents=True, exist_ok=True)
         extra = [*argv, "--worker", "--out", str(st.out), "--bin", str(a.bin)]
         path = os.environ.get("PYTHONPATH")
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "scripts") + (f":{path}" if path else ""))
-        workers = [subprocess.Popen([sys.executable, "-m", "drope_scripts.recovery_study", *extra], cwd=ROOT, env=env)
+        env = dict(os.environ, PYTHONPATH=f"{ROOT / 'scripts'}:{ROOT}" + (f":{path}" if path else ""))
+        workers = [subprocess.Popen([sys.executable, "-m", "studies.recovery_study", *extra], cwd=ROOT, env=env)
                    for _ in range(min(a.jobs, n) - 1)]
     try:
         rc = 0

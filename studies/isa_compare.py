@@ -3,7 +3,7 @@ instruction-set levels) and writes the first run's tables with every cell that d
 largest absolute differences. Tables must have the same rows and columns; anything else is an error naming the
 line.
 
-  python -m drope_scripts.isa_compare avx2=runs/quickstart-avx2/results.md \\
+  bash studies/run.sh isa_compare avx2=runs/quickstart-avx2/results.md \\
       baseline=runs/quickstart-baseline/results.md --out runs/quickstart-isa.md
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from .atomic import write_atomic
+from drope_scripts.atomic import write_atomic
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 MAX_BYTES = 1 << 20

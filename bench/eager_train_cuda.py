@@ -5,7 +5,7 @@ weight decay 0.1 on matrices, clip 1.0), seq 1024 x batch 16, random token ids. 
 line per step in drope-train's format (step, tokens, tokens_per_s, loss) plus peak CUDA memory, so the summary
 reads both sides the same way.
 
-  python -m drope_scripts.eager_train_cuda OUT [--steps 8]
+  python bench/eager_train_cuda.py OUT [--steps 8]
 """
 import argparse
 import json

@@ -19,7 +19,7 @@ Writes to --out: models/dropped-s<seed>/ (the dropped checkpoints), <model>/head
 maps/<model>/attention_L<l>_H<h>.json, summary.json and summary.md (the numbers), failure_analysis.{png,svg} (the
 figure: RoPE and both DroPE models; needs matplotlib).
 
-Usage: bash scripts/run_python.sh drope_scripts.failure_analysis --study runs/recovery-study --out runs/failure-analysis
+Usage: bash studies/run.sh failure_analysis --study runs/recovery-study --out runs/failure-analysis
 """
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import yaml
 
-from . import results
-from .atomic import write_atomic
-from .driver import NONE, ROOT, Driver, ToolError
+from drope_scripts import results
+from drope_scripts.atomic import write_atomic
+from drope_scripts.driver import NONE, ROOT, Driver, ToolError
 
 TOLERANCE = 2.0  # points, as recovery_study.TOLERANCE
 PLATEAU = (40.0, 60.0)  # accuracy at C (%) counted as NoPE's plateau
@@ -317,7 +317,7 @@ def run(d: Driver, a: argparse.Namespace) -> dict:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="drope_scripts.failure_analysis", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="studies/run.sh failure_analysis", description=__doc__.splitlines()[0])
     ap.add_argument("--study", type=pathlib.Path, default=pathlib.Path("runs/recovery-study"),
                     help="recovery study directory (default runs/recovery-study)")
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/failure-analysis"),
