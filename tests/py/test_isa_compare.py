@@ -1,9 +1,10 @@
-"""isa_compare (two runs' results side by side) and quickstart_isa.sh's argument checks."""
+"""isa_compare (two runs' results side by side), quickstart_isa's argument checks and the one ISA table."""
 import pathlib
 import subprocess
 
 import pytest
 
+from drope_scripts import isa_levels
 from studies import isa_compare
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -67,6 +68,18 @@ def test_cli_refuses_bad_arguments_and_never_writes_over_an_input(tmp_path, caps
     (["avx2", "sse9"], "unknown level 'sse9'"),
 ])
 def test_quickstart_isa_refuses_bad_levels(args, message):
-    p = subprocess.run(["bash", str(ROOT / "scripts" / "quickstart_isa.sh"), *args], capture_output=True, text=True,
-                       env={"PATH": "/usr/bin:/bin", "DROPE_SKIP_SETUP": "1"}, timeout=60)
+    p = subprocess.run(["bash", str(ROOT / "studies" / "run.sh"), "quickstart_isa", *args], capture_output=True,
+                       text=True, env={"PATH": "/usr/bin:/bin", "DROPE_SKIP_SETUP": "1"}, timeout=60)
     assert p.returncode == 2 and message in p.stderr
+
+
+def test_bash_and_python_read_the_one_isa_table():
+    for level, env in isa_levels.levels().items():
+        p = subprocess.run(["bash", "-c", 'source "$0" && isa_env "$1"', str(ROOT / "scripts" / "lib" / "isa_env.sh"),
+                            level], capture_output=True, text=True, check=True)
+        assert p.stdout.strip() == isa_levels.describe(level)
+        assert env["DROPE_CPU_ISA"] == level and set(env) == {"DROPE_CPU_ISA", "ATEN_CPU_CAPABILITY",
+                                                              "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"}
+    assert list(isa_levels.levels()) == ["avx512", "avx2", "baseline"]
+    with pytest.raises(ValueError, match="unknown level 'sse9'"):
+        isa_levels.env("sse9")
