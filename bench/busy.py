@@ -12,7 +12,6 @@ busy processes (pure spin loops, one core each), under each OpenMP setting:
   .venv/bin/python bench/busy.py [--steps 40] [--busy 0,1,2]
 """
 import argparse
-import json
 import multiprocessing as mp
 import os
 import pathlib
@@ -20,7 +19,8 @@ import subprocess
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from benchlib import ROOT, tokens_per_s, train_log
+
 SETTINGS = {
     "libgomp default": {"DROPE_OMP_DEFAULTS": "0"},
     "drope default": {},
@@ -66,10 +66,7 @@ train:
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"drope-train failed:\n{r.stderr}")
-    log = [json.loads(l) for l in (out / "log.jsonl").read_text().splitlines()]
-    at = {l["step"]: l for l in log if "elapsed_s" in l}
-    t_a, t_b = at[2], at[steps]
-    return (t_b["tokens"] - t_a["tokens"]) / (t_b["elapsed_s"] - t_a["elapsed_s"]), wall
+    return tokens_per_s(train_log(out), 2, steps), wall
 
 
 def main():

@@ -13,12 +13,11 @@ Prompts are random token ids; greedy decoding; both on CPU float32 with the same
 import argparse
 import json
 import pathlib
-import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from benchlib import ROOT, print_result, run_worker
 
 
 def make_model(path, args):
@@ -30,15 +29,6 @@ def make_model(path, args):
                       num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
                       max_position_embeddings=max(args.contexts) + args.new_tokens + 8, tie_word_embeddings=True)
     LlamaForCausalLM(cfg).save_pretrained(path)
-
-
-def vm_hwm_mb():
-    """Peak RSS of this process. Not ru_maxrss: Linux carries it across execve from the parent."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def hf_worker(model_dir, context, new_tokens, threads, seed):
@@ -74,18 +64,9 @@ def hf_worker(model_dir, context, new_tokens, threads, seed):
     runs = [run() for _ in range(3)]  # fastest of 3, as drope-bench generate
     t1 = min(r[0] for r in runs)
     per_token = min(r[1] for r in runs)
-    rss = vm_hwm_mb()
-    print(json.dumps({"impl": "hf", "context": context, "new_tokens": new_tokens, "threads": threads,
-                      "prefill_s": t1, "prefill_tok_s": context / t1, "decode_s_per_token": per_token,
-                      "decode_tok_s": 1 / per_token, "peak_rss_mb": rss,
-                      "attn_implementation": model.config._attn_implementation}))
-
-
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"{cmd[0]} failed:\n{r.stderr}")
-    return json.loads(r.stdout.strip().splitlines()[-1] if "drope-bench" not in cmd[0] else r.stdout.splitlines()[0])
+    print_result({"impl": "hf", "context": context, "new_tokens": new_tokens, "threads": threads,
+                  "prefill_s": t1, "prefill_tok_s": context / t1, "decode_s_per_token": per_token,
+                  "decode_tok_s": 1 / per_token, "attn_implementation": model.config._attn_implementation})
 
 
 def main():
@@ -114,11 +95,11 @@ def main():
               f"vocab {args.vocab}; {args.threads} threads; {args.new_tokens} decoded tokens", flush=True)
         print("| context | impl | prefill tok/s | decode tok/s | peak RSS MB |\n|---:|---|---:|---:|---:|", flush=True)
         for c in args.contexts:
-            ours = run([str(pathlib.Path(args.bin) / "drope-bench"), "generate", "--model", str(model_dir),
-                        "--context", str(c), "--new-tokens", str(args.new_tokens), "--threads", str(args.threads)])
+            # drope-bench generate prints its result as the first line
+            ours = run_worker([pathlib.Path(args.bin) / "drope-bench", "generate", "--model", model_dir,
+                               "--context", c, "--new-tokens", args.new_tokens, "--threads", args.threads], line=0)
             ours.pop("tokens", None)
-            hf = run([sys.executable, __file__, "--hf-worker", str(model_dir), str(c), str(args.new_tokens),
-                      str(args.threads)])
+            hf = run_worker([sys.executable, __file__, "--hf-worker", model_dir, c, args.new_tokens, args.threads])
             for r in (ours, hf):
                 print(f"| {c} | {r['impl']} | {r['prefill_tok_s']:.0f} | {r['decode_tok_s']:.1f} | "
                       f"{r['peak_rss_mb']:.0f} |", flush=True)

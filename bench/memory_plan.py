@@ -13,12 +13,13 @@ This is a report; tests/py/test_memory_plan.py checks the plan against the same 
 """
 import argparse
 import json
-import os
 import pathlib
 import shutil
 import subprocess
 import sys
 import tempfile
+
+from benchlib import TORCHRUN, run_with_peak_rss, train_log, without_launcher, write_atomic
 
 CFG = """run: {{name: m, out_dir: {out}, seed: 0}}
 model: {{preset: {preset}, max_position: {seq}}}
@@ -37,19 +38,17 @@ CASES = [
     ("small-50m", 256, 4, 2, "grads", "none"),
     ("small-50m", 256, 4, 2, "params", "full"),
 ]
-TORCHRUN = pathlib.Path(sys.executable).parent / "torchrun"
 
 
 def run(cmd, env, run_dir, world):
     shutil.rmtree(run_dir, ignore_errors=True)  # our own temporary run directory: each measurement starts fresh
     if world > 1:
         cmd = [str(TORCHRUN), "--no-python", f"--nproc_per_node={world}", "--master_port=29931", *cmd]
-    r = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], env=env, capture_output=True, text=True)
+    r, rss_mib = run_with_peak_rss(cmd, env=env)
     if r.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{r.stderr[-2000:]}")
-    rss = int(r.stderr.strip().splitlines()[-1]) * 1024
-    records = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
-    peaks = [r.get("tensor_bytes", {}).get("peak") for r in records]
+    rss = round(rss_mib * 2**20)
+    peaks = [r.get("tensor_bytes", {}).get("peak") for r in train_log(run_dir)]
     peaks = [p for p in peaks if p is not None]
     return rss, (max(peaks) if peaks else None)
 
@@ -60,9 +59,7 @@ def main():
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     train = str(pathlib.Path(a.bin) / "drope-train")
-    env = dict(os.environ, OMP_NUM_THREADS="1", DROPE_TRACK_TENSOR_MEMORY="1")
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
+    env = dict(without_launcher(), OMP_NUM_THREADS="1", DROPE_TRACK_TENSOR_MEMORY="1")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
@@ -95,10 +92,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:
-        out = pathlib.Path(a.out)
-        tmpf = out.with_name(f".{out.name}.tmp{os.getpid()}")
-        tmpf.write_text(text)
-        tmpf.replace(out)
+        write_atomic(pathlib.Path(a.out), text)
 
 
 if __name__ == "__main__":

@@ -9,14 +9,13 @@ and the peak RSS of the largest process (GNU time).
 """
 import argparse
 import json
-import os
 import pathlib
 import subprocess
 import sys
 import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-TORCHRUN = pathlib.Path(sys.executable).parent / "torchrun"
+from benchlib import ROOT, TORCHRUN, run_with_peak_rss, tokens_per_s, train_log, without_launcher
+
 CFG = """run: {{name: bench, out_dir: {out}, seed: 0}}
 model: {{preset: {preset}, max_position: {seq}}}
 data: {{text: /usr/share/common-licenses, seq_len: {seq}, batch_size: {batch}, micro_batch: {micro}}}
@@ -45,8 +44,7 @@ def main():
     if a.batch % a.world or a.warmup >= a.steps:
         sys.exit("--batch must be a multiple of --world and --warmup smaller than --steps")
     train = str(pathlib.Path(a.bin) / "drope-train")
-    launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-    env = {k: v for k, v in os.environ.items() if k not in launcher}
+    env = without_launcher()
     env["DROPE_TRACK_TENSOR_MEMORY"] = "1"
     rows = []
     # (ranks, shard, checkpointing, label, extra environment)
@@ -71,14 +69,11 @@ def main():
             run_env = dict(env, OMP_NUM_THREADS=str(max(1, 2 // world)), **extra)
             if world > 1:
                 cmd = [str(TORCHRUN), "--no-python", f"--nproc_per_node={world}", f"--master_port={29950 + i}", *cmd]
-            r = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], capture_output=True, text=True, env=run_env)
+            r, rss = run_with_peak_rss(cmd, env=run_env)
             if r.returncode != 0:
                 sys.exit(f"run failed ({world} ranks, shard {shard}, checkpointing {ac}):\n{r.stderr[-3000:]}")
-            rss = int(r.stderr.strip().splitlines()[-1]) / 1024
-            log = [json.loads(l) for l in (out / "log.jsonl").read_text().splitlines()]
-            at = {l["step"]: l for l in log if "elapsed_s" in l}
-            t0, t1 = at[a.warmup], at[a.steps]
-            tps = (t1["tokens"] - t0["tokens"]) / (t1["elapsed_s"] - t0["elapsed_s"])
+            log = train_log(out)
+            tps = tokens_per_s(log, a.warmup, a.steps)
             peak = max(l["tensor_bytes"]["peak"] for l in log if "tensor_bytes" in l)
             rows.append((world, label, ac, tps, peak, plan, rss))
             print(rows[-1], flush=True)

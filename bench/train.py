@@ -13,7 +13,6 @@ wider ones: drope's kernels (DROPE_CPU_ISA) and LibTorch's own dispatch (ATEN_CP
 MKL_ENABLE_INSTRUCTIONS). The level each side actually ran at is printed.
 """
 import argparse
-import json
 import os
 import pathlib
 import subprocess
@@ -21,27 +20,10 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from benchlib import ROOT, isa_levels, print_result, run_with_peak_rss, run_worker, tokens_per_s, train_log
+
 MALLOC_AS_DROPE = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1073741824"
-# Environment that caps drope's kernels and LibTorch (ATen kernels, oneDNN, MKL) at one instruction-set level.
-ISA_ENV = {
-    "avx512": {"DROPE_CPU_ISA": "avx512", "ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
-               "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
-    "avx2": {"DROPE_CPU_ISA": "avx2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-             "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
-    "baseline": {"DROPE_CPU_ISA": "baseline", "ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
-                 "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
-}
 PASS_THROUGH = ("DROPE_", "ATEN_CPU_CAPABILITY", "ONEDNN_", "DNNL_", "MKL_", "GLIBC_TUNABLES", "OMP_")
-
-
-def vm_hwm_mb():
-    """Peak RSS of this process. Not ru_maxrss: Linux carries it across execve from the parent."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def eager_worker(model_dir, seq, batch, steps, warmup, threads, bf16):
@@ -71,8 +53,8 @@ def eager_worker(model_dir, seq, batch, steps, warmup, threads, bf16):
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - t0)
     timed = times[warmup:]
-    print(json.dumps({"impl": "pytorch-eager (HF Llama, SDPA)", "tokens_per_s": batch * seq * len(timed) / sum(timed),
-                      "peak_rss_mb": vm_hwm_mb(), "aten_isa": torch.backends.cpu.get_cpu_capability()}))
+    print_result({"impl": "pytorch-eager (HF Llama, SDPA)", "tokens_per_s": batch * seq * len(timed) / sum(timed),
+                  "aten_isa": torch.backends.cpu.get_cpu_capability()})
 
 
 def main():
@@ -86,7 +68,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides")
     ap.add_argument("--bin", default=str(ROOT / "build"))
-    ap.add_argument("--isa", choices=["native"] + list(ISA_ENV), default="native",
+    ap.add_argument("--isa", choices=["native", *isa_levels.levels()], default="native",
                     help="instruction-set level of both sides (default: what this CPU has)")
     ap.add_argument("--eager-worker", nargs=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -94,7 +76,7 @@ def main():
         return eager_worker(args.eager_worker[0], args.seq_len, args.batch, args.steps, args.warmup, args.threads,
                             args.bf16)
     binp = pathlib.Path(args.bin)
-    isa_env = ISA_ENV.get(args.isa, {})
+    isa_env = isa_levels.levels().get(args.isa, {})
     base_env = {**os.environ, **isa_env}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
@@ -133,34 +115,24 @@ train:
   clip: 1.0
   dtype: {'bfloat16' if args.bf16 else 'float32'}
 """)
-        r = subprocess.run(["/usr/bin/time", "-f", "%M", binp / "drope-train", run_cfg, "--quiet"],
-                           capture_output=True, text=True,
-                           env={**{k: v for k, v in base_env.items() if k.startswith(PASS_THROUGH)},
-                                "OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"})
+        r, rss = run_with_peak_rss([binp / "drope-train", run_cfg, "--quiet"],
+                                   env={**{k: v for k, v in base_env.items() if k.startswith(PASS_THROUGH)},
+                                        "OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"})
         if r.returncode != 0:
             raise SystemExit(f"drope-train failed:\n{r.stderr}")
-        rss = int(r.stderr.strip().splitlines()[-1]) / 1024
-        log = [json.loads(l) for l in (tmp / "run" / "log.jsonl").read_text().splitlines()]
         # Wall time from the end of the warm-up step to the end of the last step (logging included), as the
         # eager side measures it: tokens of the timed steps / their total time.
-        at = {l["step"]: l for l in log if "elapsed_s" in l}
-        t0, t1 = at[args.warmup], at[args.steps]
-        ours = {"impl": "drope-train",
-                "tokens_per_s": (t1["tokens"] - t0["tokens"]) / (t1["elapsed_s"] - t0["elapsed_s"]),
+        ours = {"impl": "drope-train", "tokens_per_s": tokens_per_s(train_log(tmp / "run"), args.warmup, args.steps),
                 "peak_rss_mb": rss}
         # The eager loop twice: as users run it, and with the glibc malloc settings drope's tools apply at start
         # (every block on the heap, freed memory kept: apps/app_common.cpp), so that the ratio shows what is
         # left once the allocator is equal.
         eagers = []
         for label, extra_env in (("", {}), (", malloc as drope", {"GLIBC_TUNABLES": MALLOC_AS_DROPE})):
-            e = subprocess.run([sys.executable, __file__, "--eager-worker", str(tmp / "m"), "--seq-len",
-                                str(args.seq_len),
-                                "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
-                                "--threads", str(args.threads)] + (["--bf16"] if args.bf16 else []),
-                               capture_output=True, text=True, env={**base_env, **extra_env})
-            if e.returncode != 0:
-                raise SystemExit(f"eager loop failed:\n{e.stderr}")
-            eager = json.loads(e.stdout.strip().splitlines()[-1])
+            eager = run_worker([sys.executable, __file__, "--eager-worker", tmp / "m", "--seq-len", args.seq_len,
+                                "--batch", args.batch, "--steps", args.steps, "--warmup", args.warmup,
+                                "--threads", args.threads, *(["--bf16"] if args.bf16 else [])],
+                               env={**base_env, **extra_env})
             eager["impl"] += label
             eagers.append(eager)
     print(f"{args.preset} (vocab {args.vocab}), seq {args.seq_len}, batch {args.batch}, "
