@@ -294,6 +294,25 @@ AttentionGrads fused_attention_grads(const at::Tensor& q, const at::Tensor& k, c
   return cpu_backward(q, k, v, fwd.out, fwd.lse, dout, p, schedule);
 }
 
+AttentionGrads fused_attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dout,
+                                        const AttentionParams& p) {
+  check_attention_shapes(q, k, v, p);
+  check_fused_supported(q, k, v, "fused_attention_backward");
+  TORCH_CHECK(out.sizes() == q.sizes() && dout.sizes() == q.sizes(), "fused_attention_backward: out ", out.sizes(),
+              " and dout ", dout.sizes(), " must match q ", q.sizes());
+  TORCH_CHECK(lse.dim() == 3 && lse.sizes() == q.sizes().slice(0, 3), "fused_attention_backward: lse ", lse.sizes(),
+              " must be (B, H, T) of q ", q.sizes());
+  at::NoGradGuard no_grad;
+#ifdef DROPE_WITH_CUDA
+  if (q.is_cuda()) {
+    auto [dq, dk, dv] = cuda_glue::backward(q, k, v, out, lse, dout, p);
+    return {dq, dk, dv};
+  }
+#endif
+  return cpu_backward(q, k, v, out, lse, dout, p);
+}
+
 at::Tensor fused_attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const AttentionParams& p) {
   check_attention_shapes(q, k, v, p);

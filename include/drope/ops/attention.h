@@ -56,6 +56,12 @@ AttentionGrads fused_attention_grads(const at::Tensor& q, const at::Tensor& k, c
                                      const at::Tensor& dout, const AttentionParams& p,
                                      kernels::BackwardSchedule schedule = kernels::BackwardSchedule::kAuto);
 
+// The FlashAttention-2 backward of fused_attention() from that call's out (B, H, T, D) and lse (B, H, T), without
+// recomputing the forward: dq, dk, dv for dout (B, H, T, D). Takes the inputs fused_attention() takes.
+AttentionGrads fused_attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dout,
+                                        const AttentionParams& p);
+
 // attention() through the fused kernel with its own backward, for inputs the kernel supports.
 at::Tensor fused_attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const AttentionParams& p);
