@@ -5,7 +5,7 @@
 # measured on fresh seeds on the test split. Writes study.{md,json,csv} in the study directory.
 #
 #   bash scripts/recovery_study.sh --quick                 # smoke run: 2 + 2 seeds, 2 recipes, 80 steps
-#   nice -n 19 bash scripts/recovery_study.sh --jobs 2     # the full study, one thread per process
+#   nice -n 19 bash scripts/recovery_study.sh --jobs 2     # the full study, two tasks at a time, one thread each
 #   bash scripts/recovery_study.sh --help                  # every option (grid, seeds, budget, queries, ...)
 #
 # Resumable (finished runs and evaluations are reused) and safe to run in several processes on one --out.

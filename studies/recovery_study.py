@@ -27,13 +27,14 @@ Layout of the study directory (default runs/recovery-study):
   train/drope-<recipe>-s<seed>/          DroPE runs; the final checkpoint holds temperature.json
   eval/rope-s<seed>-<split>.json         RoPE at C
   eval/drope-<recipe>-s<seed>-<split>.json   DroPE at C..8C
-  locks/<task>.lock                      claims (flock): one process per task
+  locks/<task>.lock                      claims (flock): one worker per task
   timing/<task>.json                     wall time of each task when it was computed
   study.{md,json,csv}                    the tables (written after the selection, again after the confirmation)
 
-Resumable: finished runs, fits and evaluations are reused; a killed run resumes. Parallel-safe: any number of
-processes may work on one directory (--jobs N starts N); each task (one seed's RoPE run, one recipe × seed) is
-claimed with a lock file, one thread per process (OMP_NUM_THREADS=--threads).
+Resumable: finished runs, fits and evaluations are reused; a killed run resumes. Parallel-safe: the tasks (one
+seed's RoPE run, one recipe × seed) run on --jobs workers of the scripts' one task runner (Driver.work), each
+claimed with a lock file, so that any number of processes may also work on one directory; each tool runs
+--threads threads (OMP_NUM_THREADS).
 
 Usage: bash scripts/recovery_study.sh [--quick] [--jobs 2] [--seeds 10] [--out DIR] ...   (--help: every option)
 """
@@ -42,17 +43,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import fcntl
 import io
 import itertools
 import json
 import math
 import os
 import pathlib
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from drope_scripts import results
@@ -62,6 +60,7 @@ from drope_scripts.driver import (
     ROOT,
     Driver,
     Method,
+    Task,
     ToolError,
     checkpoint,
     config_int,
@@ -280,76 +279,13 @@ def check_settings(st: Study) -> None:
                          ", ".join(f"{k} {json.dumps(mine[k])}" for k in diff) + "): use another --out")
 
 
-# ---- tasks, claims, workers ----------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def claim(path: pathlib.Path) -> Iterator[bool]:
-    """An exclusive flock on `path` without waiting: yields True when this process holds it. The lock goes with
-    the process (a killed worker's task is free again); the file stays."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
-@dataclass(frozen=True)
-class Task:
-    key: str  # lock and timing file name
-    deps: tuple[str, ...]
-    done: Callable[[], bool]
-    run: Callable[[], None]
-
-
-def work(tasks: Sequence[Task], out: pathlib.Path, poll: float, tag: str = "") -> int:
-    """Runs every task not done whose dependencies are done and that no other process holds, in list order,
-    until all are done (waiting `poll` seconds while others hold the rest). Returns how many it ran."""
-    by_key = {t.key: t for t in tasks}
-    (out / "locks").mkdir(parents=True, exist_ok=True)
-    (out / "timing").mkdir(parents=True, exist_ok=True)
-    ran, waiting = 0, False
-    while True:
-        pending = [t for t in tasks if not t.done()]
-        if not pending:
-            return ran
-        progressed = False
-        for t in pending:
-            if not all(by_key[d].done() for d in t.deps if d in by_key):
-                continue
-            with claim(out / "locks" / f"{t.key}.lock") as mine:
-                if not mine or t.done():
-                    continue
-                t0 = time.monotonic()
-                t.run()
-                seconds = time.monotonic() - t0
-                if not t.done():
-                    raise RuntimeError(f"{t.key}: finished without its outputs")
-                write_atomic(out / "timing" / f"{t.key}.json", dump({"task": t.key, "seconds": round(seconds, 1)}))
-                print(f"{tag}{t.key}: done in {seconds:.0f} s")
-            ran, progressed, waiting = ran + 1, True, False
-            break
-        if not progressed:
-            if not waiting:
-                print(f"{tag}waiting for {len(pending)} task(s) held by other processes")
-                waiting = True
-            time.sleep(poll)
-
+# ---- tasks ---------------------------------------------------------------------------------------------------
 
 class Runner:
     """The tasks of one study directory: train, fit, evaluate, and read back the per-seed results."""
 
-    def __init__(self, st: Study, d: Driver, tag: str = ""):
-        self.st, self.d, self.tag = st, d, tag
+    def __init__(self, st: Study, d: Driver):
+        self.st, self.d = st, d
 
     # paths
     def rope_dir(self, seed: int) -> pathlib.Path:
@@ -375,7 +311,7 @@ class Runner:
             warmup = config_int(ROOT / ROPE_CONFIG, "schedule", "warmup")
             overrides.append(f"schedule.warmup={max(1, round(warmup * st.steps / base))}")
         if train_state(run_dir, st.steps) != "finished":
-            print(f"{self.tag}rope seed {seed}: training {st.steps} steps")
+            self.d.say(f"rope seed {seed}: training {st.steps} steps")
             self.d.train(ROOT / ROPE_CONFIG, run_dir, st.steps, overrides, show=NONE)
 
     def train_drope(self, recipe: Recipe, seed: int) -> pathlib.Path:
@@ -387,7 +323,7 @@ class Runner:
             raise ValueError(f"{init} is missing (the RoPE run keeps checkpoints every {st.rope_every()} steps of "
                              "this grid; a drop step it did not keep needs another --out)")
         if state != "finished":
-            print(f"{self.tag}{recipe.slug} seed {seed}: DroPE {steps} steps from step {start}")
+            self.d.say(f"{recipe.slug} seed {seed}: DroPE {steps} steps from step {start}")
             self.d.train(ROOT / DROPE_CONFIG, run_dir, steps, [f"run.name=recovery-drope-{recipe.slug}-s{seed}",
                                                         f"run.seed={seed}", *recipe.overrides(st.steps)],
                          [f"run.init={init}"], show=NONE)
@@ -598,7 +534,7 @@ def markdown(st: Study, doc: dict) -> str:
         lines += ["", f"**Note**: RoPE scores below {ROPE_LEARNED:g} % at C in seed(s) {', '.join(map(str, weak))}: "
                   "there, DroPE is measured against a RoPE model that has not learned the task."]
     t = doc["timing"]
-    lines += ["", f"Compute: {t['tasks']} task(s) timed, {t['seconds']:.0f} s in all (summed over processes). "
+    lines += ["", f"Compute: {t['tasks']} task(s) timed, {t['seconds']:.0f} s in all (summed over workers). "
               "Per seed: study.csv.", ""]
     return "\n".join(lines)
 
@@ -622,27 +558,23 @@ def write_report(st: Study, doc: dict) -> str:
 
 # ---- the study ---------------------------------------------------------------------------------------------
 
-def run(st: Study, d: Driver, poll: float, report: bool, tag: str = "") -> str | None:
-    """Selection, then confirmation (module docstring); the report when `report`. Returns its Markdown."""
+def run(st: Study, d: Driver, poll: float) -> str:
+    """Selection, then confirmation (module docstring), then the report. Returns its Markdown."""
     (st.out / "eval").mkdir(parents=True, exist_ok=True)
     (st.out / "train").mkdir(parents=True, exist_ok=True)
     check_settings(st)
-    runner = Runner(st, d, tag)
-    if report:
-        d.stage(f"selection: {len(st.recipes)} recipe(s) × {len(st.seeds)} seed(s), held-out split")
-    work(runner.tasks(st.recipes, st.seeds, HELDOUT), st.out, poll, tag)
+    runner = Runner(st, d)
+    d.stage(f"selection: {len(st.recipes)} recipe(s) × {len(st.seeds)} seed(s), held-out split")
+    d.work(runner.tasks(st.recipes, st.seeds, HELDOUT), st.out, poll)
     held = [runner.result(r, s, HELDOUT) for r in st.recipes for s in st.seeds]
     selected, ranking = select(held, st.recipes, st.seeds, st.multipliers, st.tolerance)
-    if report:
-        write_report(st, build_doc(st, ranking, selected, held, None, timing(st.out)))
-        d.stage(f"selected {selected.slug} ({selected.describe(st.steps)}); confirmation: {len(st.confirm)} fresh "
-                "seed(s), test split")
+    write_report(st, build_doc(st, ranking, selected, held, None, timing(st.out)))
+    d.stage(f"selected {selected.slug} ({selected.describe(st.steps)}); confirmation: {len(st.confirm)} fresh "
+            "seed(s), test split")
     confirmation = None
     if st.confirm:
-        work(runner.tasks([selected], st.confirm, TEST), st.out, poll, tag)
+        d.work(runner.tasks([selected], st.confirm, TEST), st.out, poll)
         confirmation = [runner.result(selected, s, TEST) for s in st.confirm]
-    if not report:
-        return None
     text = write_report(st, build_doc(st, ranking, selected, held, confirmation, timing(st.out)))
     d.stage(f"done: {st.out}/study.md")
     return text
@@ -695,13 +627,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Study]:
                     help=f"temperature-fit queries per length (default {TEMPERATURE_QUERIES})")
     ap.add_argument("--temperature", default="auto", help="DroPE's temperature: auto (fitted, default) or a number c")
     ap.add_argument("--tolerance", type=float, default=TOLERANCE, help="recovery tolerance in points (default 2)")
-    ap.add_argument("--jobs", type=int, default=1, help="worker processes on this directory (default 1)")
-    ap.add_argument("--threads", type=int, default=1, help="threads per process (OMP_NUM_THREADS; default 1)")
+    ap.add_argument("--jobs", type=int, default=1, help="tasks run side by side (default 1)")
+    ap.add_argument("--threads", type=int, default=1, help="threads of each tool (OMP_NUM_THREADS; default 1)")
     ap.add_argument("--bin", type=pathlib.Path, help="drope binaries (default $DROPE_BIN, else build/)")
-    ap.add_argument("--poll", type=float, default=10.0, help="seconds between looks at tasks other processes hold")
+    ap.add_argument("--poll", type=float, default=10.0, help="seconds between looks at tasks other workers hold")
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: 2 + 2 seeds, 80 steps, lr 1e-3 and 3e-3 at 25 %%, 200 queries")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     base = {**DEFAULTS, **(QUICK if a.quick else {})}
     for key, value in base.items():
@@ -754,41 +685,22 @@ def main(argv: list[str]) -> int:
     a, st = parse(argv)
     os.chdir(ROOT)
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
-    tag = f"[worker {os.getpid()}] " if a.worker else ""
-    d = Driver("recovery-study", a.bin, width=6)
-    workers: list[subprocess.Popen] = []
-    if not a.worker:
-        n = len(st.seeds) + len(st.confirm)
-        d.stage(f"recovery study in {st.out}: {len(st.recipes)} recipe(s), {len(st.seeds)} selection + "
-                f"{len(st.confirm)} confirmation seed(s), budget {st.steps} steps, {a.jobs} process(es)")
-        for r in st.recipes:
-            print(f"  {r.slug}: {r.describe(st.steps)}")
-        st.out.mkdir(parents=True, exist_ok=True)
-        extra = [*argv, "--worker", "--out", str(st.out), "--bin", str(a.bin)]
-        path = os.environ.get("PYTHONPATH")
-        env = dict(os.environ, PYTHONPATH=f"{ROOT / 'scripts'}:{ROOT}" + (f":{path}" if path else ""))
-        workers = [subprocess.Popen([sys.executable, "-m", "studies.recovery_study", *extra], cwd=ROOT, env=env)
-                   for _ in range(min(a.jobs, n) - 1)]
+    d = Driver("recovery-study", a.bin, width=6, jobs=a.jobs, threads=a.threads)
+    d.stage(f"recovery study in {st.out}: {len(st.recipes)} recipe(s), {len(st.seeds)} selection + "
+            f"{len(st.confirm)} confirmation seed(s), budget {st.steps} steps, {a.jobs} worker(s)")
+    for r in st.recipes:
+        print(f"  {r.slug}: {r.describe(st.steps)}")
     try:
-        rc = 0
-        try:
-            run(st, d, a.poll, report=not a.worker, tag=tag)
-        except ToolError as e:
-            print(f"recovery_study: {tag}{e}", file=sys.stderr)
-            rc = e.returncode or 1
-        except (results.ResultsError, ValueError, OSError, RuntimeError) as e:
-            print(f"recovery_study: {tag}{e}", file=sys.stderr)
-            rc = 1
-        for w in workers:
-            wrc = w.wait()
-            if wrc and not rc:
-                print(f"recovery_study: worker {w.pid} exited {wrc}", file=sys.stderr)
-                rc = wrc
-        return rc
+        run(st, d, a.poll)
+    except ToolError as e:
+        print(f"recovery_study: {e}", file=sys.stderr)
+        return e.returncode or 1
+    except (results.ResultsError, ValueError, OSError, RuntimeError) as e:
+        print(f"recovery_study: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        for w in workers:
-            w.wait()
         return 130
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,10 +1,14 @@
-"""The steps quickstart and reproduce share: staged progress, running the tools, training runs that resume,
-evaluations that are reused, side-by-side tables."""
+"""The steps the studies share: staged progress, running the tools, training runs that resume, evaluations that
+are reused, side-by-side tables, and the one task runner (Driver.parallel; Driver.work for resumable tasks that
+several workers or processes claim on one directory)."""
 from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
+import fcntl
 import fnmatch
+import json
 import os
 import pathlib
 import re
@@ -14,13 +18,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 import yaml
 
 from . import results
+from .atomic import write_atomic
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # What a tool's stdout shows: everything, nothing, the lines matching a pattern, or the last n lines.
@@ -135,13 +140,49 @@ def run_logged(cmd: Sequence[object], log: pathlib.Path, env: dict | None = None
         raise ToolError(pathlib.Path(args[0]).name, rc)
 
 
-class Driver:
-    """Runs the tools of one build directory for a pipeline named `name`, printing timed stage headings."""
+@contextlib.contextmanager
+def claim(path: pathlib.Path) -> Iterator[bool]:
+    """An exclusive flock on `path` without waiting: yields True when this caller holds it. Each call opens the file
+    anew, so the claim excludes other threads of this process as well as other processes. The lock goes with the
+    process (a killed process's task is free again); the file stays."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
-    def __init__(self, name: str, bin_dir: pathlib.Path, width: int, jobs: int = 1):
-        self.name, self.bin_dir, self.width, self.jobs = name, bin_dir, width, max(1, jobs)
+
+@dataclass(frozen=True)
+class Task:
+    """One resumable piece of work for Driver.work: `done` says whether its outputs exist, `run` makes them. It
+    starts once the tasks of the same list named in `deps` are done."""
+
+    key: str  # its lock and timing file name
+    deps: tuple[str, ...]
+    done: Callable[[], bool]
+    run: Callable[[], None]
+
+
+class Driver:
+    """Runs the tools of one build directory for a pipeline named `name`, printing timed stage headings. `jobs`
+    tasks run side by side (parallel, work); each tool a task starts runs `threads` threads (default: the CPUs
+    shared out among the jobs)."""
+
+    def __init__(self, name: str, bin_dir: pathlib.Path, width: int, jobs: int = 1, threads: int | None = None):
+        self.name, self.bin_dir, self.width, self.jobs, self.threads = name, bin_dir, width, max(1, jobs), threads
         self.t0 = time.monotonic()
         self.print_lock = threading.Lock()
+        self.stopping = threading.Event()  # set by parallel on the first failure
         self.line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []  # progress when piped
 
     def elapsed(self) -> int:
@@ -161,14 +202,14 @@ class Driver:
 
     def tool(self, name: str, *args: object, show: Show = ALL, line_buffered: bool = False) -> None:
         """Runs bin_dir/name; stderr passes through, stdout as `show` says. Raises ToolError on failure. Inside a
-        parallel task the tool runs with the task's share of the CPUs (OMP_NUM_THREADS) and its shown lines are
-        tagged."""
+        parallel task the tool runs with the task's share of the CPUs or `threads` (OMP_NUM_THREADS) and its shown
+        lines are tagged."""
         cmd = [str(self.bin_dir / name), *map(str, args)]
         if line_buffered:
             cmd = self.line_buffered + cmd
         env = None
         if getattr(_task, "tag", None) is not None:
-            env = dict(os.environ, OMP_NUM_THREADS=str(max(1, cpu_count() // self.jobs)))
+            env = dict(os.environ, OMP_NUM_THREADS=str(self.threads or max(1, cpu_count() // self.jobs)))
             if show == ALL:
                 show = re.compile("")
         sys.stdout.flush()
@@ -193,7 +234,9 @@ class Driver:
     def parallel(self, tasks: Sequence[tuple[str, Callable[[], T]]]) -> list[T]:
         """Runs the (tag, function) tasks on `jobs` worker threads, each tool they start with cpus / jobs
         threads, and returns their results in task order. With one job, or one task, they run here in order.
-        The first failure cancels the tasks not yet started and is raised once the running ones end."""
+        The first failure (or an interrupt) cancels the tasks not yet started, sets `stopping` for those that
+        loop, and is raised once the running ones end."""
+        self.stopping.clear()
         if self.jobs == 1 or len(tasks) <= 1:
             return [fn() for _, fn in tasks]
 
@@ -201,6 +244,9 @@ class Driver:
             _task.tag = tag
             try:
                 return fn()
+            except BaseException:
+                self.stopping.set()
+                raise
             finally:
                 _task.tag = None
 
@@ -208,8 +254,56 @@ class Driver:
         try:
             futures = [ex.submit(call, tag, fn) for tag, fn in tasks]
             return [f.result() for f in futures]
+        except BaseException:
+            self.stopping.set()
+            raise
         finally:
             ex.shutdown(wait=True, cancel_futures=True)
+
+    def work(self, tasks: Sequence[Task], state_dir: pathlib.Path, poll: float) -> int:
+        """Runs every task not yet done, in list order once its dependencies are done, until all are done, on up to
+        `jobs` workers (parallel). A worker claims a task with state_dir/locks/<key>.lock (claim), so that no other
+        worker and no other process working on the same directory runs it too, and records its wall time in
+        state_dir/timing/<key>.json. While others hold the rest a worker looks again every `poll` seconds. A
+        failure stops the other workers after their current task and is raised. Returns how many tasks ran here."""
+        (state_dir / "locks").mkdir(parents=True, exist_ok=True)
+        (state_dir / "timing").mkdir(parents=True, exist_ok=True)
+        workers = max(1, min(self.jobs, sum(not t.done() for t in tasks)))
+        ran = self.parallel([(f"worker {i + 1}", lambda: self._work_loop(tasks, state_dir, poll))
+                             for i in range(workers)])
+        return sum(ran)
+
+    def _work_loop(self, tasks: Sequence[Task], state_dir: pathlib.Path, poll: float) -> int:
+        """One worker of `work`: claims and runs the first runnable task, until none is left or `stopping`."""
+        by_key = {t.key: t for t in tasks}
+        ran, waiting = 0, False
+        while not self.stopping.is_set():
+            pending = [t for t in tasks if not t.done()]
+            if not pending:
+                break
+            progressed = False
+            for t in pending:
+                if not all(by_key[d].done() for d in t.deps if d in by_key):
+                    continue
+                with claim(state_dir / "locks" / f"{t.key}.lock") as mine:
+                    if not mine or t.done():
+                        continue
+                    t0 = time.monotonic()
+                    t.run()
+                    seconds = time.monotonic() - t0
+                    if not t.done():
+                        raise RuntimeError(f"{t.key}: finished without its outputs")
+                    write_atomic(state_dir / "timing" / f"{t.key}.json",
+                                 json.dumps({"task": t.key, "seconds": round(seconds, 1)}, indent=2) + "\n")
+                    self.say(f"{t.key}: done in {seconds:.0f} s")
+                ran, progressed, waiting = ran + 1, True, False
+                break
+            if not progressed:
+                if not waiting:
+                    self.say(f"waiting for {len(pending)} task(s) held by other workers or processes")
+                    waiting = True
+                self.stopping.wait(poll)
+        return ran
 
     def train(self, config: str | pathlib.Path, run_dir: pathlib.Path, steps: int, overrides: Sequence[str] = (),
               fresh_overrides: Sequence[str] = (), show: Show = ALL) -> str:

@@ -1,8 +1,12 @@
 """Driver.parallel: results in task order, each tool with its share of the CPUs, tagged output, the first failure
-raised and the tasks not yet started cancelled."""
+raised and the tasks not yet started cancelled. Driver.work on top of it: resumable tasks claimed with lock files
+(excluding other processes and other workers), run once each in dependency order."""
+import json
+import multiprocessing
 import os
 import sys
 import threading
+import time
 
 import pytest
 
@@ -78,3 +82,76 @@ def test_jobs_knob():
         with pytest.raises(ValueError, match=f"J must be an integer in 1..256, got '{bad}'"):
             driver.jobs_knob({"J": bad}, "J")
     assert os.environ.get("J") is None
+
+
+def _hold(path, ready, release):
+    with driver.claim(path) as mine:
+        ready.put(mine)
+        release.get()
+
+
+def test_claims_exclude_other_processes_and_threads(tmp_path):
+    lock = tmp_path / "t.lock"
+    ctx = multiprocessing.get_context("fork")
+    ready, release = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=_hold, args=(lock, ready, release))
+    p.start()
+    assert ready.get(timeout=30) is True
+    with driver.claim(lock) as mine:
+        assert mine is False  # held by the other process
+    release.put(None)
+    p.join(30)
+    with driver.claim(lock) as mine:
+        assert mine is True  # free again once it let go (or died)
+        with driver.claim(lock) as again:
+            assert again is False  # a second claim in this process (another worker thread) is refused
+
+
+def _tasks(done, order, keys_deps, sleep=0.0, fail=None):
+    def task(key, deps):
+        def run():
+            order.append(key)
+            time.sleep(sleep / 3 if key == fail else sleep)
+            if key == fail:
+                raise RuntimeError(f"{key} failed")
+            done.add(key)
+        return driver.Task(key, deps, lambda: key in done, run)
+    return [task(k, d) for k, d in keys_deps]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_work_runs_each_task_once_in_dependency_order(tmp_path, jobs):
+    done, order = set(), []
+    tasks = _tasks(done, order, [("b", ("a",)), ("a", ()), ("c", ("b",)), ("x", ()), ("y", ("x",))], sleep=0.05)
+    d = Driver("t", tmp_path, width=2, jobs=jobs)
+    assert d.work(tasks, tmp_path, poll=0.01) == 5
+    assert sorted(order) == ["a", "b", "c", "x", "y"]
+    assert order.index("a") < order.index("b") < order.index("c") and order.index("x") < order.index("y")
+    assert d.work(tasks, tmp_path, poll=0.01) == 0  # all done: nothing runs again
+    assert json.loads((tmp_path / "timing" / "a.json").read_text())["task"] == "a"
+
+
+def test_work_leaves_tasks_another_process_holds(tmp_path):
+    done, order = set(), []
+    tasks = _tasks(done, order, [("a", ()), ("b", ())])
+    (tmp_path / "locks").mkdir()
+    ctx = multiprocessing.get_context("fork")
+    ready, release = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=_hold, args=(tmp_path / "locks" / "a.lock", ready, release))
+    p.start()
+    assert ready.get(timeout=30) is True
+    # the other process "finishes" a while later: the worker runs b, waits, then finds a done
+    threading.Timer(0.3, lambda: (done.add("a"), release.put(None))).start()
+    assert Driver("t", tmp_path, width=2).work(tasks, tmp_path, poll=0.05) == 1
+    p.join(30)
+    assert order == ["b"]
+
+
+def test_a_failing_task_stops_the_other_workers(tmp_path):
+    done, order = set(), []
+    tasks = _tasks(done, order, [("bad", ()), ("slow", ())] + [(f"late{i}", ()) for i in range(4)], sleep=0.3,
+                   fail="bad")
+    with pytest.raises(RuntimeError, match="bad failed"):
+        Driver("t", tmp_path, width=2, jobs=2).work(tasks, tmp_path, poll=0.01)
+    assert "bad" in order and "slow" in order
+    assert not any(k.startswith("late") for k in order)  # the worker that ran "slow" stopped after it

@@ -1,9 +1,6 @@
 """studies/recovery_study.py without training: the Wilson interval, the recovery decision, the recipe
-grid, selection from held-out numbers only, fresh confirmation seeds, task claims and the worker loop, options.
-The tiny study end to end: test_recovery_study_e2e.py."""
-import json
-import multiprocessing
-
+grid, selection from held-out numbers only, fresh confirmation seeds, options. The tiny study end to end:
+test_recovery_study_e2e.py; its task runner (claims, dependencies, workers): test_driver_parallel.py."""
 import pytest
 
 from conftest import BIN, ROOT
@@ -94,43 +91,6 @@ def test_recipe_summary_intervals():
     assert (s["wilson_low"], s["wilson_high"]) == pytest.approx(rs.wilson(3, 4))
     assert s["far"]["2"]["mean"] == 80.0 and s["far"]["2"]["half_width"] == 0.0 and set(s["far"]) == {"2", "4"}
     assert s["accuracy"]["mean"] == pytest.approx(87.25) and s["accuracy"]["half_width"] > 0
-
-
-def _hold(path, ready, release):
-    with rs.claim(path) as mine:
-        ready.put(mine)
-        release.get()
-
-
-def test_claims_exclude_other_processes(tmp):
-    lock = tmp / "t.lock"
-    ctx = multiprocessing.get_context("fork")
-    ready, release = ctx.Queue(), ctx.Queue()
-    p = ctx.Process(target=_hold, args=(lock, ready, release))
-    p.start()
-    assert ready.get(timeout=30) is True
-    with rs.claim(lock) as mine:
-        assert mine is False  # held by the other process
-    release.put(None)
-    p.join(30)
-    with rs.claim(lock) as mine:
-        assert mine is True  # free again once it let go (or died)
-
-
-def test_work_runs_each_task_once_in_dependency_order(tmp):
-    done, order = set(), []
-
-    def task(key, deps=()):
-        def run():
-            order.append(key)
-            done.add(key)
-        return rs.Task(key, deps, lambda: key in done, run)
-
-    tasks = [task("b", ("a",)), task("a"), task("c", ("b",))]
-    assert rs.work(tasks, tmp, poll=0.01) == 3
-    assert order == ["a", "b", "c"]
-    assert rs.work(tasks, tmp, poll=0.01) == 0  # all done: nothing runs again
-    assert json.loads((tmp / "timing" / "a.json").read_text())["task"] == "a"
 
 
 def study(recipes, steps=8, **kw):

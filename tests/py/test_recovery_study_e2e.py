@@ -1,4 +1,4 @@
-"""studies/recovery_study.py end to end on a tiny study (8 training steps per run, two processes on
+"""studies/recovery_study.py end to end on a tiny study (8 training steps per run, two workers on
 one directory): held-out evaluations for the selection seeds only, test evaluations for the fresh seeds only, the
 report, reuse on a second run. About 21 tool runs, 53-83 s measured on 2 shared cores: ctest labels it slow
 (ctest -LE slow skips it)."""
