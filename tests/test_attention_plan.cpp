@@ -14,6 +14,14 @@
 //    type 1 (c ≤ r) or 2 (c ≤ r + N − M), lse (B, H, ⌈M/32⌉·32); one head count for q, k, v
 //    (attention_backward.cu checks query.size(2) == key.size(2)).
 //  - cuDNN (MHA.cpp run_cudnn_SDP_fprop): layout (B, H, T, D), additive bias, causal top-left, lse (B, H, T, 1).
+//  - cuDNN's SDPA node through cudnn-frontend 1.23 (include/cudnn_frontend/): utils/attn_score_modifiers.h
+//    (alibi_mask adds slope_h·(col − row) with the raw row and column indices; sliding_window_mask: the right bound
+//    keeps c ≤ r + base + right_bound (CMP_GE), the left bound keeps c > r + base − left_bound (CMP_GT), base = 0
+//    top-left, s_kv − s_q bottom-right), cudnn_frontend_utils.h get_alibi_slope (the built-in slopes),
+//    node/scaled_dot_product_flash_attention.h and node/sdpa_support_surface.h (ALiBi only with right bound 0
+//    and top-left; left bound ≥ 1; s_q ≤ s_kv with a left bound or bottom-right; h_q % h_kv == 0), and
+//    test/python/sdpa/fp16_ref.py (K/V heads expanded G = h_q / h_kv times each, so head h reads KV head h / G;
+//    stats = log Σ exp(s − max) + max, natural log, (b, h_q, s_q, 1)).
 //  - at::scaled_dot_product_attention: its documented reference (torch.nn.functional docs): top-left
 //    is_causal, additive float mask, enable_gqa repeats k/v heads (repeat_interleave).
 // Backward: each kernel computes the exact gradients of its forward, so the emulated backward is float64
@@ -180,6 +188,61 @@ be::Grads3 emulate_cudnn_bwd(const be::CudnnBwdIn& in) {
   });
 }
 
+// cuDNN's built-in ALiBi slopes (get_alibi_slope), in float64: n = 2^⌊log2 h⌋; 2^(−8k/n) for k = 1..n, then
+// 2^(−8(k − ½)/n) for k = 1..h − n.
+std::vector<double> cudnn_builtin_slopes(int64_t h) {
+  int64_t n = 1;
+  while (n * 2 <= h) n *= 2;
+  std::vector<double> s;
+  for (int64_t k = 1; k <= n; ++k) s.push_back(std::pow(2.0, -8.0 * double(k) / double(n)));
+  for (int64_t k = 1; k <= h - n; ++k) s.push_back(std::pow(2.0, -8.0 * (double(k) - 0.5) / double(n)));
+  return s;
+}
+
+// cuDNN's SDPA node forward: q (B, h_q, s_q, D), k/v (B, h_kv, s_kv, D). `kv_head_of` maps a query head to the KV
+// head it reads (the node's rule, h / (h_q / h_kv), unless a test substitutes a wrong one).
+be::CudnnGraphFwdOut emulate_cudnn_graph_with(const be::CudnnGraphFwdIn& in,
+                                              int64_t (*kv_head_of)(int64_t, int64_t, int64_t)) {
+  const auto& a = in.args;
+  const int64_t Hq = in.q.size(1), sq = in.q.size(2), Hk = in.k.size(1), skv = in.k.size(2);
+  EXPECT_EQ(Hq, a.q_heads);
+  EXPECT_EQ(Hk, a.kv_heads);
+  EXPECT_EQ(Hq % Hk, 0) << "h_q % h_kv";
+  EXPECT_EQ(skv, a.key_len);
+  // The support rules the node validates.
+  if (a.alibi) EXPECT_TRUE(a.right_bound == 0 && a.align == ops::DiagonalAlign::kTopLeft) << "ALiBi needs rb 0, TL";
+  if (a.left_bound >= 0) EXPECT_GE(a.left_bound, 1);
+  if (a.left_bound >= 0 || (a.right_bound >= 0 && a.align == ops::DiagonalAlign::kBottomRight)) EXPECT_LE(sq, skv);
+  std::vector<int64_t> idx;
+  for (int64_t h = 0; h < Hq; ++h) idx.push_back(kv_head_of(h, Hq, Hk));
+  auto sel = torch::tensor(idx, torch::kLong);
+  auto kh = in.k.index_select(1, sel), vh = in.v.index_select(1, sel);
+  auto s = torch::matmul(in.q, kh.transpose(-2, -1)) * a.scale;  // (B, h_q, s_q, s_kv)
+  auto row = torch::arange(sq, torch::kDouble).view({sq, 1});
+  auto col = torch::arange(skv, torch::kDouble).view({1, skv});
+  if (a.alibi) s = s + torch::tensor(cudnn_builtin_slopes(Hq), torch::kDouble).view({1, Hq, 1, 1}) * (col - row);
+  const double base = a.align == ops::DiagonalAlign::kBottomRight ? double(skv - sq) : 0.0;
+  auto keep = torch::ones({sq, skv}, torch::kBool);
+  if (a.right_bound >= 0) keep = keep & (col <= row + base + double(a.right_bound));
+  if (a.left_bound >= 0) keep = keep & (col > row + base - double(a.left_bound));
+  s = s.masked_fill(keep.logical_not(), -kInf);
+  auto [o, lse] = softmax_out(s, vh, /*zero_empty=*/true);
+  return {o, lse.unsqueeze(-1)};
+}
+
+int64_t cudnn_kv_head(int64_t h, int64_t Hq, int64_t Hk) { return h / (Hq / Hk); }
+
+be::CudnnGraphFwdOut emulate_cudnn_graph(const be::CudnnGraphFwdIn& in) {
+  return emulate_cudnn_graph_with(in, cudnn_kv_head);
+}
+
+be::Grads3 emulate_cudnn_graph_bwd(const be::CudnnGraphBwdIn& in) {
+  EXPECT_EQ(in.stats.sizes(), torch::IntArrayRef({in.q.size(0), in.q.size(1), in.q.size(2), 1}));
+  EXPECT_FALSE(in.q.size(2) == 1 && in.k.size(2) == 1) << "the backward refuses s_q = s_kv = 1";
+  return autograd_of(in.q, in.k, in.v, in.dout,
+                     [&](auto q, auto k, auto v) { return emulate_cudnn_graph({q, k, v, in.args}).out; });
+}
+
 // scaled_dot_product_attention's documented reference implementation.
 torch::Tensor emulate_sdpa(const be::SdpaIn& in) {
   const int64_t L = in.q.size(-2), S = in.k.size(-2);
@@ -204,6 +267,8 @@ const be::BackendOps& emulated_ops() {
     o.mem_eff_bwd = emulate_mem_eff_bwd;
     o.cudnn_fwd = emulate_cudnn;
     o.cudnn_bwd = emulate_cudnn_bwd;
+    o.cudnn_graph_fwd = emulate_cudnn_graph;
+    o.cudnn_graph_bwd = emulate_cudnn_graph_bwd;
     o.sdpa = emulate_sdpa;
     return o;
   }();
@@ -279,17 +344,20 @@ double max_err(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
-// The GPU's view of the call (bfloat16 on an H100) for float64 test tensors.
-ops::AttnCall gpu_call(const Tensors& t, const ops::AttentionParams& p, bool training) {
+// The GPU's view of the call (bfloat16 on an H100) for float64 test tensors; cuDNN graphs in the build unless
+// `graph` is false.
+ops::AttnCall gpu_call(const Tensors& t, const ops::AttentionParams& p, bool training, bool graph = true) {
   auto call = be::make_call(t.q, t.k, t.v, p, training, 90);
   call.dtype = kernels::AttnDType::kBFloat16;
+  call.cudnn_graph = graph;
   return call;
 }
 
 // Runs `backend` through the glue on the emulated ops and compares with the reference; returns false when
 // the plan says the backend cannot take the call.
-bool check_backend(const Case& c, const Tensors& t, AttnBackend backend, bool training) {
-  const auto p = c.params();
+bool check_backend(const Case& c, const Tensors& t, AttnBackend backend, bool training,
+                   const ops::AttentionParams* params = nullptr) {
+  const auto p = params ? *params : c.params();
   bool ok = false;
   const char* why = "";
   const auto plan = ops::plan_attention_forced(gpu_call(t, p, training), backend, &ok, &why);
@@ -313,7 +381,8 @@ bool check_backend(const Case& c, const Tensors& t, AttnBackend backend, bool tr
 }
 
 const AttnBackend kAtenBackends[] = {AttnBackend::kFlash, AttnBackend::kMemEfficient, AttnBackend::kCudnn,
-                                     AttnBackend::kSdpa};
+                                     AttnBackend::kSdpa, AttnBackend::kCudnnGraph};
+constexpr int kNumAten = 5;
 
 }  // namespace
 
@@ -384,12 +453,20 @@ TEST(AttentionPlan, DefaultChoices) {
 TEST(AttentionPlan, EveryBackendMatchesReferenceOverTheGrid) {
   at::set_num_threads(1);
   torch::manual_seed(20);
-  int ran[4] = {0, 0, 0, 0};
-  int own = 0;
+  int ran[kNumAten] = {0, 0, 0, 0, 0};
+  int own = 0, graph_alibi = 0, graph_window = 0, graph_gqa = 0;
   for (const auto& c : option_grid())
     for (bool training : {false, true}) {
       const auto t = inputs(c);
-      for (int b = 0; b < 4; ++b) ran[b] += check_backend(c, t, kAtenBackends[b], training) ? 1 : 0;
+      for (int b = 0; b < kNumAten; ++b) {
+        const bool r = check_backend(c, t, kAtenBackends[b], training);
+        ran[b] += r ? 1 : 0;
+        if (r && kAtenBackends[b] == AttnBackend::kCudnnGraph) {
+          graph_alibi += c.alibi;
+          graph_window += c.window > 0;
+          graph_gqa += c.Hkv < c.H;
+        }
+      }
       // The default plan runs a LibTorch kernel for every case of the grid (our kernels take only calls whose
       // dense bias would exceed kMaxDenseBiasBytes).
       const auto plan = ops::plan_attention(gpu_call(t, c.params(), training));
@@ -397,8 +474,13 @@ TEST(AttentionPlan, EveryBackendMatchesReferenceOverTheGrid) {
       EXPECT_NE(plan.backend, AttnBackend::kReference) << c.str() << ": " << plan.reason;
     }
   EXPECT_EQ(own, 0);
-  for (int b = 0; b < 4; ++b) EXPECT_GT(ran[b], 50) << ops::attn_backend_name(kAtenBackends[b]);
-  std::printf("cases run: flash %d, mem_efficient %d, cudnn %d, sdpa %d\n", ran[0], ran[1], ran[2], ran[3]);
+  for (int b = 0; b < kNumAten; ++b) EXPECT_GT(ran[b], 50) << ops::attn_backend_name(kAtenBackends[b]);
+  EXPECT_GT(graph_alibi, 10);
+  EXPECT_GT(graph_window, 30);
+  EXPECT_GT(graph_gqa, 50);
+  std::printf(
+      "cases run: flash %d, mem_efficient %d, cudnn %d, sdpa %d, cudnn_graph %d (ALiBi %d, window %d, GQA %d)\n",
+      ran[0], ran[1], ran[2], ran[3], ran[4], graph_alibi, graph_window, graph_gqa);
 }
 
 TEST(AttentionPlan, FlashCoversCausalSlidingWindowGqaAndOffsets) {
@@ -461,7 +543,7 @@ TEST(AttentionPlan, MappingErrorsAreCaught) {
   const auto t = inputs(c);
   const auto p = c.params();
   const auto ref = ops::reference_attention(t.q, t.k, t.v, p);
-  auto plan = ops::plan_attention(gpu_call(t, p, false));
+  auto plan = ops::plan_attention(gpu_call(t, p, false, /*graph=*/false));
   ASSERT_EQ(plan.backend, AttnBackend::kFlash);
   auto good = be::run_forward(plan, t.q, t.k, t.v, p, emulated_ops());
   EXPECT_LT(max_err(good.out, ref.out), 1e-10);
@@ -483,4 +565,227 @@ TEST(AttentionPlan, RowsWithoutKeysGoToTheReference) {
   EXPECT_TRUE(ops::attn_geometry(c).empty_rows);
   c.max_key_start = 6;
   EXPECT_FALSE(ops::attn_geometry(c).empty_rows);
+}
+
+TEST(AttentionPlan, CudnnGraphAttributes) {
+  ops::AttnCall c;
+  c.q_len = c.kv_len = 1024;
+  c.heads = 14, c.kv_heads = 2;
+  c.window = 512;
+  auto a = ops::cudnn_graph_args(c);
+  ASSERT_TRUE(a.ok) << a.why;
+  EXPECT_EQ(a.align, ops::DiagonalAlign::kTopLeft);
+  EXPECT_EQ(a.right_bound, 0);
+  EXPECT_EQ(a.left_bound, 512);  // exclusive: keeps c > r − 512, i.e. our j > i − W (FA2 would say W − 1)
+  EXPECT_EQ(a.kv_heads, 2);      // GQA as it is, no K/V expansion
+  // A KV-cache chunk: bottom-right, the keys after the last query dropped.
+  c.q_len = 16, c.kv_len = 4096, c.q_offset = 1000, c.window = 100;
+  a = ops::cudnn_graph_args(c);
+  ASSERT_TRUE(a.ok) << a.why;
+  EXPECT_EQ(a.align, ops::DiagonalAlign::kBottomRight);
+  EXPECT_EQ(a.key_len, 1016);
+  EXPECT_EQ(a.right_bound, 0);
+  EXPECT_EQ(a.left_bound, 100);
+  // Non-causal window with queries before the end of the keys: bottom-right, the left bound shifted.
+  c.causal = false;
+  a = ops::cudnn_graph_args(c);
+  ASSERT_TRUE(a.ok) << a.why;
+  EXPECT_EQ(a.key_len, 4096);
+  EXPECT_EQ(a.right_bound, -1);
+  EXPECT_EQ(a.left_bound, 100 + (4096 - 16) - 1000);
+  // ALiBi: causal from position 0 only (cuDNN's ALiBi wants right bound 0, top-left); built-in slopes only.
+  c = ops::AttnCall();
+  c.q_len = c.kv_len = 2048;
+  c.alibi = true;
+  EXPECT_FALSE(ops::cudnn_graph_args(c).ok);  // slopes not known to be cuDNN's
+  c.alibi_builtin = true;
+  a = ops::cudnn_graph_args(c);
+  ASSERT_TRUE(a.ok) << a.why;
+  EXPECT_TRUE(a.alibi);
+  EXPECT_EQ(a.right_bound, 0);
+  c.causal = false;
+  EXPECT_FALSE(ops::cudnn_graph_args(c).ok);  // signed ALiBi
+  c.causal = true, c.q_len = 1, c.q_offset = 2047;
+  EXPECT_FALSE(ops::cudnn_graph_args(c).ok);  // decode: cuDNN's row index is not our position
+  c.q_offset = 0, c.q_len = 2048, c.alibi_trainable = true;
+  EXPECT_FALSE(ops::cudnn_graph_args(c).ok);
+  // Left padding, float32, head dim 12, the backward of s_q = s_kv = 1.
+  c = ops::AttnCall();
+  c.q_len = 1, c.kv_len = 40, c.key_start = true, c.max_key_start = 3;
+  EXPECT_FALSE(ops::cudnn_graph_args(c).ok);
+  c = ops::AttnCall();
+  c.dtype = kernels::AttnDType::kFloat32;
+  EXPECT_FALSE(ops::cudnn_graph_args(c).ok);
+  c.dtype = kernels::AttnDType::kFloat16;
+  c.head_dim = 12;
+  EXPECT_FALSE(ops::cudnn_graph_args(c).ok);
+  c.head_dim = 64, c.training = true;
+  EXPECT_FALSE(ops::cudnn_graph_args(c).ok);
+  c.training = false;
+  EXPECT_TRUE(ops::cudnn_graph_args(c).ok);
+}
+
+TEST(AttentionPlan, CudnnGraphDefaultChoices) {
+  ops::AttnCall c;
+  c.cudnn_graph = true;
+  c.q_len = c.kv_len = 8192;
+  c.heads = 16, c.kv_heads = 4;
+  EXPECT_EQ(ops::plan_attention(c).backend, AttnBackend::kCudnnGraph);  // GQA without expanded K/V
+  c.window = 512;
+  EXPECT_EQ(ops::plan_attention(c).backend, AttnBackend::kCudnnGraph);
+  c.window = 0;
+  c.sm = 80;
+  EXPECT_EQ(ops::plan_attention(c).backend, AttnBackend::kFlash);  // sm80: FA2 unless ALiBi
+  c.alibi = c.alibi_builtin = true;
+  c.training = true;
+  EXPECT_EQ(ops::plan_attention(c).backend, AttnBackend::kCudnnGraph);  // no 7 GiB bias, no own kernels
+  c.sm = 90;
+  EXPECT_EQ(ops::plan_attention(c).backend, AttnBackend::kCudnnGraph);
+  c.alibi_builtin = false;  // slopes cuDNN does not build in: today's plan
+  EXPECT_EQ(ops::plan_attention(c).backend, AttnBackend::kOwnCuda);
+  c.alibi_builtin = true, c.alibi_trainable = true;
+  EXPECT_EQ(ops::plan_attention(c).backend, AttnBackend::kReference);
+  c.alibi_trainable = false, c.causal = false;  // signed ALiBi: not cuDNN's
+  EXPECT_EQ(ops::plan_attention(c).backend, AttnBackend::kOwnCuda);
+  c.cudnn_graph = false, c.causal = true;  // a build without cudnn-frontend: today's plan
+  EXPECT_EQ(ops::plan_attention(c).backend, AttnBackend::kOwnCuda);
+  bool ok = true;
+  const char* why = "";
+  ops::plan_attention_forced(c, AttnBackend::kCudnnGraph, &ok, &why);
+  EXPECT_FALSE(ok);
+  EXPECT_NE(std::string(why).find("cudnn-frontend"), std::string::npos);
+  AttnBackend b;
+  ASSERT_TRUE(ops::parse_attn_backend("cudnn_graph", &b));
+  EXPECT_EQ(b, AttnBackend::kCudnnGraph);
+}
+
+TEST(AttentionPlan, CudnnBuiltinAlibiSlopesAreOurs) {
+  // get_alibi_slope (float32, as cuDNN computes them) against its formula in float64 and against ours
+  // (Press et al.), for every head count up to 64: powers of two and not.
+  for (int64_t h = 1; h <= 64; ++h) {
+    const auto cudnn = ops::cudnn_alibi_slopes(h);
+    const auto formula = cudnn_builtin_slopes(h);
+    const auto ours = ops::alibi_slopes(h);
+    ASSERT_EQ(int64_t(cudnn.size()), h);
+    std::vector<float> ours_f(ours.begin(), ours.end());
+    for (int64_t i = 0; i < h; ++i) {
+      EXPECT_NEAR(cudnn[size_t(i)], formula[size_t(i)], 2e-7 * formula[size_t(i)]) << "h=" << h << " i=" << i;
+      EXPECT_NEAR(ours[size_t(i)], formula[size_t(i)], 1e-14 * formula[size_t(i)]) << "h=" << h << " i=" << i;
+    }
+    EXPECT_TRUE(ops::alibi_matches_cudnn(ours_f.data(), h)) << "h=" << h;
+  }
+  // Other slopes are refused: a different base, another head count's slopes, one slope off by 1e-5.
+  const int64_t H = 12;
+  std::vector<float> other(H);
+  for (int64_t i = 0; i < H; ++i) other[size_t(i)] = float(std::pow(2.0, -4.0 * double(i + 1) / 8.0));
+  EXPECT_FALSE(ops::alibi_matches_cudnn(other.data(), H));
+  const auto s16 = ops::alibi_slopes(16);
+  std::vector<float> first12(s16.begin(), s16.begin() + H);
+  EXPECT_FALSE(ops::alibi_matches_cudnn(first12.data(), H));
+  auto ours = ops::alibi_slopes(H);
+  std::vector<float> nudged(ours.begin(), ours.end());
+  nudged[5] *= 1.0f + 1e-5f;
+  EXPECT_FALSE(ops::alibi_matches_cudnn(nudged.data(), H));
+}
+
+TEST(AttentionPlan, CudnnGraphAlibiAnyHeadCountAndTheSlopeCheck) {
+  // Non-power-of-two head counts with GQA, through the glue on the emulated node (training: dq, dk, dv).
+  at::set_num_threads(1);
+  torch::manual_seed(24);
+  for (auto [H, Hkv] : std::vector<std::pair<int64_t, int64_t>>{{12, 4}, {6, 2}, {5, 1}, {3, 3}}) {
+    Case c;
+    c.B = 2, c.H = H, c.Hkv = Hkv, c.T = c.S = 40, c.D = 16, c.alibi = true;
+    for (int64_t window : {0, 9}) {
+      c.window = window;
+      const auto t = inputs(c);
+      const auto plan = ops::plan_attention(gpu_call(t, c.params(), true));
+      EXPECT_EQ(plan.backend, AttnBackend::kCudnnGraph)
+          << c.str() << ": " << plan.reason << " / " << plan.cudnn_graph.why;
+      EXPECT_TRUE(check_backend(c, t, AttnBackend::kCudnnGraph, true)) << c.str();
+    }
+  }
+  // Slopes cuDNN does not build in (scaled), and trainable slopes: the plan keeps them off cuDNN's ALiBi.
+  Case c;
+  c.T = c.S = 40, c.D = 16, c.alibi = true;
+  const auto t = inputs(c);
+  auto p = c.params();
+  p.alibi_slopes = p.alibi_slopes * 0.5;
+  auto call = gpu_call(t, p, true);
+  EXPECT_FALSE(call.alibi_builtin);
+  EXPECT_NE(ops::plan_attention(call).backend, AttnBackend::kCudnnGraph);
+  EXPECT_FALSE(check_backend(c, t, AttnBackend::kCudnnGraph, true, &p));
+  EXPECT_TRUE(check_backend(c, t, AttnBackend::kMemEfficient, true, &p));
+  p = c.params();
+  p.alibi_slopes = p.alibi_slopes.clone().requires_grad_();
+  call = gpu_call(t, p, true);
+  EXPECT_FALSE(call.alibi_builtin);
+  EXPECT_EQ(ops::plan_attention(call).backend, AttnBackend::kReference);
+}
+
+TEST(AttentionPlan, CudnnGraphMappingErrorsAreCaught) {
+  // The emulation is sensitive to each attribute the glue sets: every deliberate error moves out (or the
+  // log-sum-exp) far from the reference.
+  at::set_num_threads(1);
+  torch::manual_seed(25);
+  auto err = [](const be::Forward& f, const ops::AttentionOutput& r) { return max_err(f.out, r.out); };
+  // An off-by-one window (FA2's inclusive W − 1, or W + 1), top-left and bottom-right.
+  for (int64_t q_offset : {-1, 10}) {
+    Case c;
+    c.T = 20, c.S = 50, c.D = 16, c.window = 6, c.q_offset = q_offset;
+    if (q_offset < 0) c.S = c.T;
+    const auto t = inputs(c);
+    const auto p = c.params();
+    const auto ref = ops::reference_attention(t.q, t.k, t.v, p);
+    const auto plan = ops::plan_attention(gpu_call(t, p, false));
+    ASSERT_EQ(plan.backend, AttnBackend::kCudnnGraph) << plan.cudnn_graph.why;
+    EXPECT_LT(err(be::run_forward(plan, t.q, t.k, t.v, p, emulated_ops()), ref), 1e-10);
+    for (int64_t delta : {-1, 1}) {
+      auto bad = plan;
+      bad.cudnn_graph.left_bound += delta;
+      EXPECT_GT(err(be::run_forward(bad, t.q, t.k, t.v, p, emulated_ops()), ref), 1e-3) << c.str() << " " << delta;
+    }
+    if (q_offset > 0) {  // the chunk aligned top-left instead of bottom-right
+      auto bad = plan;
+      bad.cudnn_graph.align = ops::DiagonalAlign::kTopLeft;
+      EXPECT_GT(err(be::run_forward(bad, t.q, t.k, t.v, p, emulated_ops()), ref), 1e-3);
+    }
+  }
+  // A wrong slope base: slopes 2^(−4k/n) sent to cuDNN's ALiBi as if they were its own.
+  {
+    Case c;
+    c.H = 8, c.Hkv = 2, c.T = c.S = 40, c.D = 16, c.alibi = true;
+    const auto t = inputs(c);
+    auto p = c.params();
+    std::vector<double> base4;
+    for (int64_t k = 1; k <= c.H; ++k) base4.push_back(std::pow(2.0, -4.0 * double(k) / double(c.H)));
+    p.alibi_slopes = torch::tensor(base4, torch::kDouble);
+    auto call = gpu_call(t, p, false);
+    EXPECT_FALSE(call.alibi_builtin);
+    call.alibi_builtin = true;  // the error: the plan believes the slopes are cuDNN's
+    auto plan = ops::plan_attention(call);
+    ASSERT_EQ(plan.backend, AttnBackend::kCudnnGraph);
+    const auto ref = ops::reference_attention(t.q, t.k, t.v, p);
+    EXPECT_GT(err(be::run_forward(plan, t.q, t.k, t.v, p, emulated_ops()), ref), 1e-3);
+    // With our slopes the same plan is exact, log-sum-exp included.
+    const auto pg = c.params();
+    const auto f = be::run_forward(plan, t.q, t.k, t.v, pg, emulated_ops());
+    EXPECT_LT(err(f, ops::reference_attention(t.q, t.k, t.v, pg)), 1e-10);
+    EXPECT_LT(max_err(f.lse, exact_lse(t.q, t.k, pg)), 1e-10);
+  }
+  // A wrong group: query head h reading KV head h mod H_kv instead of h / (H / H_kv).
+  {
+    Case c;
+    c.H = 8, c.Hkv = 2, c.T = c.S = 30, c.D = 16;
+    const auto t = inputs(c);
+    const auto p = c.params();
+    const auto plan = ops::plan_attention(gpu_call(t, p, false));
+    ASSERT_EQ(plan.backend, AttnBackend::kCudnnGraph);
+    const auto ref = ops::reference_attention(t.q, t.k, t.v, p);
+    auto wrong = emulated_ops();
+    wrong.cudnn_graph_fwd = [](const be::CudnnGraphFwdIn& in) {
+      return emulate_cudnn_graph_with(in, [](int64_t h, int64_t, int64_t Hk) { return h % Hk; });
+    };
+    EXPECT_LT(err(be::run_forward(plan, t.q, t.k, t.v, p, emulated_ops()), ref), 1e-10);
+    EXPECT_GT(err(be::run_forward(plan, t.q, t.k, t.v, p, wrong), ref), 1e-3);
+  }
 }

@@ -2,8 +2,12 @@
 // emulated backends, the CUDA path against LibTorch's ATen ops.
 #include "drope/ops/attention_backends.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <mutex>
 #include <vector>
 
 #include <ATen/ops/_efficient_attention_backward.h>
@@ -13,6 +17,8 @@
 #include <ATen/ops/_scaled_dot_product_cudnn_attention.h>
 #include <ATen/ops/_scaled_dot_product_cudnn_attention_backward.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
+
+#include "cudnn_graph.h"
 
 namespace drope::ops::backends {
 
@@ -242,6 +248,62 @@ AttentionGrads cudnn_backward(const AttnPlan& plan, const at::Tensor& q_, const 
   return {dq, pad_keys(reduce_heads(dk, G), S), pad_keys(reduce_heads(dv, G), S)};
 }
 
+Forward cudnn_graph_forward(const AttnPlan& plan, const at::Tensor& q_, const at::Tensor& k_, const at::Tensor& v_,
+                            const BackendOps& ops) {
+  const CudnnGraphArgs& a = plan.cudnn_graph;
+  const auto q = unit_d(q_), k = unit_d(k_).narrow(2, 0, a.key_len), v = unit_d(v_).narrow(2, 0, a.key_len);
+  auto o = ops.cudnn_graph_fwd({q, k, v, a});
+  Forward f;
+  f.state = {o.out, o.stats, {}, {}, {}};
+  f.out = o.out;
+  // Our logits are cuDNN's (ALiBi only with the queries at position 0), so the stats are our log-sum-exp.
+  f.lse =
+      o.stats.reshape({q.size(0), q.size(1), q.size(2)}).to(q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+  return f;
+}
+
+AttentionGrads cudnn_graph_backward(const AttnPlan& plan, const at::Tensor& q_, const at::Tensor& k_,
+                                    const at::Tensor& v_, const NativeState& s, const at::Tensor& dout,
+                                    const BackendOps& ops) {
+  const CudnnGraphArgs& a = plan.cudnn_graph;
+  const int64_t S = k_.size(2);
+  const auto q = unit_d(q_), k = unit_d(k_).narrow(2, 0, a.key_len), v = unit_d(v_).narrow(2, 0, a.key_len);
+  auto [dq, dk, dv] = ops.cudnn_graph_bwd({unit_d(dout), q, k, v, s.out, s.lse, a});
+  return {dq, pad_keys(dk, S), pad_keys(dv, S)};
+}
+
+// Whether the slopes are cuDNN's built-in ones: one host copy per slopes tensor and version, remembered while
+// the tensor lives (a weak reference, so a new tensor at a freed address is not taken for the old one).
+bool slopes_are_cudnn_builtin(const at::Tensor& slopes) {
+  using Weak = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  struct Seen {
+    Weak impl;
+    const void* data;
+    int64_t version;
+    bool match;
+  };
+  static std::mutex mu;
+  static std::vector<Seen> seen;
+  const void* data = slopes.data_ptr();
+  const int64_t version = int64_t(slopes._version());
+  auto same = [&](const Seen& e) {
+    return !e.impl.expired() && e.impl._unsafe_get_target() == slopes.unsafeGetTensorImpl() && e.data == data &&
+           e.version == version;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& e : seen)
+      if (same(e)) return e.match;
+  }
+  const auto host = slopes.detach().to(at::kCPU, at::kFloat).contiguous();
+  const bool match = alibi_matches_cudnn(host.data_ptr<float>(), slopes.numel());
+  std::lock_guard<std::mutex> lock(mu);
+  seen.erase(std::remove_if(seen.begin(), seen.end(), [](const Seen& e) { return e.impl.expired(); }), seen.end());
+  if (seen.size() >= 256) seen.erase(seen.begin());
+  seen.push_back({Weak(slopes.getIntrusivePtr()), data, version, match});
+  return match;
+}
+
 Forward sdpa_forward(const AttnPlan& plan, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const AttentionParams& p, const BackendOps& ops) {
   const SdpaArgs& a = plan.sdpa;
@@ -286,7 +348,21 @@ AttnCall make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   c.key_start = p.key_start.defined();
   c.max_key_start = c.key_start && p.key_start.numel() > 0 ? p.key_start.max().item<int64_t>() : 0;
   c.training = training;
+  c.alibi_builtin = c.alibi && !c.alibi_trainable && slopes_are_cudnn_builtin(p.alibi_slopes);
+  c.cudnn_graph = cudnn_graph_enabled();
   return c;
+}
+
+bool cudnn_graph_enabled() {
+#ifdef DROPE_WITH_CUDNN_FRONTEND
+  static const bool on = [] {
+    const char* e = std::getenv("DROPE_CUDNN_GRAPH");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+#else
+  return false;
+#endif
 }
 
 at::Tensor dense_bias(const at::Tensor& q, const AttentionParams& p, const AttnGeometry& g, int64_t key_len,
@@ -323,6 +399,7 @@ Forward run_forward(const AttnPlan& plan, const at::Tensor& q, const at::Tensor&
     case AttnBackend::kFlash: return flash_forward(plan, q, k, v, p, ops);
     case AttnBackend::kMemEfficient: return mem_eff_forward(plan, q, k, v, p, ops);
     case AttnBackend::kCudnn: return cudnn_forward(plan, q, k, v, p, ops);
+    case AttnBackend::kCudnnGraph: return cudnn_graph_forward(plan, q, k, v, ops);
     case AttnBackend::kSdpa: return sdpa_forward(plan, q, k, v, p, ops);
     default: break;
   }
@@ -336,6 +413,7 @@ AttentionGrads run_backward(const AttnPlan& plan, const at::Tensor& q, const at:
     case AttnBackend::kFlash: return flash_backward(plan, q, k, v, state, dout, ops);
     case AttnBackend::kMemEfficient: return mem_eff_backward(plan, q, k, v, p, state, dout, ops);
     case AttnBackend::kCudnn: return cudnn_backward(plan, q, k, v, p, state, dout, ops);
+    case AttnBackend::kCudnnGraph: return cudnn_graph_backward(plan, q, k, v, state, dout, ops);
     default: break;
   }
   TORCH_CHECK(false, "attention: backend ", attn_backend_name(plan.backend), " has no planned backward");
@@ -382,6 +460,10 @@ const BackendOps& aten_ops() {
           in.dout, in.q, in.k, in.v, in.out, in.lse, in.seed, in.offset, in.bias, at::Tensor(), at::Tensor(),
           in.q.size(2), in.k.size(2), /*dropout_p=*/0.0, in.is_causal, in.scale);
     };
+#ifdef DROPE_WITH_CUDNN_FRONTEND
+    o.cudnn_graph_fwd = cudnn_graph::forward;
+    o.cudnn_graph_bwd = cudnn_graph::backward;
+#endif
     o.sdpa = [](const SdpaIn& in) {
       return at::scaled_dot_product_attention(in.q, in.k, in.v, opt(in.mask), /*dropout_p=*/0.0, in.is_causal, in.scale,
                                               in.enable_gqa);

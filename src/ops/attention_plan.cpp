@@ -2,6 +2,7 @@
 #include "drope/ops/attention_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace drope::ops {
@@ -42,6 +43,7 @@ const char* attn_backend_name(AttnBackend b) {
     case AttnBackend::kFlash: return "flash";
     case AttnBackend::kMemEfficient: return "mem_efficient";
     case AttnBackend::kCudnn: return "cudnn";
+    case AttnBackend::kCudnnGraph: return "cudnn_graph";
     case AttnBackend::kSdpa: return "sdpa";
     case AttnBackend::kOwnCuda: return "own_cuda";
     case AttnBackend::kReference: return "reference";
@@ -50,8 +52,8 @@ const char* attn_backend_name(AttnBackend b) {
 }
 
 bool parse_attn_backend(const char* name, AttnBackend* out) {
-  for (auto b : {AttnBackend::kFlash, AttnBackend::kMemEfficient, AttnBackend::kCudnn, AttnBackend::kSdpa,
-                 AttnBackend::kOwnCuda, AttnBackend::kReference})
+  for (auto b : {AttnBackend::kFlash, AttnBackend::kMemEfficient, AttnBackend::kCudnn, AttnBackend::kCudnnGraph,
+                 AttnBackend::kSdpa, AttnBackend::kOwnCuda, AttnBackend::kReference})
     if (std::strcmp(name, attn_backend_name(b)) == 0) {
       *out = b;
       return true;
@@ -159,6 +161,74 @@ CudnnArgs cudnn_args(const AttnCall& c) {
   return a;
 }
 
+std::vector<float> cudnn_alibi_slopes(int64_t heads) {
+  // get_alibi_slope's float32 arithmetic, step by step.
+  std::vector<float> s;
+  if (heads <= 0) return s;
+  const int n = 1 << static_cast<int>(std::log2(static_cast<double>(heads)));
+  for (int i = 0; i < n; ++i) s.push_back(float(i + 1.0));
+  for (int64_t i = 0; i < 2 * (heads - n); i += 2) s.push_back(static_cast<float>(i + 1) * 0.5f);
+  for (float& e : s) {
+    e *= -8.0f;
+    e /= static_cast<float>(n);
+    e = std::pow(2.0f, e);
+  }
+  return s;
+}
+
+bool alibi_matches_cudnn(const float* slopes, int64_t heads) {
+  const auto ref = cudnn_alibi_slopes(heads);
+  for (int64_t h = 0; h < heads; ++h)
+    if (!(std::fabs(double(slopes[h]) - double(ref[size_t(h)])) <= 1e-6 * double(ref[size_t(h)]))) return false;
+  return heads > 0;
+}
+
+CudnnGraphArgs cudnn_graph_args(const AttnCall& c) {
+  CudnnGraphArgs a;
+  const AttnGeometry g = attn_geometry(c);
+  auto fail = [&](const char* why) {
+    a.ok = false;
+    a.why = why;
+    return a;
+  };
+  if (!half_type(c.dtype)) return fail("cuDNN graph attention takes bfloat16/float16 only");
+  if (c.sm < 80) return fail("cuDNN graph attention needs sm80 or newer");
+  if (c.head_dim % 8 != 0 || c.head_dim > 128) return fail("cuDNN graph attention needs head dim % 8 == 0 and <= 128");
+  if (const char* why = common_reject(c, g)) return fail(why);
+  if (c.key_start) return fail("left padding (cuDNN's padding mask hides keys on the right)");
+  const int64_t T = c.q_len, L = g.key_len, o = c.q_offset;
+  a.key_len = L;
+  a.q_heads = c.heads;
+  a.kv_heads = c.kv_heads;
+  a.scale = c.scale;
+  if (c.alibi) {
+    if (!c.alibi_builtin) return fail("the ALiBi slopes are not cuDNN's built-in ones");
+    // cuDNN adds slope·(col − row) and takes ALiBi only with right bound 0, top-left: row r is our query r,
+    // at position r, only when the queries start at position 0 (then the bias is ours exactly, stats included).
+    if (!g.causal) return fail("cuDNN's ALiBi needs the causal mask");
+    if (o != 0) return fail("cuDNN's ALiBi is top-left aligned: the queries must start at position 0");
+    a.alibi = true;
+  }
+  if (c.window > 0 && T > L) return fail("cuDNN's sliding window needs no more queries than keys");
+  // Our query r sits at position i = o + r; the alignment puts row r's diagonal at column r + base, so our
+  // diagonal lies d = o − base columns right of it: causal j ≤ i is c ≤ r + base + d (right bound d), the window
+  // j > i − W is c > r + base − (W − d) (left bound W − d).
+  int64_t base = 0;
+  if (o != 0 && T <= L && (g.causal || c.window > 0)) {
+    a.align = DiagonalAlign::kBottomRight;  // KV-cache chunks: d = delta, 0 unless queries pass the last key
+    base = L - T;
+  }
+  const int64_t d = o - base;
+  if (g.causal) a.right_bound = d;
+  if (c.window > 0) {
+    a.left_bound = c.window - d;
+    if (a.left_bound < 1) return fail("the window's lower bound lies past cuDNN's diagonal (left bound < 1)");
+  }
+  if (c.training && T == 1 && L == 1) return fail("cuDNN's SDPA backward refuses s_q = s_kv = 1");
+  a.ok = true;
+  return a;
+}
+
 SdpaArgs sdpa_args(const AttnCall& c) {
   SdpaArgs a;
   const AttnGeometry g = attn_geometry(c);
@@ -194,6 +264,7 @@ AttnPlan plan_attention(const AttnCall& c) {
   p.flash = flash_args(c);
   p.mem_eff = mem_eff_args(c);
   p.cudnn = cudnn_args(c);
+  p.cudnn_graph = cudnn_graph_args(c);
   p.sdpa = sdpa_args(c);
   auto pick = [&](AttnBackend b, const char* reason) {
     p.backend = b;
@@ -202,6 +273,10 @@ AttnPlan plan_attention(const AttnCall& c) {
   };
   if (c.dtype == AttnDType::kFloat64) return pick(AttnBackend::kReference, "float64: the reference");
   if (const char* why = common_reject(c, p.geometry)) return pick(AttnBackend::kReference, why);
+  // cuDNN's graph: causal, windows, ALiBi and GQA without a dense bias or expanded K/V. Not yet measured against
+  // FA2 on sm80, so there only for ALiBi (instead of a dense bias).
+  if (c.cudnn_graph && p.cudnn_graph.ok && (c.sm >= 90 || c.alibi))
+    return pick(AttnBackend::kCudnnGraph, "cuDNN graph (sm90+, or ALiBi without a dense bias)");
   // Hopper: cuDNN's fused attention is what LibTorch's SDPA itself picks there, and it is faster than FA2 there
   // (causal and GQA, D = 64/128, forward and backward; docs/gpu.md). Only calls it takes without a dense bias (GQA K/V
   // are expanded per call, transiently: the backward re-expands them).
@@ -222,6 +297,10 @@ AttnPlan plan_attention_forced(const AttnCall& c, AttnBackend forced, bool* ok, 
     case AttnBackend::kFlash: *ok = p.flash.ok, *why = p.flash.why; break;
     case AttnBackend::kMemEfficient: *ok = p.mem_eff.ok, *why = p.mem_eff.why; break;
     case AttnBackend::kCudnn: *ok = p.cudnn.ok, *why = p.cudnn.why; break;
+    case AttnBackend::kCudnnGraph:
+      *ok = c.cudnn_graph && p.cudnn_graph.ok;
+      *why = !c.cudnn_graph ? "this build has no cuDNN graphs (cudnn-frontend)" : p.cudnn_graph.why;
+      break;
     case AttnBackend::kSdpa: *ok = p.sdpa.ok, *why = p.sdpa.why; break;
     case AttnBackend::kOwnCuda: *ok = own_cuda_supports(c, why); break;
     case AttnBackend::kReference: *ok = true, *why = ""; break;

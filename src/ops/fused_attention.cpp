@@ -1,5 +1,8 @@
 // The fused attention op: routes validated calls to the CPU kernel (kernels/attention_cpu.h) or, for CUDA
 // tensors, to the CUDA glue (cuda_glue.h), with the kernels' FlashAttention-2 backward under autograd.
+#include <mutex>
+#include <set>
+#include <string>
 #include <tuple>
 
 #include <c10/util/BFloat16.h>
@@ -13,6 +16,8 @@
 #ifdef DROPE_WITH_CUDA
 #include "cuda_glue.h"
 #endif
+#include "cudnn_graph.h"
+#include "drope/core/log.h"
 
 namespace drope::ops {
 
@@ -161,20 +166,50 @@ class FusedAttentionFunction : public torch::autograd::Function<FusedAttentionFu
 
 #ifdef DROPE_WITH_CUDA
 // The plan of a validated CUDA call (forced backend while a ForceAttentionBackend is alive).
+// Whether cuDNN builds the graphs of a kCudnnGraph plan (check_support, cached per shape); *why: its reason.
+bool cudnn_graph_builds(const at::Tensor& q, const at::Tensor& k, const AttnPlan& plan, bool training,
+                        std::string* why) {
+#ifdef DROPE_WITH_CUDNN_FRONTEND
+  return cudnn_graph::supported(q, k, plan.cudnn_graph, training, why);
+#else
+  (void)q, (void)k, (void)plan, (void)training;
+  *why = "this build has no cuDNN graphs";
+  return false;
+#endif
+}
+
+// A reason cuDNN gave for refusing a graph, logged once per process.
+void log_cudnn_fallback_once(const std::string& why) {
+  static std::mutex mu;
+  static std::set<std::string> logged;
+  std::lock_guard<std::mutex> lock(mu);
+  if (logged.insert(why).second)
+    logging::warn("attention: cuDNN graph not supported ({}); using the fallback plan for such calls", why);
+}
+
 AttnPlan cuda_plan(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p,
                    bool training) {
-  const auto call = backends::make_call(q, k, v, p, training, cuda_glue::device_sm(q));
-  if (forced_backend < 0) return plan_attention(call);
+  auto call = backends::make_call(q, k, v, p, training, cuda_glue::device_sm(q));
+  std::string graph_why;
+  if (forced_backend < 0) {
+    auto plan = plan_attention(call);
+    if (plan.backend != AttnBackend::kCudnnGraph || cudnn_graph_builds(q, k, plan, training, &graph_why)) return plan;
+    log_cudnn_fallback_once(graph_why);
+    call.cudnn_graph = false;  // today's plan
+    return plan_attention(call);
+  }
   bool ok = false;
   const char* why = "";
   const auto b = static_cast<AttnBackend>(forced_backend);
   auto plan = plan_attention_forced(call, b, &ok, &why);
   TORCH_CHECK(ok, "attention: the forced backend ", attn_backend_name(b), " cannot run this call: ", why);
+  TORCH_CHECK(b != AttnBackend::kCudnnGraph || cudnn_graph_builds(q, k, plan, training, &graph_why),
+              "attention: the forced backend cudnn_graph cannot run this call: ", graph_why);
   return plan;
 }
 
 // Differentiable attention through one of LibTorch's fused kernels (FlashAttention-2, memory-efficient,
-// cuDNN) as the plan maps it; the backward recomputes the same plan from the saved call.
+// cuDNN) or a cuDNN graph as the plan maps it; the backward recomputes the same plan from the saved call.
 class PlannedAttentionFunction : public torch::autograd::Function<PlannedAttentionFunction> {
  public:
   // q (B, H, T, D), k/v (B, H_kv, S, D) → out (B, H, T, D).
@@ -267,7 +302,8 @@ AttentionOutput fused_attention(const at::Tensor& q, const at::Tensor& k, const 
     switch (plan.backend) {
       case AttnBackend::kFlash:
       case AttnBackend::kMemEfficient:
-      case AttnBackend::kCudnn: {
+      case AttnBackend::kCudnn:
+      case AttnBackend::kCudnnGraph: {
         auto f = backends::run_forward(plan, q, k, v, p, backends::aten_ops());
         return {f.out, f.lse.to(at::kFloat)};
       }

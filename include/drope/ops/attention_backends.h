@@ -62,6 +62,20 @@ struct CudnnBwdIn {
   bool is_causal = false;
   double scale = 0;
 };
+// cuDNN's SDPA graph (src/ops/cudnn_graph.cpp): q (B, H, T, D), k/v (B, H_kv, key_len, D) as they are (GQA
+// native), the attributes of cudnn_graph_args; stats always generated.
+struct CudnnGraphFwdIn {
+  at::Tensor q, k, v;
+  CudnnGraphArgs args;
+};
+struct CudnnGraphFwdOut {
+  at::Tensor out, stats;  // out (B, H, T, D); stats (B, H, T, 1) float32, cuDNN's log-sum-exp
+};
+struct CudnnGraphBwdIn {
+  at::Tensor dout, q, k, v, out, stats;
+  CudnnGraphArgs args;
+};
+
 // at::scaled_dot_product_attention: q (B, H, T, D), k/v (B, H_kv, S, D), mask (B, H, T, S) additive.
 struct SdpaIn {
   at::Tensor q, k, v, mask;
@@ -80,13 +94,20 @@ struct BackendOps {
   std::function<Grads3(const MemEffBwdIn&)> mem_eff_bwd;
   std::function<CudnnFwdOut(const CudnnFwdIn&)> cudnn_fwd;
   std::function<Grads3(const CudnnBwdIn&)> cudnn_bwd;
+  std::function<CudnnGraphFwdOut(const CudnnGraphFwdIn&)> cudnn_graph_fwd;  // unset without cudnn-frontend
+  std::function<Grads3(const CudnnGraphBwdIn&)> cudnn_graph_bwd;            // dk, dv with H_kv heads
   std::function<at::Tensor(const SdpaIn&)> sdpa;
 };
 
-// LibTorch's ATen ops (they run on CUDA tensors only).
+// LibTorch's ATen ops (they run on CUDA tensors only), and cuDNN graphs where the build has them.
 const BackendOps& aten_ops();
 
+// Whether this build runs cuDNN graphs (cudnn-frontend found at configure time) and DROPE_CUDNN_GRAPH is not 0.
+bool cudnn_graph_enabled();
+
 // The plan's view of a validated call; training: a backward will follow; sm: the device's capability × 10.
+// alibi_builtin compares the slopes with cuDNN's (one host copy per slopes tensor and version, cached);
+// cudnn_graph is cudnn_graph_enabled().
 AttnCall make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p,
                    bool training, int sm);
 
@@ -101,11 +122,11 @@ struct Forward {
   NativeState state;
 };
 
-// Forward of a plan whose backend is kFlash, kMemEfficient, kCudnn or kSdpa.
+// Forward of a plan whose backend is kFlash, kMemEfficient, kCudnn, kCudnnGraph or kSdpa.
 Forward run_forward(const AttnPlan& plan, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const AttentionParams& p, const BackendOps& ops);
 
-// Backward of kFlash, kMemEfficient or kCudnn from run_forward's state: dq, dk, dv shaped like q, k, v.
+// Backward of kFlash, kMemEfficient, kCudnn or kCudnnGraph from run_forward's state: dq, dk, dv shaped like q, k, v.
 AttentionGrads run_backward(const AttnPlan& plan, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const AttentionParams& p, const NativeState& state, const at::Tensor& dout,
                             const BackendOps& ops);

@@ -12,20 +12,24 @@
 //  - kMemEfficient: at::_efficient_attention_forward/backward (CUTLASS memory-efficient attention, layout
 //    (B, T, H, D), an additive bias in the input dtype, custom_mask_type 2 = bottom-right causal, no GQA);
 //  - kCudnn: at::_scaled_dot_product_cudnn_attention(+_backward) (layout (B, H, T, D), additive bias);
+//  - kCudnnGraph: cuDNN's SDPA node through cudnn-frontend graphs (src/ops/cudnn_graph.cpp, CUDA builds with
+//    the frontend's headers): causal and sliding window as diagonal bands, cuDNN's built-in ALiBi, GQA with K/V
+//    read as they are, layout (B, H, T, D);
 //  - kSdpa: at::scaled_dot_product_attention with a dense additive mask (its own dispatcher; no log-sum-exp);
 //  - kOwnCuda: our kernels (src/kernels/cuda), which compute ALiBi and windows in the kernel;
 //  - kReference: ops::reference_attention (plain ATen, differentiable).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "drope/kernels/attention_math.h"
 
 namespace drope::ops {
 
-enum class AttnBackend { kFlash, kMemEfficient, kCudnn, kSdpa, kOwnCuda, kReference };
+enum class AttnBackend { kFlash, kMemEfficient, kCudnn, kCudnnGraph, kSdpa, kOwnCuda, kReference };
 
-// "flash", "mem_efficient", "cudnn", "sdpa", "own_cuda", "reference".
+// "flash", "mem_efficient", "cudnn", "cudnn_graph", "sdpa", "own_cuda", "reference".
 const char* attn_backend_name(AttnBackend b);
 // Inverse of attn_backend_name; false for an unknown name.
 bool parse_attn_backend(const char* name, AttnBackend* out);
@@ -44,6 +48,8 @@ struct AttnCall {
   bool key_start = false;       // left padding present
   int64_t max_key_start = 0;    // largest key_start[b] (0 without padding)
   bool training = false;        // gradients needed (a backward will follow)
+  bool alibi_builtin = false;   // the slopes equal cuDNN's built-in ones for `heads` (alibi_matches_cudnn)
+  bool cudnn_graph = false;     // the build has cuDNN graphs (cudnn-frontend) and they are not switched off
 };
 
 // The visible-key geometry every backend mapping starts from.
@@ -107,6 +113,37 @@ struct CudnnArgs {
 };
 CudnnArgs cudnn_args(const AttnCall& c);
 
+// cuDNN's SDPA node (cudnn-frontend graph_properties.h SDPA_attributes, node/scaled_dot_product_flash_attention.h,
+// utils/attn_score_modifiers.h, node/diagonal_band_mask.h): q (B, h_q, s_q, D), k/v (B, h_kv, s_kv, D), query head
+// h reads KV head h / (h_q / h_kv); logits attn_scale·q·k, then with alibi_mask + slope_h·(col − row) (slopes
+// built in, cudnn_alibi_slopes(h_q)), then the diagonal band. With a = 0 (kTopLeft) or s_kv − s_q (kBottomRight),
+// row r keeps column c iff c ≤ r + a + right_bound (when a right bound is set: causal) and c > r + a − left_bound
+// (when a left bound is set: the window; exclusive, unlike FA2's window_size_left). Stats: the natural
+// log-sum-exp (B, h_q, s_q, 1) float32 of those logits. Support rules (9.19, the validate functions): ALiBi needs
+// right_bound == 0 and top-left alignment (bottom-right causal refuses ALiBi and bias), left_bound ≥ 1, any bound
+// with bottom-right or a left bound needs s_q ≤ s_kv, head dim % 8 == 0 and ≤ 128 (sm80; 256 on sm90 forward),
+// the backward refuses s_q = s_kv = 1.
+enum class DiagonalAlign { kTopLeft, kBottomRight };
+struct CudnnGraphArgs {
+  bool ok = false;
+  const char* why = "";
+  int64_t key_len = 0;           // k/v passed: keys [0, key_len)
+  int64_t q_heads = 0, kv_heads = 0;
+  double scale = 0;              // set_attn_scale
+  bool alibi = false;            // set_alibi_mask(true)
+  DiagonalAlign align = DiagonalAlign::kTopLeft;  // set_diagonal_alignment
+  int64_t right_bound = -1;      // ≥ 0: set_diagonal_band_right_bound (causal)
+  int64_t left_bound = -1;       // ≥ 1: set_diagonal_band_left_bound (window)
+};
+CudnnGraphArgs cudnn_graph_args(const AttnCall& c);
+
+// The ALiBi slopes cuDNN builds in for h query heads (cudnn_frontend_utils.h get_alibi_slope: n = 2^⌊log2 h⌋,
+// 2^(−8k/n) for k = 1..n, then 2^(−8(k − ½)/n) for k = 1..h − n), computed in float32 as cuDNN does. They equal
+// Press et al.'s (ours, ops::alibi_slopes) for every h, powers of two or not.
+std::vector<float> cudnn_alibi_slopes(int64_t heads);
+// Whether `slopes` (h of them) are cuDNN's built-in ones to within 8 float32 ulps (relative 1e-6).
+bool alibi_matches_cudnn(const float* slopes, int64_t heads);
+
 // at::scaled_dot_product_attention arguments: is_causal (top-left) only for T == key_len with nothing else
 // masked, otherwise a dense additive mask; enable_gqa for H_kv < H.
 struct SdpaArgs {
@@ -132,17 +169,19 @@ struct AttnPlan {
   FlashArgs flash;
   MemEffArgs mem_eff;
   CudnnArgs cudnn;
+  CudnnGraphArgs cudnn_graph;
   SdpaArgs sdpa;
 };
 
 // Largest dense bias the plan materialises for a bias backend before it prefers our kernels (bytes).
 constexpr int64_t kMaxDenseBiasBytes = int64_t(512) << 20;
 
-// The default choice for a CUDA call (measured on an H100, docs/gpu.md): on sm90+ cuDNN attention wherever it
-// takes the call without a dense bias; else FlashAttention-2 wherever it maps the call; memory-efficient
-// attention with a dense bias where FA2 cannot (ALiBi, left padding in training, queries past the keys) while
-// the bias stays under kMaxDenseBiasBytes; our kernels past that; SDPA for what no fused kernel takes (float32, head
-// dims FA2/ours lack); the reference for float64, trainable slopes and rows without keys.
+// The default choice for a CUDA call (measured on an H100, docs/gpu.md): where the build has cuDNN graphs
+// (c.cudnn_graph), the cuDNN graph on sm90+ wherever it maps the call, and on sm80 for ALiBi (no dense bias); then
+// on sm90+ cuDNN attention wherever it takes the call without a dense bias; else FlashAttention-2 wherever it maps the
+// call; memory-efficient attention with a dense bias where FA2 cannot (ALiBi, left padding in training, queries past
+// the keys) while the bias stays under kMaxDenseBiasBytes; our kernels past that; SDPA for what no fused kernel takes
+// (float32, head dims FA2/ours lack); the reference for float64, trainable slopes and rows without keys.
 AttnPlan plan_attention(const AttnCall& c);
 
 // The plan with the backend forced (benchmarks, tests); `ok` false with `why` when it cannot run the call.
