@@ -1,12 +1,26 @@
-"""Summary statistics of a small sample (seeds of a training run) with scipy / numpy."""
+"""Statistics of the studies (docs/design.md#statistics-protocol): intervals that stay in [0, 100], the paired
+tests between methods, Fisher's exact test on recovery counts, TOST equivalence, and the verdict rules that turn
+them into agrees / disagrees / inconclusive. The t-interval summary of a small sample stays for quantities that are
+not bounded accuracies (perplexities and their ratios)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
+ALPHA = 0.05
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
+AGREES, DISAGREES, INCONCLUSIVE = "agrees", "disagrees", "inconclusive"
+ALTERNATIVES = ("two-sided", "greater", "less")
+
+
+# ---- summaries ----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Summary:
@@ -21,12 +35,12 @@ class Summary:
     max: float
 
 
-def t_quantile(p: float, dof: int) -> float:
+def t_quantile(p: float, dof: float) -> float:
     """The p quantile of Student's t distribution with `dof` degrees of freedom."""
     return float(stats.t.ppf(p, dof))
 
 
-def summarize(values: list[float], confidence: float = 0.95) -> Summary:
+def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summary:
     """Mean, std and the `confidence` t interval of the mean of `values` (at least one)."""
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
@@ -37,3 +51,334 @@ def summarize(values: list[float], confidence: float = 0.95) -> Summary:
     std = float(x.std(ddof=1))
     half = t_quantile(0.5 + confidence / 2, x.size - 1) * std / math.sqrt(x.size)
     return Summary(int(x.size), mean, std, mean - half, mean + half, float(x.min()), float(x.max()))
+
+
+# ---- intervals ----------------------------------------------------------------------------------------------
+
+def clip(low: float, high: float, lo: float = 0.0, hi: float = 100.0) -> tuple[float, float]:
+    """An interval cut to [lo, hi] (accuracies in percent by default)."""
+    return min(max(low, lo), hi), max(min(high, hi), lo)
+
+
+def wilson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval of the proportion k/n, without continuity correction, in [0, 1] (Newcombe's form:
+    scipy's binomtest(k, n).proportion_ci(method="wilson"))."""
+    if n < 1 or not 0 <= k <= n or int(k) != k or int(n) != n:
+        raise ValueError(f"wilson: need integers 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"wilson: confidence must be in (0, 1), got {confidence}")
+    z = float(special.ndtri(0.5 + 0.5 * confidence))
+    p = k / n
+    denom = 2 * (n + z ** 2)
+    centre = (2 * n * p + z ** 2) / denom
+    delta = z / denom * math.sqrt(4 * n * p * (1 - p) + z ** 2)
+    low = 0.0 if k == 0 else centre - delta
+    high = 1.0 if k == n else centre + delta
+    return max(0.0, low), min(1.0, high)
+
+
+def wilson_percent(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """wilson() in percent."""
+    lo, hi = wilson(k, n, confidence)
+    return clip(100 * lo, 100 * hi)
+
+
+def bootstrap_mean(values: Sequence[float], confidence: float = CONFIDENCE, resamples: int = BOOTSTRAP_RESAMPLES,
+                   seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean: `resamples` resamples of the values with replacement from
+    numpy's default_rng(seed), the (1 ∓ confidence) / 2 quantiles of their means. Inside [min, max]; one value
+    gives a point."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("bootstrap_mean: no values")
+    if x.size == 1 or np.all(x == x[0]):
+        return float(x[0]), float(x[0])
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(max(lo, x.min())), float(min(hi, x.max()))
+
+
+def accuracy_interval(values: Sequence[float], counts: tuple[int, int] | None = None,
+                      confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The interval of a table cell of accuracies (percent) over seeds: the bootstrap interval of the mean over
+    seeds widened to contain the Wilson interval of the counts (k, n) pooled over seeds, clipped to [0, 100]. With
+    one seed the Wilson interval alone (the value itself when there are no counts)."""
+    if len(values) == 0:
+        raise ValueError("accuracy_interval: no values")
+    lo, hi = bootstrap_mean(values, confidence)
+    if counts is not None:
+        wlo, whi = wilson_percent(*counts, confidence)
+        lo, hi = (wlo, whi) if len(values) == 1 else (min(lo, wlo), max(hi, whi))
+    return clip(lo, hi)
+
+
+# ---- tests --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TestResult:
+    """One hypothesis test: what it is, its alternative against `null` (a margin or a constant), the statistic
+    (t, or the odds ratio for Fisher), its p-value, degrees of freedom, sample size and the estimate (a mean
+    difference, or an odds ratio)."""
+
+    test: str
+    alternative: str  # greater | less | two-sided | equivalence
+    null: float
+    statistic: float
+    p: float
+    df: float | None
+    n: int
+    estimate: float
+
+    def hypothesis(self, what: str = "mean d") -> str:
+        if self.alternative == "equivalence":
+            return f"H1: |{what}| < {self.null:g}"
+        sign = {"greater": ">", "less": "<", "two-sided": "≠"}[self.alternative]
+        return f"H1: {what} {sign} {self.null:g}"
+
+    def text(self, what: str = "mean d") -> str:
+        """e.g. 'paired t, H1: mean d > 0, t(4) = 3.10, p = 0.018'."""
+        if self.test.startswith("Fisher"):
+            stat = f"odds ratio {fmt_stat(self.statistic)}"
+        else:
+            dof = "" if self.df is None else f"({self.df:.3g})"
+            stat = f"t{dof} = {fmt_stat(self.statistic)}"
+        return f"{self.test}, {self.hypothesis(what)}, {stat}, p = {fmt_p(self.p)}"
+
+
+def fmt_p(p: float) -> str:
+    """A p-value for a report: 3 significant digits, scientific below 0.001, '< 1e-300' for 0."""
+    if math.isnan(p):
+        return "nan"
+    if p == 0:
+        return "< 1e-300"
+    return f"{p:.2e}" if p < 1e-3 else f"{p:.3g}"
+
+
+def fmt_stat(x: float) -> str:
+    return "∞" if x == math.inf else "−∞" if x == -math.inf else "nan" if math.isnan(x) else f"{x:.3g}"
+
+
+def _check_alternative(alternative: str) -> None:
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {', '.join(ALTERNATIVES)}, got '{alternative}'")
+
+
+def _t_p(t: float, df: float, alternative: str) -> float:
+    """The p-value of a t statistic (scipy's convention for the two-sided one)."""
+    if math.isnan(t):
+        return math.nan
+    if alternative == "greater":
+        return float(stats.t.sf(t, df))
+    if alternative == "less":
+        return float(stats.t.cdf(t, df))
+    return float(min(1.0, 2 * min(stats.t.cdf(t, df), stats.t.sf(t, df))))
+
+
+def _t_test(name: str, d: np.ndarray, popmean: float, alternative: str) -> TestResult:
+    _check_alternative(alternative)
+    n = int(d.size)
+    if n < 2:
+        raise ValueError(f"{name}: needs at least 2 values, got {n}")
+    mean = float(np.mean(d))
+    var = float(np.var(d, ddof=1))
+    df = n - 1
+    if var == 0.0:
+        # No spread: the difference is known exactly. Beyond the null value the test passes in that direction
+        # (t = ±inf, as scipy); exactly at it neither side has evidence (p = 1; scipy gives nan).
+        if mean == popmean:
+            return TestResult(name, alternative, popmean, 0.0, 1.0, df, n, mean)
+        t = math.copysign(math.inf, mean - popmean)
+    else:
+        t = (mean - popmean) / math.sqrt(var / n)
+    return TestResult(name, alternative, popmean, t, _t_p(t, df, alternative), df, n, mean)
+
+
+def one_sample_t(x: Sequence[float], popmean: float = 0.0, alternative: str = "two-sided") -> TestResult:
+    """One-sample t test of mean(x) against `popmean` (scipy.stats.ttest_1samp)."""
+    return _t_test("one-sample t", np.asarray(x, dtype=np.float64), popmean, alternative)
+
+
+def paired_t(x: Sequence[float], y: Sequence[float], alternative: str = "two-sided",
+             margin: float = 0.0) -> TestResult:
+    """Paired t test of d = x − y over seeds against `margin` (scipy.stats.ttest_rel for margin 0; otherwise
+    ttest_1samp(x − y, margin)). alternative 'greater': H1 mean d > margin."""
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"paired_t: {a.size} values against {b.size}: the samples must be paired")
+    return _t_test("paired t", a - b, margin, alternative)
+
+
+def tost_paired(x: Sequence[float], y: Sequence[float], margin: float) -> tuple[TestResult, TestResult, TestResult]:
+    """TOST equivalence of x and y within ±margin, paired: the one-sided tests H1: mean d > −margin (lower) and
+    H1: mean d < margin (upper); returns (TOST, lower, upper). TOST's p is the larger of the two, its statistic
+    that test's t."""
+    if margin <= 0:
+        raise ValueError(f"tost_paired: the margin must be > 0, got {margin}")
+    lower = paired_t(x, y, "greater", -margin)
+    upper = paired_t(x, y, "less", margin)
+    worst = lower if lower.p >= upper.p else upper
+    tost = TestResult("TOST (paired t)", "equivalence", margin, worst.statistic, max(lower.p, upper.p), worst.df,
+                      worst.n, worst.estimate)
+    return tost, lower, upper
+
+
+def sd_from_half_width(half_width: float, n: int, confidence: float = CONFIDENCE) -> float:
+    """The sample std behind a t-interval half-width of the mean over n values."""
+    if n < 2:
+        raise ValueError(f"sd_from_half_width: needs n >= 2, got {n}")
+    return half_width * math.sqrt(n) / t_quantile(0.5 + confidence / 2, n - 1)
+
+
+def one_sample_t_from_summary(mean: float, sd: float, n: int, popmean: float = 0.0,
+                              alternative: str = "two-sided") -> TestResult:
+    """one_sample_t from a summary (mean, sample std, n) instead of the values: the same statistic."""
+    _check_alternative(alternative)
+    if n < 2:
+        raise ValueError(f"one-sample t: needs n >= 2, got {n}")
+    if sd == 0:
+        if mean == popmean:
+            return TestResult("one-sample t (from summary)", alternative, popmean, 0.0, 1.0, n - 1, n, mean)
+        t = math.copysign(math.inf, mean - popmean)
+    else:
+        t = (mean - popmean) / (sd / math.sqrt(n))
+    return TestResult("one-sample t (from summary)", alternative, popmean, t, _t_p(t, n - 1, alternative), n - 1, n,
+                      mean)
+
+
+def welch_t_from_summary(mean1: float, sd1: float, n1: int, mean2: float, sd2: float, n2: int,
+                         alternative: str = "two-sided", margin: float = 0.0) -> TestResult:
+    """Welch's unpaired t test of mean1 − mean2 against `margin` from two summaries (scipy's
+    ttest_ind_from_stats(equal_var=False) for margin 0). For committed tables without per-seed values."""
+    _check_alternative(alternative)
+    if n1 < 2 or n2 < 2:
+        raise ValueError(f"Welch t: needs n >= 2 in both samples, got {n1} and {n2}")
+    v1, v2 = sd1 ** 2 / n1, sd2 ** 2 / n2
+    diff = mean1 - mean2
+    if v1 + v2 == 0:
+        if diff == margin:
+            return TestResult("Welch t (from summaries)", alternative, margin, 0.0, 1.0, None, n1 + n2, diff)
+        t, df = math.copysign(math.inf, diff - margin), float(n1 + n2 - 2)
+    else:
+        t = (diff - margin) / math.sqrt(v1 + v2)
+        df = (v1 + v2) ** 2 / ((v1 ** 2 / (n1 - 1) if v1 else 0.0) + (v2 ** 2 / (n2 - 1) if v2 else 0.0))
+    return TestResult("Welch t (from summaries)", alternative, margin, t, _t_p(t, df, alternative), df, n1 + n2,
+                      diff)
+
+
+def fisher_exact(k1: int, n1: int, k2: int, n2: int, alternative: str = "two-sided") -> TestResult:
+    """Fisher's exact test of the 2 × 2 table [[k1, n1 − k1], [k2, n2 − k2]] (successes / failures of two
+    groups), computed exactly with integer binomials (scipy.stats.fisher_exact). 'greater': group 1's odds are
+    higher. statistic = the sample odds ratio (inf when a failure or group-2 success count is 0, nan when a row or
+    column is empty); p = 1 for an empty row or column."""
+    _check_alternative(alternative)
+    for k, n in ((k1, n1), (k2, n2)):
+        if n < 1 or not 0 <= k <= n:
+            raise ValueError(f"fisher_exact: need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    f1, f2 = n1 - k1, n2 - k2
+    est = fisher_odds(k1, f1, k2, f2)
+    total, successes = n1 + n2, k1 + k2
+    if successes in (0, total):
+        return TestResult("Fisher exact", alternative, 1.0, math.nan, 1.0, None, total, math.nan)
+    lo, hi = max(0, successes - n2), min(successes, n1)
+    weights = {x: math.comb(n1, x) * math.comb(n2, successes - x) for x in range(lo, hi + 1)}
+    denom = math.comb(total, successes)
+    if alternative == "greater":
+        num = sum(w for x, w in weights.items() if x >= k1)
+    elif alternative == "less":
+        num = sum(w for x, w in weights.items() if x <= k1)
+    else:
+        num = sum(w for w in weights.values() if w <= weights[k1])
+    p = min(1.0, float(Fraction(num, denom)))
+    return TestResult("Fisher exact", alternative, 1.0, est, p, None, total, est)
+
+
+def fisher_odds(a: int, b: int, c: int, d: int) -> float:
+    """The sample odds ratio a·d / (b·c) of [[a, b], [c, d]], as scipy reports it."""
+    if b > 0 and c > 0:
+        return a * d / (b * c)
+    return math.inf
+
+
+# ---- verdicts -----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Verdict:
+    """A claim's verdict and the test behind it (docs/design.md#statistics-protocol)."""
+
+    claim: str
+    verdict: str  # agrees | disagrees | inconclusive
+    test: str  # the deciding test, its hypothesis and p, or why there is none
+    statistic: float | None
+    p: float | None
+    detail: str  # every cell's test and numbers
+
+    def line(self) -> str:
+        return f"{self.claim}: {self.verdict} ({self.test})"
+
+
+@dataclass(frozen=True)
+class CellTest:
+    """One cell of a claim: the test whose passing agrees, the one whose passing disagrees, and a label / what
+    the difference is. `agree`/`disagree` None: not measured or not testable (`why`)."""
+
+    label: str
+    agree: TestResult | None = None
+    disagree: TestResult | None = None
+    what: str = "mean d"
+    why: str = ""  # why there is no test (not measured, one seed)
+    numbers: str = ""  # the cell's numbers for the detail
+
+    def text(self, alpha: float = ALPHA) -> str:
+        head = f"{self.label}: " + (f"{self.numbers}; " if self.numbers else "")
+        if self.agree is None and self.disagree is None:
+            return head + (self.why or "no test")
+        parts = [t.text(self.what) for t in (self.agree, self.disagree) if t is not None]
+        return head + "; ".join(parts + ([self.why] if self.why else []))
+
+
+def directional_cell(label: str, x: Sequence[float], y: Sequence[float], margin: float = 0.0,
+                     what: str = "mean d", numbers: str = "") -> CellTest:
+    """Directional claim 'x exceeds y by more than margin', paired over seeds: agree test H1: mean(x − y) >
+    margin, disagree test H1: mean(x − y) < margin."""
+    if len(x) < 2:
+        return CellTest(label, what=what, why="one seed: no test over seeds", numbers=numbers)
+    return CellTest(label, paired_t(x, y, "greater", margin), paired_t(x, y, "less", margin), what, numbers=numbers)
+
+
+def equivalence_cell(label: str, x: Sequence[float], y: Sequence[float], margin: float, what: str = "mean d",
+                     numbers: str = "") -> CellTest:
+    """Equivalence claim 'x equals y within ±margin', paired: agree test TOST, disagree test the one-sided test
+    that puts the difference outside the margin (the smaller p of H1: mean d < −margin and H1: mean d > margin)."""
+    if len(x) < 2:
+        return CellTest(label, what=what, why="one seed: no test over seeds", numbers=numbers)
+    tost, _, _ = tost_paired(x, y, margin)
+    below, above = paired_t(x, y, "less", -margin), paired_t(x, y, "greater", margin)
+    return CellTest(label, tost, below if below.p <= above.p else above, what, numbers=numbers)
+
+
+def decide(claim: str, cells: Sequence[CellTest], alpha: float = ALPHA) -> Verdict:
+    """A claim over its cells: agrees when every cell's agree test has p < alpha (intersection–union); disagrees
+    when some cell's disagree test has p < alpha / k (Bonferroni over the k cells); else inconclusive. The deciding
+    test: the largest p among the agreeing cells, or the smallest among the disagreeing ones; otherwise the cell
+    that keeps the claim from agreeing."""
+    if not cells:
+        raise ValueError(f"{claim}: no cells")
+    k = len(cells)
+    detail = "; ".join(c.text(alpha) for c in cells)
+    disagreeing = [c for c in cells if c.disagree is not None and c.disagree.p < alpha / k]
+    if disagreeing:
+        c = min(disagreeing, key=lambda c: c.disagree.p)
+        bonf = f" < {alpha:g}/{k}" if k > 1 else ""
+        return Verdict(claim, DISAGREES, f"{c.label}: {c.disagree.text(c.what)}{bonf}", c.disagree.statistic,
+                       c.disagree.p, detail)
+    untested = [c for c in cells if c.agree is None]
+    if untested:
+        c = untested[0]
+        return Verdict(claim, INCONCLUSIVE, f"{c.label}: {c.why or 'no test'}", None, None, detail)
+    worst = max(cells, key=lambda c: c.agree.p)
+    if worst.agree.p < alpha:
+        return Verdict(claim, AGREES, f"{worst.label}: {worst.agree.text(worst.what)}", worst.agree.statistic,
+                       worst.agree.p, detail)
+    return Verdict(claim, INCONCLUSIVE, f"{worst.label}: {worst.agree.text(worst.what)} ≥ {alpha:g}",
+                   worst.agree.statistic, worst.agree.p, detail)
