@@ -67,12 +67,17 @@ std::vector<std::pair<std::string, std::string>> gguf_extras(const std::string& 
   std::string counts;
   for (const auto& [name, n] : types) counts += fmt::format(" {}x{}", name, n);
   fmt::print("read {}: GGUF v{}, {} tensors ({}), dequantised to float32\n", path, f.header().version,
-             f.header().tensors.size(), counts.substr(1));
-  const auto tok = drope::text::gguf_tokenizer_files(f);
-  std::vector<std::pair<std::string, std::string>> files = {{"tokenizer_config.json", tok.tokenizer_config_json}};
-  if (tok.kind == "hf-bpe") files.emplace_back("tokenizer.json", tok.tokenizer_json);
-  else files.emplace_back("tokenizer.model", tok.tokenizer_model);
-  return files;
+             f.header().tensors.size(), counts.empty() ? "none" : counts.substr(1));
+  return drope::text::gguf_tokenizer_files(f).files();
+}
+
+// A GGUF's vocabulary must fit its embedding: a token id beyond the rows would index nothing.
+void check_vocab_fits(const std::string& path, drope::DecoderLM& m) {
+  const int64_t tokens = drope::text::load_gguf_tokenizer(path)->vocab_size(), rows = m->config().vocab_size;
+  if (tokens > rows)
+    drope::fail("{}: tokenizer.ggml.tokens has {} entries but token_embd.weight only {} rows; ids from {} on would "
+                "have no embedding",
+                path, tokens, rows, rows);
 }
 
 // `drope-model gguf`: a GGUF file's metadata and tensor table; with `out`, every tensor dequantised to float32
@@ -236,9 +241,11 @@ int main(int argc, char** argv) {
       save(m, out, so);
     } else if (*convert) {
       auto m = drope::io::load_model(model_dir, import_options(positional));
+      if (!so.extra_files.empty()) check_vocab_fits(model_dir, m);
       save(m, out, so);
     } else if (*drop) {
       auto m = drope::io::load_model(model_dir);
+      if (!so.extra_files.empty()) check_vocab_fits(model_dir, m);
       auto d = drope::drop_positional(m, {drope::parse_name<drope::QkNorm>(qk_norm, "--qk-norm"), per_head});
       print_info(d);
       save(d, out, so);

@@ -247,7 +247,17 @@ std::string gguf_pre_tokenizer_names() {
   return out;
 }
 
-GgufTokenizerFiles gguf_tokenizer_files(const gguf::File& f) {
+std::string GgufTokenizerFiles::main_file() const { return kind == "hf-bpe" ? "tokenizer.json" : "tokenizer.model"; }
+
+std::vector<std::pair<std::string, std::string>> GgufTokenizerFiles::files() const {
+  return {{main_file(), kind == "hf-bpe" ? tokenizer_json : tokenizer_model},
+          {"tokenizer_config.json", tokenizer_config_json}};
+}
+
+namespace {
+
+// The files from the metadata, as read (the loaders below check what they describe).
+GgufTokenizerFiles build_files(const gguf::File& f) {
   const std::string model = f.get_string("tokenizer.ggml.model");
   GgufTokenizerFiles out;
   const Vocab v = read_vocab(f);
@@ -265,11 +275,23 @@ GgufTokenizerFiles gguf_tokenizer_files(const gguf::File& f) {
   return out;
 }
 
+// The files loaded as every tool loads a model directory's tokenizer; `label` names them in errors.
+std::unique_ptr<Tokenizer> load_files(const std::string& label, const GgufTokenizerFiles& files) {
+  if (files.kind == "hf-bpe") return load_hf_bpe_text(label, files.tokenizer_json, files.tokenizer_config_json);
+  return load_sentencepiece_bytes(label, files.tokenizer_model);
+}
+
+}  // namespace
+
+GgufTokenizerFiles gguf_tokenizer_files(const gguf::File& f) {
+  GgufTokenizerFiles out = build_files(f);
+  load_files(fmt::format("{} (its tokenizer as {})", f.path(), out.main_file()), out);  // as every tool loads it
+  return out;
+}
+
 std::unique_ptr<Tokenizer> load_gguf_tokenizer(const std::string& path) {
   const gguf::File f(path);
-  const GgufTokenizerFiles files = gguf_tokenizer_files(f);
-  if (files.kind == "hf-bpe") return load_hf_bpe_text(path, files.tokenizer_json, files.tokenizer_config_json);
-  return load_sentencepiece_bytes(path, files.tokenizer_model);
+  return load_files(path, build_files(f));
 }
 
 }  // namespace drope::text

@@ -16,7 +16,9 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/gguf.h"
 #include "drope/text/documents.h"
+#include "drope/text/gguf_tokenizer.h"
 #include "drope/text/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -139,9 +141,15 @@ class OrderedEncoder {
   bool stop_ = false;
 };
 
-// Copies an existing tokenizer into `dir` (with the tokenizer_config.json beside an HF tokenizer.json)
-// and returns its file name there.
-std::string copy_tokenizer(const Tokenizer& tok, const std::string& dir) {
+// Writes the tokenizer `tok` was loaded from into `dir` as a model directory holds it and returns the main file's
+// name there: a tokenizer.model or tokenizer.json is copied (with the tokenizer_config.json beside an HF
+// tokenizer.json); a GGUF model's tokenizer is written from its metadata, as `drope-model convert` writes it.
+std::string write_dataset_tokenizer(const Tokenizer& tok, const std::string& dir) {
+  if (gguf::is_gguf_path(tok.path())) {
+    const GgufTokenizerFiles files = gguf_tokenizer_files(gguf::File(tok.path()));
+    for (const auto& [name, bytes] : files.files()) write_file_atomic((fs::path(dir) / name).string(), bytes);
+    return files.main_file();
+  }
   const bool sp = tok.kind() == "sentencepiece";
   const std::string name = sp ? "tokenizer.model" : "tokenizer.json";
   write_file_atomic((fs::path(dir) / name).string(), read_file(tok.path()));
@@ -150,6 +158,34 @@ std::string copy_tokenizer(const Tokenizer& tok, const std::string& dir) {
   if (!sp && fs::exists(cfg, ec))
     write_file_atomic((fs::path(dir) / "tokenizer_config.json").string(), read_file(cfg.string()));
   return name;
+}
+
+// Text the dataset's tokenizer must encode as its source does: the start of the corpus and a fixed mix of
+// scripts, digits, whitespace runs and symbols.
+constexpr const char* kTokenizerProbe =
+    "Hello, World! 12345 67.89  tabs\tand\nnewlines   \u00e9t\u00e9 na\u00efve \u4e2d\u6587 "
+    "\u0440\u0443\u0441\u0441\u043a\u0438\u0439 \U0001F600 <|endoftext|> </s> x=y+1; {\"k\": [1,2]}";
+
+// Fails unless `copy` (loaded back from the dataset) encodes `sample` and the probe text exactly as `src` does
+// and has the same vocabulary size and special ids.
+void check_tokenizer_copy(const Tokenizer& src, const Tokenizer& copy, const std::string& source_path,
+                          const std::string& sample) {
+  const auto what = [&](const std::string& detail) {
+    fail("{}: the tokenizer written into the dataset ({}) does not match its source: {}", source_path, copy.path(),
+         detail);
+  };
+  if (copy.kind() != src.kind()) what(fmt::format("kind {} vs {}", copy.kind(), src.kind()));
+  if (copy.vocab_size() != src.vocab_size())
+    what(fmt::format("vocabulary size {} vs {}", copy.vocab_size(), src.vocab_size()));
+  if (copy.eos_id() != src.eos_id() || copy.bos_id() != src.bos_id())
+    what(fmt::format("eos/bos ids {}/{} vs {}/{}", copy.eos_id(), copy.bos_id(), src.eos_id(), src.bos_id()));
+  for (const std::string& text : {sample, std::string(kTokenizerProbe)}) {
+    const auto a = src.encode(text), b = copy.encode(text);
+    if (a == b) continue;
+    size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    what(fmt::format("token {} of a {}-byte sample differs ({} vs {} tokens)", i, text.size(), b.size(), a.size()));
+  }
 }
 
 void check_prepare_options(const PrepareOptions& o) {
@@ -168,11 +204,19 @@ using Report = std::function<void(PrepareProgress)>;
 using IsVal = std::function<bool(int64_t)>;  // whether document k (in input order) is a validation document
 
 // Pass 1: validate every document and count them.
+// `sample` gets the start of the corpus (up to kSampleBytes, whole documents' prefixes).
+constexpr size_t kSampleBytes = 16384;
 PrepareProgress scan_documents(const std::vector<std::string>& files, const DocumentOptions& doc_opts,
-                               const Report& report) {
+                               const Report& report, std::string& sample) {
   PrepareProgress scan;
   const auto scan_start = Clock::now();
   for_each_document(files, doc_opts, [&](std::string_view text, const DocumentSource&) {
+    if (sample.size() < kSampleBytes) {
+      std::string_view head = text.substr(0, kSampleBytes - sample.size());
+      while (!head.empty() && utf8_error_offset(head) >= 0) head.remove_suffix(1);  // whole code points only
+      sample.append(head);
+      sample.push_back('\n');
+    }
     ++scan.documents;
     scan.text_bytes += text.size();
     if (scan.documents % 256 == 0) {
@@ -190,7 +234,7 @@ PrepareProgress scan_documents(const std::vector<std::string>& files, const Docu
 // lines, or a copy of the given one. Fills index.tokenizer and index.token_bytes.
 std::unique_ptr<Tokenizer> dataset_tokenizer(const PrepareOptions& o, const std::vector<std::string>& files,
                                              const DocumentOptions& doc_opts, const IsVal& is_val,
-                                             const std::string& tmp, DatasetIndex& index) {
+                                             const std::string& sample, const std::string& tmp, DatasetIndex& index) {
   std::unique_ptr<Tokenizer> tok;
   if (o.train_vocab_size > 0) {
     const std::string model = (fs::path(tmp) / "tokenizer.model").string();
@@ -216,8 +260,9 @@ std::unique_ptr<Tokenizer> dataset_tokenizer(const PrepareOptions& o, const std:
     index.tokenizer.file = "tokenizer.model";
   } else {
     const auto src = load_tokenizer(o.tokenizer);
-    index.tokenizer.file = copy_tokenizer(*src, tmp);
+    index.tokenizer.file = write_dataset_tokenizer(*src, tmp);
     tok = load_tokenizer((fs::path(tmp) / index.tokenizer.file).string());
+    check_tokenizer_copy(*src, *tok, o.tokenizer, sample);
   }
   if (tok->eos_id() < 0)
     fail("{}: the tokenizer has no end-of-sequence token, which separates documents in the token stream",
@@ -318,7 +363,8 @@ DatasetIndex prepare_dataset(const PrepareOptions& o) {
     if (o.progress) o.progress(p);
   };
 
-  const PrepareProgress scan = scan_documents(files, doc_opts, report);
+  std::string sample;
+  const PrepareProgress scan = scan_documents(files, doc_opts, report, sample);
   const int64_t n_docs = scan.documents;
   if (n_docs == 0) fail("{}: no non-empty documents in the inputs", files.front());
   int64_t n_val = 0;
@@ -331,7 +377,7 @@ DatasetIndex prepare_dataset(const PrepareOptions& o) {
 
   DatasetIndex index;
   write_dir_atomic(o.out_dir, [&](const std::string& tmp) {
-    const auto tok = dataset_tokenizer(o, files, doc_opts, is_val, tmp, index);
+    const auto tok = dataset_tokenizer(o, files, doc_opts, is_val, sample, tmp, index);
     tokenize_splits(o, files, doc_opts, is_val, scan, *tok, tmp, report, index);
     index.meta = dataset_meta(o, n_docs);
     write_file_atomic((fs::path(tmp) / "index.json").string(), index_to_json(index).dump(2) + "\n");

@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "drope/core/gguf.h"
 #include "drope/text/tokenizer.h"
@@ -18,10 +20,17 @@ struct GgufTokenizerFiles {
   std::string tokenizer_json;         // hf-bpe: tokenizer.json
   std::string tokenizer_model;        // sentencepiece: tokenizer.model (a serialized ModelProto)
   std::string tokenizer_config_json;  // bos/eos/unk/pad tokens, add_bos_token, chat_template
+
+  // The tokenizer's own file name: tokenizer.json (hf-bpe) or tokenizer.model (sentencepiece).
+  std::string main_file() const;
+  // (file name, bytes) of every file, as a model directory holds them: the main file, then tokenizer_config.json.
+  std::vector<std::pair<std::string, std::string>> files() const;
 };
 
 // Builds the files from the metadata of `f`; every key is checked (types, lengths, ids in range, merges
-// of two parts) and an error names the file and key.
+// of two parts) and an error names the file and key. The files are then loaded as a model directory's
+// would be (merges of known tokens, one UNKNOWN piece, byte pieces, ...), so that what a caller writes is a
+// tokenizer our tools load.
 GgufTokenizerFiles gguf_tokenizer_files(const gguf::File& f);
 
 // The pre-tokenizer names of tokenizer.ggml.pre that drope knows (for messages and docs).
