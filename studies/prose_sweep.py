@@ -1,0 +1,715 @@
+"""Prose sweep (docs/results/prose-sweep.md): DroPE's in-context perplexity gap to RoPE on the quickstart's prose
+model at total budgets of 400, 800, 1,600 and 3,200 steps, and at the two largest budgets the recalibration share,
+learning rate and schedule. The protocol (metric, tests, the rule for cutting cells) is the page's.
+
+A cell is (budget B, recipe). RoPE at (B, seed) is one run (configs/train/quickstart-pretrain-rope.yaml,
+train.steps = B, every drop step's checkpoint kept), shared by all the cells at B. DroPE recalibrates the last
+S = share · B steps from its step-(B − S) checkpoint: restarted (configs/train/quickstart-drope.yaml, run.init,
+fresh AdamW and cosine, warm-up 10 % of S, recalibration lr of the recipe) or continued (the RoPE run itself with
+drope.drop_at_step = B − S and QK-norm, resumed from a copy of the checkpoint: reproduce.seed_from_checkpoint).
+Per seed: gap = 100 · (ppl_DroPE(C) / ppl_RoPE(C) − 1), held-out split, C = 256 (drope-eval ppl).
+
+Seeds 0–2 for every cell; seeds 3 and 4 only for cells whose paired test over seeds is still inconclusive.
+Each finished (cell, seed) appends a row to docs/results/prose-sweep.csv and rewrites the results section of
+docs/results/prose-sweep.md and the plot docs/results/prose-sweep.png; rows already in the CSV are skipped, so
+a fresh clone continues where the committed rows end. Run directories in runs/prose-sweep/ (--out).
+
+  OMP_NUM_THREADS=1 nohup nice -n 19 bash studies/run.sh prose_sweep --commit > runs/prose_sweep.log 2>&1 &
+  bash studies/run.sh prose_sweep --plan        # the cells still to run and an estimated time
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import io
+import math
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from drope_scripts import corpus, stats
+from drope_scripts.atomic import write_atomic
+from drope_scripts.driver import NONE, ROOT, Driver, Method, checkpoint, cpu_count, run_pipeline
+
+PRETRAIN = "configs/train/quickstart-pretrain-rope.yaml"
+DROPE = "configs/train/quickstart-drope.yaml"
+DATA = "runs/data/small"
+C = 256
+EVAL_TOKENS = 16384
+BUDGETS = (400, 800, 1600, 3200)
+MARGIN = 2.0  # percent: the equivalence margin of the gap
+MIN_SEEDS, MAX_SEEDS = 3, 5
+FIELDS = ("cell", "budget", "recipe", "seed", "ppl_rope", "ppl_drope", "gap_pct", "commit", "cpu")
+CSV_PATH = ROOT / "docs" / "results" / "prose-sweep.csv"
+DOC_PATH = ROOT / "docs" / "results" / "prose-sweep.md"
+PLOT_PATH = ROOT / "docs" / "results" / "prose-sweep.png"
+BEGIN, END = "<!-- prose-sweep:begin -->", "<!-- prose-sweep:end -->"
+# Seconds per training step of the quickstart model with one thread, and per perplexity evaluation, on the 2-core
+# CPU beside a second one-thread job (about 0.19 s measured on a 2-core Xeon, with a margin; --sec-per-step
+# overrides): the --plan estimate.
+SEC_PER_STEP = 0.25
+SEC_PER_EVAL = 5.0
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How DroPE spends the last `share` percent of the budget: a restarted schedule at peak lr `lr`, or (lr None)
+    the pretraining schedule continued."""
+
+    name: str
+    share: float
+    lr: float | None
+    what: str
+
+    @property
+    def continued(self) -> bool:
+        return self.lr is None
+
+
+@dataclass(frozen=True)
+class Cell:
+    budget: int
+    recipe: Recipe
+
+    @property
+    def id(self) -> str:
+        return f"b{self.budget}-{self.recipe.name}"
+
+    @property
+    def steps(self) -> int:
+        """S: the recalibration steps."""
+        return round(self.budget * self.recipe.share / 100)
+
+    @property
+    def drop_step(self) -> int:
+        return self.budget - self.steps
+
+
+def recipes(pretrain_lr: float, drope_lr: float) -> dict[str, Recipe]:
+    """The quickstart's recipe and the three axes, keyed by name (the CSV's `recipe`)."""
+    return {r.name: r for r in (
+        Recipe("quickstart", 25, drope_lr, f"25 %, lr {drope_lr:g}, restarted"),
+        Recipe("share12.5", 12.5, drope_lr, f"12.5 %, lr {drope_lr:g}, restarted"),
+        Recipe("lr1x", 25, pretrain_lr, f"25 %, lr {pretrain_lr:g} (1× pretraining), restarted"),
+        Recipe("lr3x", 25, 3 * pretrain_lr, f"25 %, lr {3 * pretrain_lr:g} (3× pretraining), restarted"),
+        Recipe("continued", 25, None, "25 %, pretraining schedule continued"),
+    )}
+
+
+def make_cells(budgets: Sequence[int], rs: dict[str, Recipe], axis_budgets: int = 2) -> list[Cell]:
+    """The quickstart recipe at every budget; the other recipes at the `axis_budgets` largest budgets. Budget
+    ascending, then recipe in `rs` order. Every recalibration must be 1..B-1 steps."""
+    budgets = sorted(set(budgets))
+    if not budgets or budgets[0] < 2:
+        raise ValueError(f"budgets must be integers >= 2, got {budgets}")
+    big = set(budgets[-axis_budgets:]) if axis_budgets else set()
+    cells = [Cell(b, r) for b in budgets for r in rs.values() if r.name == "quickstart" or b in big]
+    for c in cells:
+        if not 1 <= c.steps < c.budget:
+            raise ValueError(f"{c.id}: {c.recipe.share:g} % of {c.budget} steps is {c.steps} recalibration steps")
+    return cells
+
+
+# --- the CSV ---------------------------------------------------------------------------------------------------
+
+
+def read_rows(path: pathlib.Path) -> list[dict]:
+    """The rows of the sweep's CSV (none when it does not exist), numbers parsed."""
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as f:
+        r = csv.DictReader(f)
+        if tuple(r.fieldnames or ()) != FIELDS:
+            raise ValueError(f"{path}: header {r.fieldnames} is not {list(FIELDS)}")
+        rows = []
+        for row in r:
+            row["budget"], row["seed"] = int(row["budget"]), int(row["seed"])
+            for k in ("ppl_rope", "ppl_drope", "gap_pct"):
+                row[k] = float(row[k])
+            rows.append(row)
+    return rows
+
+
+def row_text(row: dict) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow([row[k] for k in FIELDS])
+    return buf.getvalue()
+
+
+def append_row(path: pathlib.Path, row: dict) -> None:
+    """Adds one row (the header first when the file is new), rewriting the file atomically."""
+    old = path.read_text(encoding="utf-8") if path.is_file() else ",".join(FIELDS) + "\n"
+    if not old.endswith("\n"):
+        old += "\n"
+    write_atomic(path, old + row_text(row))
+
+
+def make_row(cell: Cell, seed: int, ppl_rope: float, ppl_drope: float, commit: str, cpu: str) -> dict:
+    return {"cell": cell.id, "budget": cell.budget, "recipe": cell.recipe.name, "seed": seed,
+            "ppl_rope": round(ppl_rope, 4), "ppl_drope": round(ppl_drope, 4),
+            "gap_pct": round(100 * (ppl_drope / ppl_rope - 1), 3), "commit": commit, "cpu": cpu}
+
+
+# --- the tests of the protocol -----------------------------------------------------------------------------------
+
+
+def _t_p(values: Sequence[float], mu: float, alternative: str) -> float:
+    """The p-value of the one-sample t-test of mean(values) against mu (the paired t-test of the per-seed gaps)."""
+    from scipy import stats as sps
+
+    if len(values) < 2:
+        return math.nan
+    if len(set(values)) == 1:  # no spread: the t statistic is infinite (or undefined at mu)
+        v = values[0]
+        return 0.0 if (alternative == "two-sided" and v != mu) or (alternative == "greater" and v > mu) or (
+            alternative == "less" and v < mu) else 1.0
+    return float(sps.ttest_1samp(values, mu, alternative=alternative).pvalue)
+
+
+def verdict(gaps: Sequence[float], margin: float = MARGIN) -> dict:
+    """The protocol's verdict on one cell from its per-seed gaps (percent): closed (TOST: the 90 % t interval inside
+    ±margin), worse / better (the 95 % t interval beyond +margin / −margin) or inconclusive; with the intervals and
+    p-values."""
+    gaps = list(gaps)
+    n = len(gaps)
+    out = {"n": n, "mean": sum(gaps) / n if n else math.nan, "ci95": (math.nan, math.nan),
+           "ci90": (math.nan, math.nan), "p_tost": math.nan, "p_zero": math.nan, "verdict": "inconclusive"}
+    if n < 2:
+        return out
+    s95, s90 = stats.summarize(gaps, 0.95), stats.summarize(gaps, 0.90)
+    out["ci95"], out["ci90"] = (s95.ci_low, s95.ci_high), (s90.ci_low, s90.ci_high)
+    out["p_tost"] = max(_t_p(gaps, -margin, "greater"), _t_p(gaps, margin, "less"))
+    out["p_zero"] = _t_p(gaps, 0.0, "two-sided")
+    if -margin < s90.ci_low and s90.ci_high < margin:
+        out["verdict"] = "closed"
+    elif s95.ci_low > margin:
+        out["verdict"] = "DroPE worse"
+    elif s95.ci_high < -margin:
+        out["verdict"] = "DroPE better"
+    return out
+
+
+def cell_gaps(rows: Iterable[dict], cell_id: str) -> dict[int, float]:
+    """{seed: gap} of one cell."""
+    return {r["seed"]: r["gap_pct"] for r in rows if r["cell"] == cell_id}
+
+
+def decided(gaps: Sequence[float], min_seeds: int = MIN_SEEDS) -> bool:
+    """A cell with at least min_seeds seeds whose verdict is not inconclusive gets no more seeds."""
+    return len(gaps) >= min_seeds and verdict(gaps)["verdict"] != "inconclusive"
+
+
+def todo(cells: Sequence[Cell], rows: Sequence[dict], seed: int, min_seeds: int = MIN_SEEDS) -> list[Cell]:
+    """The cells that still need `seed`: its row is missing, and the seed is one of the first min_seeds or the cell
+    is not decided on the rows it has."""
+    have = {(r["cell"], r["seed"]) for r in rows}
+    return [c for c in cells if (c.id, seed) not in have
+            and (seed < min_seeds or not decided(list(cell_gaps(rows, c.id).values()), min_seeds))]
+
+
+# --- the plan ----------------------------------------------------------------------------------------------------
+
+
+def unit_cost(cells: Sequence[Cell], rope_needed: bool, sec_per_step: float, sec_per_eval: float) -> float:
+    """Seconds for one (budget, seed): the RoPE run and its evaluation (when needed) and each DroPE cell."""
+    steps = (cells[0].budget if rope_needed else 0) + sum(c.steps for c in cells)
+    return steps * sec_per_step + (len(cells) + rope_needed) * sec_per_eval
+
+
+def plan(cells: Sequence[Cell], rows: Sequence[dict], min_seeds: int, max_seeds: int, sec_per_step: float,
+         sec_per_eval: float) -> tuple[list[tuple[int, int, list[Cell], str]], float, float]:
+    """[(seed, budget, cells, 'sure' | 'if undecided')], and the estimated seconds without and with every possible
+    extra seed. RoPE of (budget, seed) counts as needed when no row of that budget and seed exists."""
+    units, sure, most = [], 0.0, 0.0
+    have = {(r["budget"], r["seed"]) for r in rows}
+    for seed in range(max_seeds):
+        need = todo(cells, rows, seed, min_seeds)
+        for budget in sorted({c.budget for c in need}):
+            at = [c for c in need if c.budget == budget]
+            cost = unit_cost(at, (budget, seed) not in have, sec_per_step, sec_per_eval)
+            kind = "sure" if seed < min_seeds else "if undecided"
+            units.append((seed, budget, at, kind))
+            most += cost
+            if kind == "sure":
+                sure += cost
+    return units, sure, most
+
+
+def plan_text(cells: Sequence[Cell], rows: Sequence[dict], min_seeds: int, max_seeds: int, sec_per_step: float,
+              sec_per_eval: float) -> str:
+    units, sure, most = plan(cells, rows, min_seeds, max_seeds, sec_per_step, sec_per_eval)
+    lines = [f"{len(cells)} cells; seeds 0..{min_seeds - 1} for each, up to {max_seeds} for undecided cells; "
+             f"{len(rows)} rows already in the CSV", "", "| cell | S (share) | recipe | rows | verdict |",
+             "|---|---:|---|---:|---|"]
+    for c in cells:
+        g = list(cell_gaps(rows, c.id).values())
+        v = verdict(g)["verdict"] if len(g) >= 2 else "–"
+        lines.append(f"| {c.id} | {c.steps} ({c.recipe.share:g} %) | {c.recipe.what} | {len(g)} | {v} |")
+    lines += ["", "to run (one thread per tool; RoPE of a budget and seed is trained once for all its cells):"]
+    for seed, budget, at, kind in units:
+        lines.append(f"  seed {seed}, B = {budget}: {', '.join(c.id for c in at)}"
+                     + ("" if kind == "sure" else "  (only if still undecided)"))
+    if not units:
+        lines.append("  nothing: every cell has its rows")
+    lines.append(f"estimated {sure / 3600:.1f} h for the first {min_seeds} seeds, at most {most / 3600:.1f} h with "
+                 f"every extra seed ({sec_per_step:g} s a step, {sec_per_eval:g} s an evaluation, one job)")
+    return "\n".join(lines)
+
+
+# --- the report --------------------------------------------------------------------------------------------------
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (nan stays nan and does not count)."""
+    idx = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
+    m, out, running = len(idx), [math.nan] * len(pvalues), 0.0
+    for k, (p, i) in enumerate(idx):
+        running = max(running, min(1.0, (m - k) * p))
+        out[i] = running
+    return out
+
+
+def trend(rows: Sequence[dict], recipe: str = "quickstart") -> dict | None:
+    """Least-squares slope of the per-seed gap against log2(budget) for one recipe: points per doubling, 95 %
+    interval (None with fewer than two budgets or three rows)."""
+    pts = [(math.log2(r["budget"]), r["gap_pct"]) for r in rows if r["recipe"] == recipe]
+    if len({x for x, _ in pts}) < 2 or len(pts) < 3:
+        return None
+    from scipy import stats as sps
+
+    fit = sps.linregress([x for x, _ in pts], [y for _, y in pts])
+    half = stats.t_quantile(0.975, len(pts) - 2) * fit.stderr
+    return {"slope": fit.slope, "low": fit.slope - half, "high": fit.slope + half, "n": len(pts), "p": fit.pvalue}
+
+
+def comparisons(cells: Sequence[Cell], rows: Sequence[dict]) -> list[dict]:
+    """Each non-quickstart cell against the quickstart cell of its budget on their common seeds: the paired t-test
+    of the gap difference, Holm-adjusted over all comparisons with at least two common seeds."""
+    out = []
+    for c in cells:
+        if c.recipe.name == "quickstart":
+            continue
+        mine, base = cell_gaps(rows, c.id), cell_gaps(rows, f"b{c.budget}-quickstart")
+        common = sorted(set(mine) & set(base))
+        diffs = [mine[s] - base[s] for s in common]
+        out.append({"cell": c.id, "budget": c.budget, "recipe": c.recipe.name, "n": len(diffs),
+                    "diff": sum(diffs) / len(diffs) if diffs else math.nan,
+                    "p": _t_p(diffs, 0.0, "two-sided") if len(diffs) >= 2 else math.nan})
+    for o, p in zip(out, holm([o["p"] for o in out])):
+        o["p_holm"] = p
+    return out
+
+
+def _f(x: float, fmt: str = ".1f") -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _p(x: float) -> str:
+    return "–" if math.isnan(x) else ("< 0.001" if x < 0.001 else f"{x:.3f}")
+
+
+def results_md(cells: Sequence[Cell], rows: Sequence[dict], min_seeds: int = MIN_SEEDS,
+               max_seeds: int = MAX_SEEDS) -> str:
+    """The results section: one line per cell with its verdict, the trend, the recipe comparisons, a paragraph."""
+    if not rows:
+        return "No cell has finished yet."
+    commits = sorted({r["commit"] for r in rows})
+    cpus = sorted({r["cpu"] for r in rows})
+    lines = [f"{len(rows)} rows ({sum(1 for c in cells if cell_gaps(rows, c.id))} of {len(cells)} cells started); "
+             f"measured at commit {', '.join(commits)} on {'; '.join(cpus)}. Per-seed numbers: "
+             "[prose-sweep.csv](prose-sweep.csv); plot: [prose-sweep.png](prose-sweep.png).", "",
+             "| cell | B | S (share) | recipe | seeds | ppl RoPE | ppl DroPE | gap % (95 % CI) | 90 % CI | TOST p "
+             "| p (gap = 0) | verdict |",
+             "|---|---:|---:|---|---:|---:|---:|---|---|---:|---:|---|"]
+    verdicts = {}
+    for c in cells:
+        rs = sorted((r for r in rows if r["cell"] == c.id), key=lambda r: r["seed"])
+        if not rs:
+            lines.append(f"| {c.id} | {c.budget} | {c.steps} ({c.recipe.share:g} %) | {c.recipe.what} | 0 | | | | "
+                         "| | | not started |")
+            continue
+        v = verdict([r["gap_pct"] for r in rs])
+        state = v["verdict"] if v["n"] >= 2 else "one seed"
+        if v["n"] < min_seeds:
+            state += f" (running: {v['n']} of {min_seeds} seeds)"
+        elif v["verdict"] != "inconclusive":
+            state = f"**{state}** at {v['n']} seeds"
+        elif v["n"] >= max_seeds:
+            state = f"inconclusive at {v['n']} seed{'s' * (v['n'] != 1)}"
+        else:
+            state += f" at {v['n']} seeds (more seeds to come)"
+        verdicts[c.id] = (v, state)
+        rope = sum(r["ppl_rope"] for r in rs) / len(rs)
+        drope = sum(r["ppl_drope"] for r in rs) / len(rs)
+        lines.append(f"| {c.id} | {c.budget} | {c.steps} ({c.recipe.share:g} %) | {c.recipe.what} | {v['n']} | "
+                     f"{rope:.2f} | {drope:.2f} | {v['mean']:+.1f} ({_f(v['ci95'][0], '+.1f')}, "
+                     f"{_f(v['ci95'][1], '+.1f')}) | ({_f(v['ci90'][0], '+.1f')}, {_f(v['ci90'][1], '+.1f')}) | "
+                     f"{_p(v['p_tost'])} | {_p(v['p_zero'])} | {state} |")
+    tr = trend(rows)
+    cmp = [o for o in comparisons(cells, rows) if o["n"] >= 1]
+    if cmp:
+        lines += ["", "Against the quickstart recipe at the same budget (paired over common seeds; Holm over the "
+                  "comparisons with ≥ 2 seeds):", "", "| cell | seeds | gap − quickstart's gap (points) | p | "
+                  "p Holm |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {o['cell']} | {o['n']} | {o['diff']:+.1f} | {_p(o['p'])} | {_p(o['p_holm'])} |" for o in cmp]
+    lines += ["", paragraph(cells, rows, verdicts, tr, cmp)]
+    return "\n".join(lines)
+
+
+def paragraph(cells: Sequence[Cell], rows: Sequence[dict], verdicts: dict, tr: dict | None, cmp: list[dict]) -> str:
+    """What the finished cells show, in plain sentences, from the numbers alone."""
+    out = ["**What the finished cells show.**"]
+    q = [(c.budget, verdicts[c.id][0]) for c in cells if c.recipe.name == "quickstart" and c.id in verdicts]
+    if q:
+        out.append("At the quickstart recipe DroPE's in-context gap to RoPE is "
+                   + ", ".join(f"{v['mean']:+.1f} % at {b} steps ({v['n']} seed{'s' * (v['n'] != 1)})" for b, v in q)
+                   + ".")
+    if tr:
+        if tr["high"] < 0:
+            how = "narrows with budget"
+        elif tr["low"] > 0:
+            how = "widens with budget"
+        else:
+            how = "does not change detectably with budget"
+        out.append(f"Per doubling of the budget it moves by {tr['slope']:+.1f} points (95 % CI {tr['low']:+.1f} to "
+                   f"{tr['high']:+.1f}, {tr['n']} runs): the gap {how}.")
+    dec = {cid: v for cid, (v, _) in verdicts.items() if v["n"] >= MIN_SEEDS and v["verdict"] != "inconclusive"}
+    for kind in ("closed", "DroPE better", "DroPE worse"):
+        ids = [cid for cid, v in dec.items() if v["verdict"] == kind]
+        if ids:
+            out.append(f"{kind.capitalize() if kind == 'closed' else kind}: {', '.join(ids)}.")
+    if not any(v["verdict"] == "closed" for v in dec.values()):
+        out.append("No decided cell has closed the gap to within ±2 %.")
+    moved = [o for o in cmp if not math.isnan(o.get("p_holm", math.nan)) and o["p_holm"] < 0.05]
+    if moved:
+        out.append("Recipes that change the gap against the quickstart recipe (Holm p < 0.05): "
+                   + ", ".join(f"{o['cell']} ({o['diff']:+.1f} points)" for o in moved) + ".")
+    elif cmp:
+        out.append("No recipe changes the gap against the quickstart recipe at Holm-adjusted p < 0.05 (yet).")
+    return " ".join(out)
+
+
+def update_doc(doc: pathlib.Path, section: str) -> None:
+    """Replaces the text between the page's markers with `section`."""
+    text = doc.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{doc}: the markers {BEGIN} / {END} are missing")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    write_atomic(doc, f"{head}{BEGIN}\n{section}\n{END}{tail}")
+
+
+def plot(cells: Sequence[Cell], rows: Sequence[dict], path: pathlib.Path) -> bool:
+    """Gap vs budget, one line per recipe (mean, 95 % t interval), seeds as dots, the margin shaded. False when
+    matplotlib is missing or there is nothing to draw."""
+    if not rows:
+        return False
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.axhspan(-MARGIN, MARGIN, color="0.9", label=f"±{MARGIN:g} % (closed)")
+    ax.axhline(0, color="0.6", lw=0.8)
+    names = list(dict.fromkeys(c.recipe.name for c in cells))
+    for k, name in enumerate(names):
+        xs, ys, lo, hi = [], [], [], []
+        for c in (c for c in cells if c.recipe.name == name):
+            g = list(cell_gaps(rows, c.id).values())
+            if not g:
+                continue
+            s = stats.summarize(g)
+            xs.append(c.budget * (1 + 0.03 * (k - len(names) / 2)))  # a small offset keeps the bars apart
+            ys.append(s.mean)
+            lo.append(s.mean - (s.ci_low if s.n > 1 else s.mean))
+            hi.append((s.ci_high if s.n > 1 else s.mean) - s.mean)
+            ax.scatter([xs[-1]] * len(g), g, s=10, color=f"C{k}", alpha=0.45)
+        if xs:
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=f"C{k}",
+                        label=next(c.recipe.what for c in cells if c.recipe.name == name))
+    ax.set_xscale("log", base=2)
+    budgets = sorted({c.budget for c in cells})
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.set_xlabel("total budget (steps of 8 × 256 tokens)")
+    ax.set_ylabel("DroPE's gap to RoPE, ppl@C (%)")
+    ax.set_title("Prose: DroPE's in-context perplexity gap vs budget (mean, 95 % t interval, seeds)")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return True
+
+
+# --- running ------------------------------------------------------------------------------------------------------
+
+
+def commit_stamp() -> str:
+    """HEAD's short hash, with -dirty when the C++ sources the binaries are built from differ from it."""
+    def git(*args: str) -> str:
+        r = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "src", "include", "apps", "CMakeLists.txt", "cmake")
+    return head + ("-dirty" if dirty else "")
+
+
+def cpu_name() -> str:
+    """The CPU's model name and how many CPUs this process may use."""
+    name = "unknown CPU"
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name} ({cpu_count()} cpus)"
+
+
+class Runs:
+    """The real runs: drope-train and drope-eval through the Driver, under out/."""
+
+    def __init__(self, d: Driver, out: pathlib.Path, cells: Sequence[Cell]):
+        self.d, self.out, self.cells = d, out, cells
+        (out / "eval").mkdir(parents=True, exist_ok=True)
+        (out / "train").mkdir(parents=True, exist_ok=True)
+
+    def rope_dir(self, budget: int, seed: int) -> pathlib.Path:
+        return self.out / "train" / f"rope-b{budget}-s{seed}"
+
+    def _ppl(self, model: pathlib.Path, name: str) -> float:
+        doc, _ = self.d.evaluate("ppl", Method(name, model), self.out / "eval" / name,
+                                 ("--tokenizer", DATA, "--data", DATA, "--lengths", C, "--max-tokens", EVAL_TOKENS),
+                                 "ppl")
+        return float(doc["summary"][f"ppl@{C}"])
+
+    def _rope_overrides(self, budget: int, seed: int) -> list[str]:
+        drops = [c.drop_step for c in self.cells if c.budget == budget]
+        every = math.gcd(budget, *drops)
+        return [f"run.seed={seed}", f"train.steps={budget}", f"train.checkpoint_every={every}",
+                f"train.keep_last={budget // every + 1}", f"train.log_every={max(1, budget // 8)}",
+                f"train.eval_every={max(1, budget // 4)}"]
+
+    def rope(self, budget: int, seed: int) -> float:
+        run_dir = self.rope_dir(budget, seed)
+        self.d.train(PRETRAIN, run_dir, budget, [f"run.name=prose-sweep-rope-b{budget}-s{seed}",
+                                                 *self._rope_overrides(budget, seed)], show=NONE)
+        return self._ppl(checkpoint(run_dir, budget), run_dir.name)
+
+    def drope(self, cell: Cell, seed: int) -> float:
+        from studies.reproduce import seed_from_checkpoint
+
+        src = checkpoint(self.rope_dir(cell.budget, seed), cell.drop_step)
+        dst = self.out / "train" / f"drope-{cell.id}-s{seed}"
+        r = cell.recipe
+        if r.continued:
+            seed_from_checkpoint(src, dst)  # drope-train --resume continues it (a fresh run repeats RoPE's steps)
+            self.d.train(PRETRAIN, dst, cell.budget,
+                         [f"run.name=prose-sweep-{cell.id}-s{seed}",
+                          *(o for o in self._rope_overrides(cell.budget, seed) if not o.startswith("train.keep_last")),
+                          "train.keep_last=1", f"drope.drop_at_step={cell.drop_step}", "drope.qk_norm=qk"], show=NONE)
+            model = checkpoint(dst, cell.budget)
+        else:
+            s = cell.steps
+            self.d.train(DROPE, dst, s,
+                         [f"run.name=prose-sweep-{cell.id}-s{seed}", f"run.seed={seed + 1}", f"train.steps={s}",
+                          f"optim.lr={r.lr:g}", f"schedule.warmup={max(1, s // 10)}",
+                          f"train.log_every={max(1, s // 4)}", f"train.checkpoint_every={max(1, s // 4)}",
+                          "train.keep_last=1"],
+                         [f"run.init={src}"], show=NONE)
+            model = checkpoint(dst, s)
+        return self._ppl(model, dst.name)
+
+
+class Sweep:
+    """The sweep's bookkeeping: which (cell, seed) to run, the rows, the doc and plot after each row, commits."""
+
+    def __init__(self, d: Driver, runs, cells: Sequence[Cell], csv_path: pathlib.Path, doc: pathlib.Path | None,
+                 plot_path: pathlib.Path | None, min_seeds: int, max_seeds: int, commit: str, cpu: str,
+                 on_row: Callable[[dict], None] | None = None):
+        self.d, self.runs, self.cells, self.csv = d, runs, list(cells), csv_path
+        self.doc, self.plot_path, self.min_seeds, self.max_seeds = doc, plot_path, min_seeds, max_seeds
+        self.commit, self.cpu, self.on_row = commit, cpu, on_row
+        self.lock = threading.Lock()
+
+    def refresh(self) -> None:
+        rows = read_rows(self.csv)
+        if self.doc is not None:
+            update_doc(self.doc, results_md(self.cells, rows, self.min_seeds, self.max_seeds))
+        if self.plot_path is not None:
+            plot(self.cells, rows, self.plot_path)
+
+    def unit(self, budget: int, seed: int, cells: Sequence[Cell]) -> None:
+        """RoPE at (budget, seed) and each DroPE cell of it; a row per cell as it lands."""
+        ppl_rope = self.runs.rope(budget, seed)
+        for cell in cells:
+            ppl_drope = self.runs.drope(cell, seed)
+            row = make_row(cell, seed, ppl_rope, ppl_drope, self.commit, self.cpu)
+            with self.lock:
+                if (cell.id, seed) in {(r["cell"], r["seed"]) for r in read_rows(self.csv)}:
+                    continue  # another process landed it meanwhile
+                append_row(self.csv, row)
+                self.refresh()
+                self.d.say(f"{cell.id} seed {seed}: RoPE {ppl_rope:.2f}, DroPE {ppl_drope:.2f}, gap "
+                           f"{row['gap_pct']:+.1f} %")
+                if self.on_row:
+                    self.on_row(row)
+
+    def run(self) -> int:
+        """Every seed round in turn: the first min_seeds for all cells, later ones for undecided cells only."""
+        ran = 0
+        for seed in range(self.max_seeds):
+            need = todo(self.cells, read_rows(self.csv), seed, self.min_seeds)
+            if not need:
+                continue
+            budgets = sorted({c.budget for c in need})
+            self.d.stage(f"seed {seed}: " + "; ".join(
+                f"B = {b}: " + ", ".join(c.recipe.name for c in need if c.budget == b) for b in budgets))
+            self.d.parallel([(f"b{b} s{seed}", functools.partial(self.unit, b, seed,
+                                                                 [c for c in need if c.budget == b]))
+                             for b in budgets])
+            ran += len(need)
+        return ran
+
+
+class Committer:
+    """Commits `paths` (those paths only: other staged work stays staged) at most every `every` seconds as results
+    land, and on flush; `message()` gives the subject. A failed commit (another git command held the index) is
+    retried at the next result."""
+
+    def __init__(self, paths: Sequence[pathlib.Path], every: float, message: Callable[[], str],
+                 repo: pathlib.Path = ROOT):
+        self.paths, self.every, self.message, self.repo = list(paths), every, message, repo
+        self.last, self.pending = time.monotonic(), 0
+
+    def row(self, _row: object = None) -> None:
+        self.pending += 1
+        if time.monotonic() - self.last >= self.every:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        msg = self.message()
+        rel = [str(p.resolve().relative_to(self.repo.resolve())) for p in self.paths if p.exists()]
+        err = ""
+        for _ in range(5):
+            r = subprocess.run(["git", "-C", str(self.repo), "add", "--", *rel], capture_output=True, text=True)
+            if r.returncode == 0:
+                r = subprocess.run(["git", "-C", str(self.repo), "commit", "-q", "-m", msg, "--", *rel],
+                                   capture_output=True, text=True)
+            if r.returncode == 0:
+                print(f"committed: {msg}", flush=True)
+                self.pending, self.last = 0, time.monotonic()
+                return
+            if "nothing to commit" in r.stdout + r.stderr or "no changes added" in r.stdout + r.stderr:
+                self.pending = 0
+                return
+            err = (r.stderr or r.stdout).strip()
+            time.sleep(5)
+        print(f"could not commit ({err[:200]}); trying again at the next result", file=sys.stderr, flush=True)
+
+
+def sweep_message(csv_path: pathlib.Path) -> Callable[[], str]:
+    """The subject of a sweep commit: how many rows, the last one."""
+    def message() -> str:
+        rows = read_rows(csv_path)
+        last = rows[-1] if rows else None
+        return f"docs: prose sweep at {len(rows)} rows" + (f", last {last['cell']} seed {last['seed']}" if last else "")
+    return message
+
+
+def study(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="prose_sweep", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--plan", action="store_true", help="print the cells still to run and an estimated time, then stop")
+    ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="total budgets in steps")
+    ap.add_argument("--min-seeds", type=int, default=MIN_SEEDS, help="seeds every cell gets (default 3)")
+    ap.add_argument("--max-seeds", type=int, default=MAX_SEEDS, help="seeds an undecided cell gets (default 5)")
+    ap.add_argument("--jobs", type=int, default=1, help="(budget, seed) units side by side (default 1)")
+    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/prose-sweep"), help="run directories")
+    ap.add_argument("--csv", type=pathlib.Path, default=CSV_PATH, help="the rows (default docs/results/...)")
+    ap.add_argument("--doc", type=pathlib.Path, default=DOC_PATH, help="the page whose results section is rewritten")
+    ap.add_argument("--plot", type=pathlib.Path, default=PLOT_PATH, help="the plot")
+    ap.add_argument("--bin", type=pathlib.Path, default=pathlib.Path(os.environ.get("DROPE_BUILD_DIR",
+                                                                                   ROOT / "build")))
+    ap.add_argument("--sec-per-step", type=float, default=SEC_PER_STEP, help="for --plan's estimate")
+    ap.add_argument("--sec-per-eval", type=float, default=SEC_PER_EVAL, help="for --plan's estimate")
+    ap.add_argument("--commit", action="store_true",
+                    help="git-commit the CSV, the page and the plot (those paths only) as rows land")
+    ap.add_argument("--commit-every", type=float, default=20.0, help="minutes between commits (default 20)")
+    a = ap.parse_args(argv)
+    cwd = pathlib.Path(os.environ.get("DROPE_CALLER_CWD", os.getcwd()))  # run_python.sh runs us from the root
+    out, bin_dir = cwd / a.out, cwd / a.bin
+    csv_path, doc, plot_path = cwd / a.csv, cwd / a.doc, cwd / a.plot
+    try:
+        budgets = [int(x) for x in a.budgets.split(",")]
+    except ValueError:
+        ap.error(f"--budgets must be a comma list of integers, got '{a.budgets}'")
+    if not 1 <= a.min_seeds <= a.max_seeds <= 100:
+        ap.error(f"need 1 <= --min-seeds <= --max-seeds <= 100, got {a.min_seeds}, {a.max_seeds}")
+    if not 1 <= a.jobs <= 2:
+        ap.error(f"--jobs must be 1 or 2 (a shared 2-core machine), got {a.jobs}")
+    if a.sec_per_step <= 0 or a.sec_per_eval < 0 or a.commit_every < 0:
+        ap.error("--sec-per-step must be > 0, --sec-per-eval and --commit-every >= 0")
+    try:
+        cells = make_cells(budgets, recipes(config_float(ROOT / PRETRAIN, "optim", "lr"),
+                                            config_float(ROOT / DROPE, "optim", "lr")))
+    except ValueError as e:
+        ap.error(str(e))
+    rows = read_rows(csv_path)
+    if a.plan:
+        print(plan_text(cells, rows, a.min_seeds, a.max_seeds, a.sec_per_step, a.sec_per_eval))
+        return 0
+    os.chdir(ROOT)  # the configs and the corpus are named from the root
+    d = Driver("prose-sweep", bin_dir, width=6, jobs=a.jobs)
+    d.stage("corpus: Jane Austen (r-cran-janeaustenr), SentencePiece BPE vocab 2048, token shards")
+    rc = corpus.main(["--small"])
+    if rc:
+        return rc
+    print(plan_text(cells, rows, a.min_seeds, a.max_seeds, a.sec_per_step, a.sec_per_eval))
+    committer = (Committer([csv_path, doc, plot_path], a.commit_every * 60, sweep_message(csv_path)) if a.commit
+                 else None)
+    sweep = Sweep(d, Runs(d, out, cells), cells, csv_path, doc, plot_path, a.min_seeds, a.max_seeds, commit_stamp(),
+                  cpu_name(), committer.row if committer else None)
+    try:
+        sweep.run()
+    finally:
+        if committer:
+            committer.flush()
+    rows = read_rows(csv_path)
+    d.stage(f"done in {d.elapsed()} s: {len(rows)} rows in {csv_path}")
+    print(results_md(cells, rows, a.min_seeds, a.max_seeds))
+    return 0
+
+
+def config_float(path: str | pathlib.Path, section: str, key: str) -> float:
+    """section.key of a drope-train YAML config: a positive number."""
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        doc = yaml.safe_load(f)
+    v = doc.get(section, {}).get(key) if isinstance(doc, dict) else None
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+        raise ValueError(f"{path}: {section}.{key} must be a positive number, got {v!r}")
+    return float(v)
+
+
+def main(argv: list[str]) -> int:
+    return run_pipeline("prose_sweep", lambda: study(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,193 @@
+"""studies/prose_sweep.py on a fake runner (no binaries): the cells, the plan, the protocol's verdicts and cut rule,
+the CSV rows and the skip of rows already there, the results section."""
+import csv
+import math
+import pathlib
+
+import pytest
+from scipy import stats as sps
+
+from drope_scripts.driver import Driver
+from studies import prose_sweep as ps
+
+RS = ps.recipes(3e-3, 1e-3)
+
+
+def cells(budgets=ps.BUDGETS):
+    return ps.make_cells(budgets, RS)
+
+
+class FakeRuns:
+    """Perplexities from a formula: RoPE 70 + seed; DroPE a gap per recipe (and budget) plus a seed wiggle."""
+
+    def __init__(self, gap, wiggle=0.3):
+        self.gap, self.wiggle, self.calls = gap, wiggle, []
+
+    def rope(self, budget, seed):
+        self.calls.append(("rope", budget, seed))
+        return 70.0 + seed
+
+    def drope(self, cell, seed):
+        self.calls.append((cell.id, seed))
+        g = self.gap(cell) + self.wiggle * (-1) ** seed * (seed + 1)
+        return (70.0 + seed) * (1 + g / 100)
+
+
+def doc_page(tmp: pathlib.Path) -> pathlib.Path:
+    p = tmp / "page.md"
+    p.write_text(f"# page\n\n{ps.BEGIN}\nold\n{ps.END}\nafter\n")
+    return p
+
+
+def sweep(tmp, runs, cs, min_seeds=3, max_seeds=5, doc=None, on_row=None):
+    d = Driver("test", tmp / "bin", width=3, jobs=1)
+    return ps.Sweep(d, runs, cs, tmp / "rows.csv", doc, None, min_seeds, max_seeds, "abc1234", "test cpu", on_row)
+
+
+def test_cells_recipes_and_steps():
+    cs = cells()
+    assert [c.id for c in cs] == [
+        "b400-quickstart", "b800-quickstart",
+        "b1600-quickstart", "b1600-share12.5", "b1600-lr1x", "b1600-lr3x", "b1600-continued",
+        "b3200-quickstart", "b3200-share12.5", "b3200-lr1x", "b3200-lr3x", "b3200-continued"]
+    by = {c.id: c for c in cs}
+    assert (by["b400-quickstart"].steps, by["b400-quickstart"].drop_step) == (100, 300)  # the quickstart itself
+    assert (by["b3200-share12.5"].steps, by["b3200-share12.5"].drop_step) == (400, 2800)
+    assert by["b1600-lr1x"].recipe.lr == 3e-3 and by["b1600-lr3x"].recipe.lr == pytest.approx(9e-3)
+    assert by["b1600-quickstart"].recipe.lr == 1e-3 and by["b1600-continued"].recipe.continued
+    with pytest.raises(ValueError):
+        ps.make_cells([4], RS)  # 12.5 % of 4 steps rounds to 0 recalibration steps
+
+
+def test_the_recipes_come_from_the_quickstart_configs():
+    rs = ps.recipes(ps.config_float(ps.ROOT / ps.PRETRAIN, "optim", "lr"),
+                    ps.config_float(ps.ROOT / ps.DROPE, "optim", "lr"))
+    assert rs["quickstart"].lr == 1e-3 and rs["lr1x"].lr == 3e-3 and rs["lr3x"].lr == pytest.approx(9e-3)
+
+
+def test_verdicts_follow_the_protocol():
+    worse = ps.verdict([18.0, 19.0, 20.0])
+    assert worse["verdict"] == "DroPE worse" and worse["ci95"][0] > 2
+    assert ps.verdict([-18.0, -19.0, -20.0])["verdict"] == "DroPE better"
+    closed = ps.verdict([0.1, -0.2, 0.3, 0.0])
+    assert closed["verdict"] == "closed"
+    # TOST p = the larger of the two one-sided paired t-tests against the margins
+    g = [0.1, -0.2, 0.3, 0.0]
+    p = max(sps.ttest_1samp(g, -2, alternative="greater").pvalue, sps.ttest_1samp(g, 2, alternative="less").pvalue)
+    assert closed["p_tost"] == pytest.approx(p) and closed["p_tost"] < 0.05
+    assert ps.verdict([1.0, 5.0, 3.0])["verdict"] == "inconclusive"  # straddles the margin
+    assert ps.verdict([3.0])["verdict"] == "inconclusive" and math.isnan(ps.verdict([3.0])["p_zero"])
+    assert ps.decided([18.0, 19.0, 20.0]) and not ps.decided([18.0, 19.0])  # fewer than 3 seeds: never decided
+
+
+def test_holm():
+    assert ps.holm([0.01, 0.04, 0.03, math.nan]) == pytest.approx([0.03, 0.06, 0.06, math.nan], nan_ok=True)
+
+
+def test_plan_of_a_fresh_sweep():
+    cs = cells()
+    units, sure, most = ps.plan(cs, [], 3, 5, 0.5, 10.0)
+    assert [(s, b) for s, b, _, k in units if k == "sure"] == [(s, b) for s in range(3) for b in ps.BUDGETS]
+    assert {k for s, _, _, k in units if s >= 3} == {"if undecided"}
+    # per seed: RoPE 400+800+1600+3200 steps, DroPE 100+200+400+800 (quickstart) + 4200 (the axes); 16 evaluations
+    assert sure == pytest.approx(3 * (11700 * 0.5 + 16 * 10.0))
+    assert most == pytest.approx(5 * (11700 * 0.5 + 16 * 10.0))
+    text = ps.plan_text(cs, [], 3, 5, 0.5, 10.0)
+    assert "seed 0, B = 3200: b3200-quickstart, b3200-share12.5, b3200-lr1x, b3200-lr3x, b3200-continued" in text
+    assert "seed 4, B = 400: b400-quickstart  (only if still undecided)" in text
+    assert "estimated 5.0 h for the first 3 seeds, at most 8.3 h" in text
+
+
+def test_rows_csv_and_resume_skip(tmp):
+    cs = cells([8, 16, 32])  # tiny budgets: the same logic
+    runs = FakeRuns(lambda c: 15.0)
+    sw = sweep(tmp, runs, cs)
+    # a committed row from an earlier session: (b16-quickstart, seed 1) is skipped
+    ps.append_row(sw.csv, ps.make_row(cs[1], 1, 71.0, 80.0, "old", "old cpu"))
+    sw.run()
+    rows = ps.read_rows(sw.csv)
+    assert len(rows) == len(cs) * 3 and ("b16-quickstart", 1) not in runs.calls
+    assert sum(1 for c in runs.calls if c[0] == "rope") == 3 * 3  # RoPE once per (budget, seed), shared by the cells
+    old = next(r for r in rows if r["cell"] == "b16-quickstart" and r["seed"] == 1)
+    assert (old["ppl_drope"], old["gap_pct"], old["commit"]) == (80.0, pytest.approx(12.676), "old")
+    with sw.csv.open() as f:
+        assert tuple(next(csv.reader(f))) == ps.FIELDS
+    # every cell is decided (gap ~15 %, little spread) after 3 seeds: a second run does nothing
+    runs.calls.clear()
+    assert sw.run() == 0 and runs.calls == []
+    assert "seed 3" not in ps.plan_text(cs, rows, 3, 5, 0.5, 10.0)
+
+
+def test_undecided_cells_get_more_seeds_and_stop_at_the_maximum(tmp):
+    cs = cells([8, 16, 32])
+    # b32-lr3x straddles the margin (inconclusive); the others are decided after 3 seeds
+    runs = FakeRuns(lambda c: 2.0 if c.id == "b32-lr3x" else 20.0, wiggle=1.5)
+    sweep(tmp, runs, cs).run()
+    rows = ps.read_rows(tmp / "rows.csv")
+    n = {c.id: len(ps.cell_gaps(rows, c.id)) for c in cs}
+    assert n.pop("b32-lr3x") == 5 and set(n.values()) == {3}
+    assert [c for c in runs.calls if c[0] == "rope" and c[2] >= 3] == [("rope", 32, 3), ("rope", 32, 4)]
+
+
+def test_a_row_lands_with_the_page_and_the_callback(tmp):
+    cs = cells([8, 16])
+    page, seen = doc_page(tmp), []
+    sweep(tmp, FakeRuns(lambda c: 10.0 if c.budget == 8 else 0.0, wiggle=0.1), cs, doc=page, on_row=seen.append).run()
+    text = page.read_text()
+    assert len(seen) == len(ps.read_rows(tmp / "rows.csv")) and text.endswith(f"{ps.END}\nafter\n")
+    assert "| b8-quickstart | 8 | 2 (25 %) |" in text and "**DroPE worse** at 3 seeds" in text
+    assert "**closed** at 3 seeds" in text and "Closed: b16-quickstart" in text
+    assert "Per doubling of the budget it moves by -10.0 points" in text and "the gap narrows with budget" in text
+    assert "measured at commit abc1234 on test cpu" in text
+
+
+def test_the_page_has_its_markers_and_a_bad_csv_is_refused(tmp):
+    text = ps.DOC_PATH.read_text()
+    assert ps.BEGIN in text and ps.END in text
+    bad = tmp / "bad.csv"
+    bad.write_text("cell,seed\nx,1\n")
+    with pytest.raises(ValueError, match="header"):
+        ps.read_rows(bad)
+
+
+def test_cli_plan_and_argument_errors(tmp, capsys):
+    rows = tmp / "rows.csv"
+    assert ps.study(["--plan", "--csv", str(rows)]) == 0
+    out = capsys.readouterr().out
+    assert "12 cells; seeds 0..2 for each, up to 5" in out and "b3200-continued" in out
+    for bad in (["--budgets", "4x"], ["--min-seeds", "4", "--max-seeds", "3"], ["--jobs", "3"], ["--budgets", "4"]):
+        with pytest.raises(SystemExit) as e:
+            ps.study(["--plan", "--csv", str(rows), *bad])
+        assert e.value.code == 2
+
+
+def test_plot(tmp):
+    pytest.importorskip("matplotlib")
+    cs = cells([8, 16])
+    sweep(tmp, FakeRuns(lambda c: 5.0), cs, min_seeds=2, max_seeds=2).run()
+    assert ps.plot(cs, ps.read_rows(tmp / "rows.csv"), tmp / "p.png") and (tmp / "p.png").stat().st_size > 1000
+
+
+def test_the_committer_commits_only_its_paths(tmp):
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp), *args], capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    (tmp / "other.txt").write_text("x\n")
+    git("add", "other.txt")  # someone else's staged work
+    git("commit", "-q", "-m", "init")
+    (tmp / "other.txt").write_text("y\n")
+    git("add", "other.txt")
+    rows = tmp / "rows.csv"
+    c = ps.Committer([rows, tmp / "missing.png"], 3600, ps.sweep_message(rows), repo=tmp)
+    ps.append_row(rows, ps.make_row(cells([8, 16])[0], 0, 70.0, 77.0, "abc", "cpu"))
+    c.row()  # inside the interval: nothing yet
+    assert "rows" not in git("log", "--format=%s")
+    c.flush()
+    assert git("log", "-1", "--format=%s").strip() == "docs: prose sweep at 1 rows, last b8-quickstart seed 0"
+    assert git("show", "--name-only", "--format=", "HEAD").split() == ["rows.csv"]
+    assert git("diff", "--cached", "--name-only").split() == ["other.txt"]  # still staged, not committed
