@@ -12,7 +12,7 @@ OUT="$ROOT/runs/bench-isa"
 QUICK=0; [ "${1:-}" = "--quick" ] && QUICK=1
 mkdir -p "$OUT"
 
-# shellcheck source=lib/isa_env.sh
+# shellcheck source=scripts/lib/isa_env.sh
 source "$ROOT/scripts/lib/isa_env.sh"
 lens="1024,2048,4096,8192"; steps=12; steps50=8
 [ $QUICK = 1 ] && { lens="1024,2048"; steps=6; steps50=4; }
@@ -22,9 +22,11 @@ for isa in avx512 avx2 baseline; do
     continue
   fi
   echo "== $isa ($(isa_env $isa))"
+  # shellcheck disable=SC2046  # the level's VAR=value words
   env $(isa_env $isa) OMP_NUM_THREADS=2 "$BIN/drope-bench" attention --lengths "$lens" --cases causal,window,alibi,gqa \
     --impls ours,sdpa,sdpa_mask --heads 8 --head-dim 64 --window 512 --repeats 3 --warmup 1 --quiet \
     | tee "$OUT/$isa-attention.txt"
+  # shellcheck disable=SC2046
   env $(isa_env $isa) OMP_NUM_THREADS=2 "$BIN/drope-bench" layers | tee "$OUT/$isa-layers.txt"
   "$PY" "$ROOT/bench/train.py" --isa $isa --preset tiny-256 --seq-len 512 --batch 8 --steps $steps --warmup 2 \
     --threads 2 --bin "$BIN" | tee "$OUT/$isa-train-tiny.txt"
