@@ -127,3 +127,66 @@ TEST(LinearCrossEntropy, Bfloat16AutocastGemms) {
   EXPECT_LT(max_diff(got.dh, ref.dh) / ref.dh.abs().max().item<double>(), 3e-2);
   EXPECT_LT(max_diff(got.dw, ref.dw) / ref.dw.abs().max().item<double>(), 3e-2);
 }
+
+TEST(LinearCrossEntropy, FusedChunkAgainstUnfusedFloat64AndFiniteDifferences) {
+  // The fused chunk (CPU row kernel: max, exp and sum, gradient in place) against the separate-ops chunk and
+  // the full logits in float64, with ignored rows, vocabularies that are and are not multiples of the vector
+  // width, and central differences of the fused loss in the weight.
+  torch::manual_seed(3);
+  auto opt = torch::TensorOptions().dtype(torch::kDouble);
+  for (int64_t V : {64, 101, 1000}) {
+    const int64_t N = 29, C = 16;
+    auto h = torch::randn({N, C}, opt), w = torch::randn({V, C}, opt) * 0.4, u = torch::randn({V, C}, opt);
+    auto y = torch::randint(0, V, {N}, torch::kLong);
+    y.index_put_({torch::tensor({0, 11})}, -100);
+    auto ref =
+        run([&](auto& hh, auto& ww) { return torch::nn::functional::cross_entropy(hh.matmul(ww.t()), y); }, h, w, u);
+    for (bool fused : {true, false}) {
+      auto got = run([&](auto& hh, auto& ww) { return ops::linear_cross_entropy(hh, ww, y, -100, 6, fused); }, h, w, u);
+      SCOPED_TRACE(std::to_string(V) + (fused ? " fused" : " unfused"));
+      EXPECT_LT(max_diff(got.loss, ref.loss), 1e-12);
+      EXPECT_LT(max_diff(got.dh, ref.dh), 1e-12);
+      EXPECT_LT(max_diff(got.dw, ref.dw), 1e-12);
+    }
+    auto f = [&](const torch::Tensor& ww) { return ops::linear_cross_entropy(h, ww, y, -100, 6, true).item<double>(); };
+    auto got = run([&](auto& hh, auto& ww) { return ops::linear_cross_entropy(hh, ww, y, -100, 6, true); }, h, w,
+                   torch::zeros_like(w));
+    for (int64_t i : std::vector<int64_t>{0, 5, 3 * C + 2, V * C - 1}) {
+      const double eps = 1e-6;
+      auto wp = w.clone(), wm = w.clone();
+      wp.view({-1})[i] += eps;
+      wm.view({-1})[i] -= eps;
+      EXPECT_NEAR(2.5 * (f(wp) - f(wm)) / (2 * eps), got.dw.view({-1})[i].item<double>(), 1e-7) << "V=" << V;
+    }
+  }
+}
+
+TEST(LinearCrossEntropy, FusedChunkFloat32AndBfloat16) {
+  // float32 (the row kernel with its polynomial exp) and bfloat16 autocast GEMMs (ATen's log-softmax and its
+  // backward) against float64 of the same inputs; fused and unfused within rounding of each other.
+  torch::manual_seed(4);
+  const int64_t N = 40, C = 32, V = 517;
+  auto h = torch::randn({N, C}), w = torch::randn({V, C}) * 0.2;
+  auto y = torch::randint(0, V, {N}, torch::kLong);
+  y[3] = -100;
+  auto ref = run([&](auto& hh, auto& ww) { return torch::nn::functional::cross_entropy(hh.matmul(ww.t()), y); },
+                 h.to(torch::kDouble), w.to(torch::kDouble), torch::zeros({V, C}, torch::kDouble));
+  auto got = run([&](auto& hh, auto& ww) { return ops::linear_cross_entropy(hh, ww, y, -100, 9, true); }, h, w,
+                 torch::zeros({V, C}));
+  EXPECT_NEAR(got.loss.item<double>(), ref.loss.item<double>(), 1e-5);
+  EXPECT_LT(max_diff(got.dh.to(torch::kDouble), ref.dh), 1e-6);
+  EXPECT_LT(max_diff(got.dw.to(torch::kDouble), ref.dw), 1e-6);
+  Result r[2];
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  for (int fused = 0; fused < 2; ++fused)
+    r[fused] = run([&](auto& hh, auto& ww) { return ops::linear_cross_entropy(hh, ww, y, -100, 9, fused == 1); }, h, w,
+                   torch::zeros({V, C}));
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  at::autocast::clear_cache();
+  EXPECT_NEAR(r[1].loss.item<double>(), ref.loss.item<double>(), 2e-2);
+  EXPECT_NEAR(r[1].loss.item<double>(), r[0].loss.item<double>(), 1e-5);
+  EXPECT_LT(max_diff(r[1].dh, r[0].dh) / r[0].dh.abs().max().item<double>(), 1e-2);
+  EXPECT_LT(max_diff(r[1].dw, r[0].dw) / r[0].dw.abs().max().item<double>(), 1e-2);
+  EXPECT_LT(max_diff(r[1].dh.to(torch::kDouble), ref.dh) / ref.dh.abs().max().item<double>(), 3e-2);
+}

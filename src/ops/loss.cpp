@@ -5,6 +5,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include "drope/kernels/layers_cpu.h"
 #include "drope/ops/layers.h"
 
 namespace drope::ops {
@@ -21,7 +22,7 @@ struct Sums {
 
 // One pass over row chunks: loss sum and, when asked, the gradients of the summed loss scaled by `scale`.
 Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels, int64_t ignore_index,
-             int64_t chunk_rows, bool grad_hidden, bool grad_weight, double scale) {
+             int64_t chunk_rows, bool grad_hidden, bool grad_weight, double scale, bool fused) {
   const int64_t N = hidden.size(0), V = weight.size(0);
   const auto acc = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   // GEMM dtype: the autocast dtype when autocast is on for this device (the unfused path's matmul would
@@ -39,26 +40,64 @@ Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
   out.loss = at::zeros({}, hidden.options().dtype(acc));
   if (grad_hidden) out.dhidden = at::empty_like(hidden);
   if (grad_weight) out.dweight = at::zeros_like(weight);
+  const bool grad = grad_hidden || grad_weight;
   for (int64_t r = 0; r < N; r += chunk_rows) {
     const int64_t n = std::min(chunk_rows, N - r);
     const auto h = hidden.narrow(0, r, n).to(gemm);
     const auto y = labels.narrow(0, r, n);
     auto logits = matmul_nt(h, w);
-    if (logits.scalar_type() != acc) logits = logits.to(acc);
     const auto keep = y.ne(ignore_index);
     const auto yc = at::where(keep, y, at::zeros_like(y)).unsqueeze(1);
-    // log Σ exp with the row max subtracted in place, so no second (n, V) buffer exists (at::logsumexp
-    // would allocate one for exp(logits − max)): loss = log Σ exp(x − m) − (x_y − m).
-    logits.sub_(logits.amax(1, /*keepdim=*/true));
-    const auto picked = logits.gather(1, yc);
-    const auto sumexp = logits.exp_().sum(1, /*keepdim=*/true);
-    out.loss.add_(((sumexp.log() - picked).squeeze(1) * keep).sum());
-    if (!grad_hidden && !grad_weight) continue;
-    // d(sum loss)/d logits = softmax − onehot(y) on counted rows, 0 on ignored ones; times `scale`.
-    auto p = logits.div_(sumexp);
-    p.scatter_add_(1, yc, at::full({n, 1}, -1.0, p.options()));
-    p.mul_((keep.to(acc) * scale).unsqueeze(1));
-    const auto pg = p.to(gemm);
+    at::Tensor pg;  // `scale` · d(sum loss)/d logits in the GEMM dtype (softmax − onehot; 0 on ignored rows)
+    if (fused && logits.device().is_cpu() && logits.scalar_type() == acc && logits.is_contiguous()) {
+      // One kernel per chunk: each row read once from memory, its loss and (in place) its gradient.
+      auto rows = at::empty({n}, logits.options());
+      const auto yv = y.contiguous();
+      if (acc == at::kDouble) {
+        kernels::SoftmaxXentArgs<double> a{logits.data_ptr<double>(),
+                                           yv.data_ptr<int64_t>(),
+                                           rows.data_ptr<double>(),
+                                           n,
+                                           V,
+                                           ignore_index,
+                                           scale,
+                                           grad};
+        kernels::softmax_xent_cpu(a);
+      } else {
+        kernels::SoftmaxXentArgs<float> a{
+            logits.data_ptr<float>(), yv.data_ptr<int64_t>(), rows.data_ptr<float>(), n, V, ignore_index, scale, grad};
+        kernels::softmax_xent_cpu(a);
+      }
+      out.loss.add_(rows.sum());
+      if (grad) pg = logits;
+    } else if (fused) {
+      // ATen's log-softmax read straight from the GEMM's dtype (CUDA: half_to_float) and its backward written
+      // straight into it: no float copy of the logits, no separate max / exp / sum / divide / scale passes.
+      const bool h2f = logits.is_cuda() && logits.scalar_type() != acc;
+      const auto lsm = h2f ? at::_log_softmax(logits, 1, /*half_to_float=*/true)
+                           : at::_log_softmax(logits.to(acc), 1, /*half_to_float=*/false);
+      out.loss.sub_((lsm.gather(1, yc).squeeze(1) * keep).sum());
+      if (grad) {
+        // d/dx of −Σ go·lsm with go = −scale at the label: softmax·scale − onehot·scale.
+        auto go = at::zeros_like(lsm);
+        go.scatter_(1, yc, (keep.to(acc) * -scale).unsqueeze(1));
+        pg = at::_log_softmax_backward_data(go, lsm, 1, h2f ? logits.scalar_type() : acc).to(gemm);
+      }
+    } else {
+      if (logits.scalar_type() != acc) logits = logits.to(acc);
+      // log Σ exp with the row max subtracted in place, so no second (n, V) buffer exists (at::logsumexp
+      // would allocate one for exp(logits − max)): loss = log Σ exp(x − m) − (x_y − m).
+      logits.sub_(logits.amax(1, /*keepdim=*/true));
+      const auto picked = logits.gather(1, yc);
+      const auto sumexp = logits.exp_().sum(1, /*keepdim=*/true);
+      out.loss.add_(((sumexp.log() - picked).squeeze(1) * keep).sum());
+      if (!grad) continue;
+      auto p = logits.div_(sumexp);
+      p.scatter_add_(1, yc, at::full({n, 1}, -1.0, p.options()));
+      p.mul_((keep.to(acc) * scale).unsqueeze(1));
+      pg = p.to(gemm);
+    }
+    if (!grad) continue;
     if (gemm == acc) {
       // In place, with the transposes as BLAS flags: no copy of pᵀ (a chunk of logits) or of W, and no
       // (V, C) product beside the accumulator.
@@ -79,9 +118,9 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& labels, int64_t ignore_index, int64_t chunk_rows, bool grad_hidden,
-                            bool grad_weight) {
+                            bool grad_weight, bool fused) {
     const double count = labels.ne(ignore_index).sum().item<double>();
-    auto s = chunked(hidden, weight, labels, ignore_index, chunk_rows, grad_hidden, grad_weight, 1.0 / count);
+    auto s = chunked(hidden, weight, labels, ignore_index, chunk_rows, grad_hidden, grad_weight, 1.0 / count, fused);
     ctx->save_for_backward({s.dhidden, s.dweight});
     return s.loss / count;
   }
@@ -89,14 +128,15 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
     const auto saved = ctx->get_saved_variables();
     const auto& g = grads[0];
     auto scaled = [&](const at::Tensor& t) { return t.defined() ? t * g.to(t.scalar_type()) : at::Tensor(); };
-    return {scaled(saved[0]), scaled(saved[1]), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {scaled(saved[0]), scaled(saved[1]), at::Tensor(), at::Tensor(),
+            at::Tensor(),     at::Tensor(),     at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
-                                int64_t ignore_index, int64_t chunk_rows) {
+                                int64_t ignore_index, int64_t chunk_rows, bool fused) {
   TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
               "linear_cross_entropy: hidden (N, C) and weight (V, C) expected, got ", hidden.sizes(), " and ",
               weight.sizes());
@@ -108,7 +148,7 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
               ") or equal ignore_index ", ignore_index);
   const bool grad = torch::GradMode::is_enabled();
   return LinearCrossEntropy::apply(hidden, weight, labels, ignore_index, chunk_rows, grad && hidden.requires_grad(),
-                                   grad && weight.requires_grad());
+                                   grad && weight.requires_grad(), fused);
 }
 
 }  // namespace drope::ops

@@ -54,6 +54,21 @@ struct SwiGluArgs {
   int64_t rows = 0, n = 0;
 };
 
+// Softmax cross-entropy of logit rows, in place: x (rows, n) contiguous, labels (rows) in [0, n) or
+// ignore_index. Per row, loss[r] = lse − x[label] (0 for an ignored row), lse = log Σ_j exp x_j. With grad, x
+// becomes the gradient of scale · Σ_r loss[r] in the logits: (softmax(x) − onehot(label)) · scale, 0 on ignored
+// rows. A row is read once from memory (max), then from cache (exp and sum, stored in place; the scaling).
+template <typename T>
+struct SoftmaxXentArgs {
+  T* x = nullptr;
+  const int64_t* labels = nullptr;
+  T* loss = nullptr;  // (rows)
+  int64_t rows = 0, n = 0;
+  int64_t ignore_index = -100;
+  double scale = 1.0;
+  bool grad = false;
+};
+
 void rms_norm_forward_cpu(const RmsNormForwardArgs<float>& a);
 void rms_norm_forward_cpu(const RmsNormForwardArgs<double>& a);
 void rms_norm_backward_cpu(const RmsNormBackwardArgs<float>& a);
@@ -62,5 +77,7 @@ void rotary_cpu(const RotaryArgs<float>& a);
 void rotary_cpu(const RotaryArgs<double>& a);
 void swiglu_cpu(const SwiGluArgs<float>& a);
 void swiglu_cpu(const SwiGluArgs<double>& a);
+void softmax_xent_cpu(const SoftmaxXentArgs<float>& a);
+void softmax_xent_cpu(const SoftmaxXentArgs<double>& a);
 
 }  // namespace drope::kernels

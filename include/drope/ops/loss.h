@@ -13,7 +13,11 @@ namespace drope::ops {
 // chunk_rows: rows per chunk; 0 picks them so that a chunk's logits take about 256 MB in float32.
 // Differentiable in hidden and weight; matches at::cross_entropy(hidden.matmul(weight.t()), labels) with
 // mean reduction (NaN when every label is ignored, as there).
+// fused: each chunk's loss and logit gradient in one operation after its GEMM: on the CPU (float32/float64
+// logits) one row kernel (kernels::softmax_xent_cpu: a row read once from memory, the gradient written in
+// place), elsewhere ATen's log-softmax read from the GEMM's dtype and its backward written into it. Unfused:
+// separate max / exp / sum / divide / scale passes over a float copy of the logits (kept for comparison).
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
-                                int64_t ignore_index = -100, int64_t chunk_rows = 0);
+                                int64_t ignore_index = -100, int64_t chunk_rows = 0, bool fused = true);
 
 }  // namespace drope::ops

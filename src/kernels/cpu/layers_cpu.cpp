@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <type_traits>
 
@@ -223,7 +224,76 @@ struct SwiGlu {
   }
 };
 
+// ---- Softmax cross-entropy ------------------------------------------------------------------------------
+
+template <typename T, int VB>
+struct SoftmaxXent {
+  SoftmaxXentArgs<T> a;
+  using V = typename Simd<T, VB>::V;
+  static constexpr int W = Simd<T, VB>::W;
+  DROPE_INLINE void operator()(int64_t b, int64_t e) const {
+    const int64_t n = a.n, full = n - n % W;
+    for (int64_t r = b; r < e; ++r) {
+      T* x = a.x + r * n;
+      const int64_t y = a.labels[r];
+      const bool keep = y != a.ignore_index;
+      if (!keep) {
+        a.loss[r] = T(0);
+        if (a.grad) std::memset(x, 0, size_t(n) * sizeof(T));
+        continue;
+      }
+      const T picked = x[y];
+      // Pass 1: the row max.
+      T m = -std::numeric_limits<T>::infinity();
+      if (full > 0) {
+        V vm = vload<V>(x);
+        for (int64_t i = W; i < full; i += W) {
+          const V v = vload<V>(x + i);
+          vm = v > vm ? v : vm;
+        }
+        for (int l = 0; l < W; ++l) m = std::max(m, T(vm[l]));
+      }
+      for (int64_t i = full; i < n; ++i) m = std::max(m, x[i]);
+      // Pass 2: exp(x − m), summed (and stored when the gradient follows).
+      V vs{};
+      const V vmax = V{} + m;
+      for (int64_t i = 0; i < full; i += W) {
+        const V ex = vexp(vload<V>(x + i) - vmax);
+        vs += ex;
+        if (a.grad) vstore(x + i, ex);
+      }
+      T s = T(0);
+      for (int l = 0; l < W; ++l) s += vs[l];
+      if (full < n) {
+        T t[W] = {};
+        for (int64_t i = full; i < n; ++i) t[i - full] = x[i] - m;
+        const V ex = vexp(vload<V>(t));
+        for (int64_t i = full; i < n; ++i) {
+          s += ex[i - full];
+          if (a.grad) x[i] = ex[i - full];
+        }
+      }
+      a.loss[r] = m + std::log(s) - picked;
+      if (!a.grad) continue;
+      // Pass 3: softmax · scale, minus scale at the label.
+      const T f = T(a.scale) / s;
+      const V vf = V{} + f;
+      for (int64_t i = 0; i < full; i += W) vstore(x + i, vload<V>(x + i) * vf);
+      for (int64_t i = full; i < n; ++i) x[i] *= f;
+      x[y] -= T(a.scale);
+    }
+  }
+};
+
 }  // namespace
+
+template <typename T>
+static void softmax_xent(const SoftmaxXentArgs<T>& a) {
+  for (int64_t r = 0; r < a.rows; ++r)
+    if (a.labels[r] != a.ignore_index && (a.labels[r] < 0 || a.labels[r] >= a.n))
+      throw std::invalid_argument("softmax_xent_cpu: label out of range");
+  dispatch_rows_vec<SoftmaxXent, T>(a.rows, 3 * a.n, a);
+}
 
 template <typename T>
 static void swiglu(const SwiGluArgs<T>& a) {
@@ -258,5 +328,7 @@ void rotary_cpu(const RotaryArgs<float>& a) { rotary(a); }
 void rotary_cpu(const RotaryArgs<double>& a) { rotary(a); }
 void swiglu_cpu(const SwiGluArgs<float>& a) { swiglu(a); }
 void swiglu_cpu(const SwiGluArgs<double>& a) { swiglu(a); }
+void softmax_xent_cpu(const SoftmaxXentArgs<float>& a) { softmax_xent(a); }
+void softmax_xent_cpu(const SoftmaxXentArgs<double>& a) { softmax_xent(a); }
 
 }  // namespace drope::kernels
