@@ -5,7 +5,8 @@ trained on the same data for the same steps (same seed, data order, learning rat
 
   1. data: the small corpus's documents tokenised with the model's own tokenizer (drope-data prepare);
   2. DroPE: drope-train phase drope (run.init = the GGUF, drope.qk_norm = qk); RoPE: phase pretrain from the same
-     file; both keep a checkpoint at every mark (default 16, 32, 64, 128 steps of 2,048 tokens);
+     file; both keep a checkpoint at every mark (default 16, 32, 64, 128 steps of 2,048 tokens), trained mark by
+     mark (each run resumes to the next mark; the schedule is constant after the warm-up);
   3. held-out perplexity on Persuasion at 512 and 2,048 tokens (non-overlapping windows over the same tokens) for
      both at every mark; step 0 is the model as released (RoPE) and the dropped model with QK-norm, untrained;
   4. the temperature c of DroPE's last checkpoint (drope-eval fit-temperature, C = the recalibration length);
@@ -376,15 +377,16 @@ class Study:
         (self.out / "eval").mkdir(parents=True, exist_ok=True)
         todo = missing(s, read_rows(self.csv))
         need = steps_needed(s, todo)
-        for model in MODELS:
-            if need[model]:
-                self.train(model, need[model])
-            for step in s.marks:
+        # Mark by mark, both runs: each run trains on to the mark (the constant schedule lets a run stop at a mark
+        # and resume), then both are evaluated there, so the curves land side by side as the runs go.
+        for step in s.marks:
+            for model in MODELS:
+                if step and need[model] >= step:
+                    self.train(model, step)
+                    self.prune(model)
                 for n in s.ppl_lengths:
                     if key(model, step, "ppl", n) in todo:
                         self.ppl(model, step, n)
-            if need[model]:
-                self.prune(model)
         last = s.marks[-1]
         fit_row = key("DroPE", last, "temperature_c", s.seq_len) in todo
         niah_drope = any(k[0] == "DroPE" and k[2] == "niah_single_1" for k in todo)
