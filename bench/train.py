@@ -11,6 +11,10 @@ way); peak RSS per process.
 `--isa avx2` (or baseline, avx512) runs both sides at that instruction-set level, emulating a CPU without the
 wider ones: drope's kernels (DROPE_CPU_ISA) and LibTorch's own dispatch (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA,
 MKL_ENABLE_INSTRUCTIONS). The level each side actually ran at is printed.
+
+`--ab KEY=VALUE` (repeatable) adds drope-train rows with that config override, side by side with the default
+row, each run in turn (`--ab train.fused_loss=false --ab optim.fused=false`); `--no-eager` leaves out the
+eager rows.
 """
 import argparse
 import os
@@ -70,6 +74,9 @@ def main():
     ap.add_argument("--bin", default=str(ROOT / "build"))
     ap.add_argument("--isa", choices=["native", *isa_levels.levels()], default="native",
                     help="instruction-set level of both sides (default: what this CPU has)")
+    ap.add_argument("--ab", action="append", default=[], metavar="KEY=VALUE",
+                    help="also run drope-train with this config override (repeatable: one row each)")
+    ap.add_argument("--no-eager", action="store_true", help="drope-train rows only")
     ap.add_argument("--eager-worker", nargs=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.eager_worker:
@@ -115,20 +122,26 @@ train:
   clip: 1.0
   dtype: {'bfloat16' if args.bf16 else 'float32'}
 """)
-        r, rss = run_with_peak_rss([binp / "drope-train", run_cfg, "--quiet"],
-                                   env={**{k: v for k, v in base_env.items() if k.startswith(PASS_THROUGH)},
-                                        "OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"})
-        if r.returncode != 0:
-            raise SystemExit(f"drope-train failed:\n{r.stderr}")
-        # Wall time from the end of the warm-up step to the end of the last step (logging included), as the
-        # eager side measures it: tokens of the timed steps / their total time.
-        ours = {"impl": "drope-train", "tokens_per_s": tokens_per_s(train_log(tmp / "run"), args.warmup, args.steps),
-                "peak_rss_mb": rss}
+        drope_env = {**{k: v for k, v in base_env.items() if k.startswith(PASS_THROUGH)},
+                     "OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"}
+        rows = []
+        for override in ["", *args.ab]:
+            sets = ["--set", override] if override else []
+            r, rss = run_with_peak_rss([binp / "drope-train", run_cfg, "--quiet", "--force", *sets], env=drope_env)
+            if r.returncode != 0:
+                raise SystemExit(f"drope-train failed:\n{r.stderr}")
+            # Wall time from the end of the warm-up step to the end of the last step (logging included), as the
+            # eager side measures it: tokens of the timed steps / their total time.
+            rows.append({"impl": "drope-train" + (f" ({override})" if override else ""),
+                         "tokens_per_s": tokens_per_s(train_log(tmp / "run"), args.warmup, args.steps),
+                         "peak_rss_mb": rss})
+        ours = rows[0]
         # The eager loop twice: as users run it, and with the glibc malloc settings drope's tools apply at start
         # (every block on the heap, freed memory kept: apps/app_common.cpp), so that the ratio shows what is
         # left once the allocator is equal.
         eagers = []
-        for label, extra_env in (("", {}), (", malloc as drope", {"GLIBC_TUNABLES": MALLOC_AS_DROPE})):
+        for label, extra_env in () if args.no_eager else (("", {}),
+                                                          (", malloc as drope", {"GLIBC_TUNABLES": MALLOC_AS_DROPE})):
             eager = run_worker([sys.executable, __file__, "--eager-worker", tmp / "m", "--seq-len", args.seq_len,
                                 "--batch", args.batch, "--steps", args.steps, "--warmup", args.warmup,
                                 "--threads", args.threads, *(["--bf16"] if args.bf16 else [])],
@@ -139,9 +152,11 @@ train:
           f"{args.steps} steps ({args.warmup} warm-up), "
           f"{args.threads} threads, {'bf16 autocast' if args.bf16 else 'float32'}, "
           f"ISA {args.isa}{' (' + ', '.join(f'{k}={v}' for k, v in isa_env.items()) + ')' if isa_env else ''}; "
-          f"eager ATen ran at {eagers[0].get('aten_isa', '?')}")
+          f"eager ATen ran at {eagers[0].get('aten_isa', '?') if eagers else '-'}")
     print("| impl | tokens/s | peak RSS MB | drope-train speed-up | drope-train memory |\n|---|---:|---:|---:|---:|")
-    print(f"| {ours['impl']} | {ours['tokens_per_s']:.0f} | {ours['peak_rss_mb']:.0f} | | |")
+    for x in rows:
+        print(f"| {x['impl']} | {x['tokens_per_s']:.0f} | {x['peak_rss_mb']:.0f} | "
+              f"{x['tokens_per_s'] / ours['tokens_per_s']:.2f}x of default | |")
     for x in eagers:
         print(f"| {x['impl']} | {x['tokens_per_s']:.0f} | {x['peak_rss_mb']:.0f} | "
               f"{ours['tokens_per_s'] / x['tokens_per_s']:.2f}x | {ours['peak_rss_mb'] / x['peak_rss_mb']:.2f}x |")

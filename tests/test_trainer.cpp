@@ -320,3 +320,51 @@ TEST(Trainer, OffsetKeyTaskLossIsOnTheAnswersOnly) {
                      {"exactly one of data.dataset, data.text or data.task"});
   test::expect_error([&] { load_run_config(d + "/cfg.yaml", {"data.seq_len=8"}); }, {"data.seq_len"});
 }
+
+TEST(AdamW, FusedKernelWithinOneUlpOfSeparateOps) {
+  // optim.fused: LibTorch's _fused_adamw_ against our separate-ops update, one step from the same state (float32
+  // moments and parameters, with and without decay, steps 1 and 37): the parameters and exp_avg_sq within one
+  // float32 ulp, exp_avg bitwise equal.
+  auto ulps = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return (a.view(torch::kInt).to(torch::kLong) - b.view(torch::kInt).to(torch::kLong)).abs().max().item<int64_t>();
+  };
+  for (int64_t steps : {0, 36}) {
+    torch::manual_seed(7 + steps);
+    const auto w0 = torch::randn({33, 17}), b0 = torch::randn({257});
+    const auto gw = torch::randn({33, 17}), gb = torch::randn({257});
+    const std::map<std::string, torch::Tensor> state{{"exp_avg.l.weight", torch::randn({33, 17}) * 0.1},
+                                                     {"exp_avg_sq.l.weight", torch::rand({33, 17}) * 0.01},
+                                                     {"exp_avg.l.bias", torch::randn({257}) * 0.1},
+                                                     {"exp_avg_sq.l.bias", torch::rand({257}) * 0.01}};
+    std::vector<torch::Tensor> out[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      auto w = w0.clone(), b = b0.clone();
+      AdamWConfig cfg;
+      cfg.fused = fused == 1;
+      AdamW opt({{"l.weight", w}, {"l.bias", b}}, cfg);
+      opt.load_state(state, steps, "test");
+      w.mutable_grad() = gw.clone();
+      b.mutable_grad() = gb.clone();
+      opt.step(3e-4);
+      out[fused] = {w, b};
+      for (const auto& [name, t] : opt.state_tensors()) out[fused].push_back(t);
+    }
+    const char* what[] = {"weight", "bias", "exp_avg.weight", "exp_avg_sq.weight", "exp_avg.bias", "exp_avg_sq.bias"};
+    for (size_t i = 0; i < out[0].size(); ++i) {
+      const int64_t u = ulps(out[0][i], out[1][i]);
+      EXPECT_LE(u, std::string(what[i]).rfind("exp_avg.", 0) == 0 ? 0 : 1) << what[i] << " step " << steps + 1;
+    }
+  }
+}
+
+TEST(RunConfig, FusedStepKeysAndCudaGraphsOnTheCpu) {
+  const std::string d = test::tmp_dir("fused_keys");
+  auto cfg = load_run_config(write_cfg(d), {"train.fused_loss=false", "optim.fused=false"});
+  EXPECT_FALSE(cfg.train.fused_loss);
+  EXPECT_FALSE(cfg.optim.fused);
+  EXPECT_FALSE(cfg.train.cuda_graphs);
+  write_file_atomic(d + "/rt.yaml", run_config_to_yaml(cfg));
+  EXPECT_EQ(run_config_to_yaml(load_run_config(d + "/rt.yaml")), run_config_to_yaml(cfg));
+  test::expect_error([&] { load_run_config(write_cfg(d), {"train.cuda_graphs=true", "train.device=cpu"}); },
+                     {"train.cuda_graphs", "CUDA"});
+}

@@ -58,7 +58,7 @@ void AdamW::step(double lr) {
     }
     if (params.empty()) continue;
     const double wd = decay ? cfg_.weight_decay : 0.0;
-    if (fusable && !force_unfused_) {
+    if (fusable && cfg_.fused && !force_unfused_) {
       // The kernel only reads the step count: one tensor serves every parameter of the group.
       const auto step = at::full({}, double(step_), params.front().options().dtype(at::kFloat));
       const std::vector<at::Tensor> steps(params.size(), step);

@@ -99,6 +99,7 @@ void read_optim(YamlMap o, AdamWConfig& optim) {
   o.get("weight_decay", optim.weight_decay);
   o.get("decay_embeddings", optim.decay_embeddings);
   o.get("decay_norms_and_biases", optim.decay_norms_and_biases);
+  o.get("fused", optim.fused);
   o.finish();
 }
 
@@ -117,6 +118,8 @@ void read_train(YamlMap t, TrainLoopConfig& train) {
   t.get("allreduce_bucket_mb", train.allreduce_bucket_mb);
   t.get("max_bad_steps", train.max_bad_steps);
   t.get("chunked_loss", train.chunked_loss);
+  t.get("fused_loss", train.fused_loss);
+  t.get("cuda_graphs", train.cuda_graphs);
   get_name(t, "shard", train.shard);
   std::string ac;
   if (t.get("activation_checkpointing", ac))
@@ -174,6 +177,8 @@ void check_run_config(const RunConfig& c, const std::string& source) {
   number("train.dist_timeout_s", c.train.dist_timeout_s, Interval::positive());
   number("train.allreduce_bucket_mb", c.train.allreduce_bucket_mb, {0, 1 << 20, true, false});
   need(c.train.max_bad_steps >= 1, "train.max_bad_steps must be >= 1");
+  need(!(c.train.cuda_graphs && c.train.device == "cpu"),
+       "train.cuda_graphs: true needs a CUDA device; this run has train.device: cpu");
   if (c.phase == TrainPhase::kPretrain)
     need(c.has_model || !c.init.empty(), "phase pretrain needs a model: section or run.init");
   else
@@ -264,7 +269,8 @@ std::string run_config_to_yaml(const RunConfig& c) {
     << YAML::Key << "betas" << YAML::Value << YAML::Flow << std::vector<double>{c.optim.beta1, c.optim.beta2}
     << YAML::Key << "eps" << YAML::Value << c.optim.eps << YAML::Key << "weight_decay" << YAML::Value
     << c.optim.weight_decay << YAML::Key << "decay_embeddings" << YAML::Value << c.optim.decay_embeddings << YAML::Key
-    << "decay_norms_and_biases" << YAML::Value << c.optim.decay_norms_and_biases << YAML::EndMap;
+    << "decay_norms_and_biases" << YAML::Value << c.optim.decay_norms_and_biases << YAML::Key << "fused" << YAML::Value
+    << c.optim.fused << YAML::EndMap;
   e << YAML::Key << "schedule" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value << c.schedule.type
     << YAML::Key << "warmup" << YAML::Value << c.schedule.warmup << YAML::Key << "steps" << YAML::Value
     << c.schedule.steps << YAML::Key << "min_lr_ratio" << YAML::Value << c.schedule.min_lr_ratio << YAML::Key
@@ -279,7 +285,8 @@ std::string run_config_to_yaml(const RunConfig& c) {
     << YAML::Value << t.device << YAML::Key << "peak_tflops" << YAML::Value << t.peak_tflops << YAML::Key
     << "dist_timeout_s" << YAML::Value << t.dist_timeout_s << YAML::Key << "allreduce_bucket_mb" << YAML::Value
     << t.allreduce_bucket_mb << YAML::Key << "max_bad_steps" << YAML::Value << t.max_bad_steps << YAML::Key
-    << "chunked_loss" << YAML::Value << t.chunked_loss << YAML::Key << "shard" << YAML::Value
+    << "chunked_loss" << YAML::Value << t.chunked_loss << YAML::Key << "fused_loss" << YAML::Value << t.fused_loss
+    << YAML::Key << "cuda_graphs" << YAML::Value << t.cuda_graphs << YAML::Key << "shard" << YAML::Value
     << std::string(name_of(t.shard)) << YAML::Key << "activation_checkpointing" << YAML::Value
     << activation_checkpointing_name(t.activation_checkpointing) << YAML::Key << "tensorboard" << YAML::Value
     << t.tensorboard << YAML::EndMap;

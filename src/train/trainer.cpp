@@ -248,6 +248,8 @@ void Trainer::build_device() {
     if (!torch::cuda::is_available()) fail("{}: train.device is cuda but no CUDA device is available", cfg_.source);
     device_ = torch::Device(torch::kCUDA, env.local_rank % std::max<int64_t>(1, torch::cuda::device_count()));
   }
+  if (cfg_.train.cuda_graphs && !device_.is_cuda())
+    fail("{}: train.cuda_graphs: true needs a CUDA device; this run trains on the CPU", cfg_.source);
   dist_ = std::make_unique<Distributed>(env, device_, cfg_.train.dist_timeout_s);
   main_rank_ = dist_->is_main();
   say_ = !opt_.quiet;  // the logger decides which ranks speak
@@ -398,7 +400,7 @@ torch::Tensor Trainer::loss_of(const torch::Tensor& batch, const torch::Tensor& 
     auto h = model_->hidden(b.narrow(1, 0, T), fwd_);  // (micro, T, C)
     h = h.reshape({-1, h.size(-1)});
     if (rows.defined()) h = h.index_select(0, rows);
-    return ops::linear_cross_entropy(h, model_->lm_head_weight(), labels);
+    return ops::linear_cross_entropy(h, model_->lm_head_weight(), labels, -100, 0, cfg_.train.fused_loss);
   }
   auto logits = model_->forward(b.narrow(1, 0, T), fwd_);  // (micro, T, V)
   logits = logits.reshape({-1, logits.size(-1)});

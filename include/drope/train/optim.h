@@ -21,6 +21,7 @@ struct AdamWConfig {
   double weight_decay = 0.1;   // decoupled; applied to matrices only (see decays())
   bool decay_embeddings = false;
   bool decay_norms_and_biases = false;
+  bool fused = true;           // LibTorch's fused kernel (_fused_adamw_) where it applies; false: separate ops
 };
 
 class AdamW {
