@@ -160,22 +160,17 @@ def make_row(cell: Cell, seed: int, ppl_rope: float, ppl_drope: float, commit: s
 
 
 def _t_p(values: Sequence[float], mu: float, alternative: str) -> float:
-    """The p-value of the one-sample t-test of mean(values) against mu (the paired t-test of the per-seed gaps)."""
-    from scipy import stats as sps
-
+    """The p-value of the paired t-test of the per-seed gaps (stats.one_sample_t: H1 mean gap <alternative> mu);
+    nan for fewer than two values."""
     if len(values) < 2:
         return math.nan
-    if len(set(values)) == 1:  # no spread: the t statistic is infinite (or undefined at mu)
-        v = values[0]
-        return 0.0 if (alternative == "two-sided" and v != mu) or (alternative == "greater" and v > mu) or (
-            alternative == "less" and v < mu) else 1.0
-    return float(sps.ttest_1samp(values, mu, alternative=alternative).pvalue)
+    return stats.one_sample_t(list(values), mu, alternative).p
 
 
 def verdict(gaps: Sequence[float], margin: float = MARGIN) -> dict:
     """The protocol's verdict on one cell from its per-seed gaps (percent): closed (TOST: the 90 % t interval inside
-    ±margin), worse / better (the 95 % t interval beyond +margin / −margin) or inconclusive; with the intervals and
-    p-values."""
+    ±margin, i.e. stats.tost_paired p < 0.05), worse / better (the 95 % t interval beyond +margin / −margin, i.e. the
+    one-sided paired t-test against the margin at 0.025) or inconclusive; with the intervals and p-values."""
     gaps = list(gaps)
     n = len(gaps)
     out = {"n": n, "mean": sum(gaps) / n if n else math.nan, "ci95": (math.nan, math.nan),
@@ -184,7 +179,7 @@ def verdict(gaps: Sequence[float], margin: float = MARGIN) -> dict:
         return out
     s95, s90 = stats.summarize(gaps, 0.95), stats.summarize(gaps, 0.90)
     out["ci95"], out["ci90"] = (s95.ci_low, s95.ci_high), (s90.ci_low, s90.ci_high)
-    out["p_tost"] = max(_t_p(gaps, -margin, "greater"), _t_p(gaps, margin, "less"))
+    out["p_tost"] = stats.tost_paired(gaps, [0.0] * n, margin)[0].p  # the larger of the two one-sided p
     out["p_zero"] = _t_p(gaps, 0.0, "two-sided")
     if -margin < s90.ci_low and s90.ci_high < margin:
         out["verdict"] = "closed"
