@@ -423,7 +423,7 @@ def plot(cells: Sequence[Cell], rows: Sequence[dict], path: pathlib.Path) -> boo
             if not g:
                 continue
             s = stats.summarize(g)
-            xs.append(c.budget * (1 + 0.03 * (k - len(names) / 2)))  # a small offset keeps the bars apart
+            xs.append(c.budget * (1 + 0.03 * (k - (len(names) - 1) / 2)))  # a small offset keeps the bars apart
             ys.append(s.mean)
             lo.append(s.mean - (s.ci_low if s.n > 1 else s.mean))
             hi.append((s.ci_high if s.n > 1 else s.mean) - s.mean)
