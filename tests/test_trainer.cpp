@@ -198,7 +198,8 @@ TEST(Trainer, CheckpointsKeepLastAndRejectOtherShapes) {
   EXPECT_EQ(*latest_checkpoint(cfg.out_dir), cfg.out_dir + "/checkpoints/step-00000004");
   auto other = load_run_config(write_cfg(d), {"model.hidden_size=96", "model.head_dim=24"});
   o.resume = true;
-  test::expect_error([&] { Trainer(other, o).run(); }, {"step-00000004", "another model shape", "hidden_size"});
+  test::expect_error([&] { Trainer(other, o).run(); },
+                     {"step-00000004", "run.yaml", "resuming would change model.hidden_size from 64 to 96"});
 }
 
 TEST(Trainer, DropAtStepSwitchesToNoPEAndKeepsTraining) {

@@ -292,8 +292,10 @@ int64_t steps_metadata(const io::SafetensorsFile& f, const std::string& path) {
   return *steps;
 }
 
-// The unsharded layout: optimizer.safetensors holds every parameter's moments whole.
-void load_full_moments(const std::string& opt_path, LoadedCheckpoint& c) {
+// The unsharded layout: optimizer.safetensors holds every parameter's moments whole, each of its parameter's
+// shape (`shapes` by name).
+void load_full_moments(const std::string& opt_path, const std::map<std::string, std::vector<int64_t>>& shapes,
+                       LoadedCheckpoint& c) {
   io::SafetensorsFile f(opt_path);
   c.optimizer_steps = steps_metadata(f, opt_path);
   auto full = std::make_shared<std::map<std::string, torch::Tensor>>();
@@ -301,6 +303,14 @@ void load_full_moments(const std::string& opt_path, LoadedCheckpoint& c) {
     std::string kind, pname;
     if (!split_moment_key(kv.first, &kind, &pname))
       fail("{}: unexpected tensor '{}' (an optimizer state holds exp_avg.* and exp_avg_sq.*)", opt_path, kv.first);
+    const auto shape = shapes.find(pname);
+    if (shape == shapes.end())
+      fail("{}: optimizer tensor '{}' belongs to no parameter of the checkpoint's model", opt_path, kv.first);
+    if (kv.second.shape != shape->second)
+      fail("{}: optimizer tensor '{}' has shape {}, but parameter '{}' has shape {} (an optimizer state of another "
+           "model)",
+           opt_path, kv.first, c10::str(at::IntArrayRef(kv.second.shape)), pname,
+           c10::str(at::IntArrayRef(shape->second)));
     torch::Tensor t = f.get(kv.first);
     check_moment(t, kv.first, opt_path);
     (*full)[kv.first] = std::move(t);
@@ -418,13 +428,17 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
          checkpoint_name(c.state.step));
   c.model = io::load_model(dir);
   std::map<std::string, int64_t> numel;
-  for (const auto& kv : c.model->named_parameters()) numel[kv.key()] = kv.value().numel();
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& kv : c.model->named_parameters()) {
+    numel[kv.key()] = kv.value().numel();
+    shapes[kv.key()] = kv.value().sizes().vec();
+  }
   const auto opt_path = (fs::path(dir) / "optimizer.safetensors").string();
   const auto manifest_path = (fs::path(dir) / kManifest).string();
   std::string opt_where;
   if (fs::exists(opt_path) || !fs::exists(manifest_path)) {
     opt_where = opt_path;
-    load_full_moments(opt_path, c);
+    load_full_moments(opt_path, shapes, c);
   } else {
     opt_where = manifest_path;
     load_sharded_moments(dir, manifest_path, numel, c);

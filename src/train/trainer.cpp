@@ -35,6 +35,7 @@
 #include "drope/train/data.h"
 #include "drope/train/distributed.h"
 #include "drope/train/recompute.h"
+#include "drope/train/resume_settings.h"
 #include "drope/train/tensor_memory.h"
 
 namespace fs = std::filesystem;
@@ -105,21 +106,6 @@ class DropAtStep final : public StepHook {
       logging::info("step {}: dropped positional embeddings (qk_norm {})", s, name_of(cfg.drope_qk_norm));
   }
 };
-
-// The shape fields that must agree between a run config and a checkpoint it resumes.
-void check_same_shape(const ModelConfig& want, const ModelConfig& got, const std::string& ckpt) {
-  auto cmp = [&](const char* what, int64_t a, int64_t b) {
-    if (a != b) fail("{}: checkpoint from another model shape: {} is {} there, {} in the run config", ckpt, what, b, a);
-  };
-  cmp("vocab_size", want.vocab_size, got.vocab_size);
-  cmp("hidden_size", want.hidden_size, got.hidden_size);
-  cmp("intermediate_size", want.intermediate_size, got.intermediate_size);
-  cmp("num_layers", want.num_layers, got.num_layers);
-  cmp("num_heads", want.num_heads, got.num_heads);
-  cmp("num_kv_heads", want.num_kv_heads, got.num_kv_heads);
-  cmp("head_dim", want.resolved_head_dim(), got.resolved_head_dim());
-  cmp("tie_embeddings", want.tie_embeddings, got.tie_embeddings);
-}
 
 // Non-embedding parameters, for the 6N + 12·L·C·T FLOPs-per-token estimate.
 double flops_per_token(DecoderLM& m, int64_t T) {
@@ -291,7 +277,7 @@ bool Trainer::resume() {
   ckpt_ = opt_.resume ? newest_ : std::nullopt;
   if (!ckpt_) return false;
   auto c = load_checkpoint(*ckpt_);
-  if (cfg_.has_model && cfg_.init.empty()) check_same_shape(cfg_.model, c.model->config(), *ckpt_);
+  check_resume_settings(cfg_, *ckpt_, c.state, c.model->config());  // before config.yaml records this start
   model_ = c.model;
   state_ = c.state;
   moment_ = c.moment;

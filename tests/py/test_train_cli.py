@@ -150,7 +150,8 @@ def test_bad_inputs(tmp):
     # Resuming with a different model shape is refused with a clear message; the checkpoint stays.
     subprocess.run([str(BIN / "drope-train"), cfg, "--quiet", "--set", "train.steps=2"], check=True, env=env1(),
                    timeout=120)
-    fails([cfg, "--resume", "--set", "model.intermediate_size=64"], "another model shape", "intermediate_size")
+    fails([cfg, "--resume", "--set", "model.intermediate_size=64"], "run.yaml", "resuming would change",
+          "model.intermediate_size")
     assert (tmp / "bad" / "checkpoints" / "step-00000002" / "state.json").exists()
 
 

@@ -1,0 +1,181 @@
+#include "drope/train/resume_settings.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iterator>
+#include <map>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "drope/core/error.h"
+#include "drope/core/yaml.h"
+#include "drope/train/optim.h"
+
+namespace fs = std::filesystem;
+
+namespace drope::train {
+
+namespace {
+
+// How a run executes and reports, not what its steps compute: free to change on resume. (The data-parallel
+// layout, micro-batching, recomputation and the chunked loss give the same steps up to float rounding, as the
+// resume tests across world sizes and shard modes check.)
+constexpr std::string_view kFree[] = {"run.name",
+                                      "run.out_dir",
+                                      "train.steps",
+                                      "train.log_every",
+                                      "train.eval_every",
+                                      "train.eval_batches",
+                                      "train.checkpoint_every",
+                                      "train.keep_last",
+                                      "train.device",
+                                      "train.peak_tflops",
+                                      "train.dist_timeout_s",
+                                      "train.allreduce_bucket_mb",
+                                      "train.max_bad_steps",
+                                      "train.chunked_loss",
+                                      "train.shard",
+                                      "train.activation_checkpointing",
+                                      "train.tensorboard",
+                                      "data.micro_batch"};
+
+// Files named by path: the same spelling or the same file.
+constexpr std::string_view kPaths[] = {"run.init", "data.dataset", "data.text"};
+
+// The DroPE step's settings: free while the drop lies ahead of the checkpoint under both values.
+constexpr std::string_view kDrop[] = {"drope.drop_at_step", "drope.qk_norm", "drope.per_head"};
+
+template <size_t N>
+bool is_one_of(std::string_view key, const std::string_view (&list)[N]) {
+  return std::find(std::begin(list), std::end(list), key) != std::end(list);
+}
+
+// The learning rate of each step comes from optim.lr and schedule.*; compared step by step below.
+bool shapes_lr(const std::string& key) { return key == "optim.lr" || key.rfind("schedule.", 0) == 0; }
+
+// Every leaf of a YAML document as ("a.b.c", value), in document order; a sequence is one leaf.
+void flatten(const YAML::Node& n, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+  if (n.IsMap()) {
+    for (const auto& kv : n)
+      flatten(kv.second, prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar(), out);
+    return;
+  }
+  if (n.IsScalar()) {
+    out.emplace_back(prefix, n.Scalar());
+    return;
+  }
+  YAML::Emitter e;
+  e << YAML::Flow << n;
+  out.emplace_back(prefix, e.c_str());
+}
+
+std::vector<std::pair<std::string, std::string>> leaves(const RunConfig& c) {
+  std::vector<std::pair<std::string, std::string>> out;
+  flatten(YAML::Load(run_config_to_yaml(c)), "", out);
+  return out;
+}
+
+std::string shown(const std::string* v) {
+  if (v == nullptr) return "(absent)";
+  if (v->empty()) return "\"\"";
+  return *v;
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  if (a.empty() || b.empty()) return false;
+  std::error_code ec;
+  return fs::equivalent(a, b, ec) && !ec;
+}
+
+// Whether the run's positional embeddings were dropped within the first `steps` steps.
+bool dropped_within(const RunConfig& c, int64_t steps) {
+  return c.phase == TrainPhase::kDrope || (c.drop_at_step >= 0 && c.drop_at_step < steps);
+}
+
+// The first step in [phase_start, step) whose learning rate differs between the two configs, or -1.
+int64_t first_lr_change(const RunConfig& a, const RunConfig& b, const TrainState& st) {
+  for (int64_t s = st.phase_start; s < st.step; ++s)
+    if (schedule_lr(a.schedule, s - st.phase_start, a.optim.lr) !=
+        schedule_lr(b.schedule, s - st.phase_start, b.optim.lr))
+      return s;
+  return -1;
+}
+
+// The shape fields of a checkpoint's model, for checkpoints that do not record their run settings.
+void check_same_shape(const ModelConfig& want, const ModelConfig& got, const std::string& ckpt) {
+  auto cmp = [&](const char* what, int64_t a, int64_t b) {
+    if (a != b)
+      fail("{}: checkpoint from another model shape: model.{} is {} there, {} in the run config", ckpt, what, b, a);
+  };
+  cmp("vocab_size", want.vocab_size, got.vocab_size);
+  cmp("hidden_size", want.hidden_size, got.hidden_size);
+  cmp("intermediate_size", want.intermediate_size, got.intermediate_size);
+  cmp("num_layers", want.num_layers, got.num_layers);
+  cmp("num_heads", want.num_heads, got.num_heads);
+  cmp("num_kv_heads", want.num_kv_heads, got.num_kv_heads);
+  cmp("head_dim", want.resolved_head_dim(), got.resolved_head_dim());
+  cmp("tie_embeddings", want.tie_embeddings, got.tie_embeddings);
+}
+
+}  // namespace
+
+void check_resume_settings(const RunConfig& now, const std::string& ckpt_dir, const TrainState& state,
+                           const ModelConfig& ckpt_model) {
+  const std::string path = (fs::path(ckpt_dir) / "run.yaml").string();
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) {
+    if (now.has_model && now.init.empty()) check_same_shape(now.model, ckpt_model, ckpt_dir);
+    return;
+  }
+  const RunConfig was = parse_run_config(load_yaml_file(path), path);
+  const auto before = leaves(was), after = leaves(now);
+  std::map<std::string, const std::string*> old_value, new_value;
+  for (const auto& [k, v] : before) old_value[k] = &v;
+  for (const auto& [k, v] : after) new_value[k] = &v;
+  std::vector<std::string> keys;
+  for (const auto& kv : after) keys.push_back(kv.first);
+  for (const auto& kv : before)
+    if (!new_value.count(kv.first)) keys.push_back(kv.first);
+
+  const auto refuse = [&](const std::string& key, const std::string& why) {
+    const std::string* o = old_value.count(key) ? old_value[key] : nullptr;
+    const std::string* n = new_value.count(key) ? new_value[key] : nullptr;
+    fail("{}: resuming would change {} from {} to {}, {}; set it back, or start a new run from {} (run.init)", path,
+         key, shown(o), shown(n), why, ckpt_dir);
+  };
+  const std::string taken = fmt::format("but the checkpoint's {} steps were trained with the old value", state.step);
+  bool lr_keys_changed = false;
+  std::string first_lr_key;
+  for (const auto& key : keys) {
+    const std::string* o = old_value.count(key) ? old_value[key] : nullptr;
+    const std::string* n = new_value.count(key) ? new_value[key] : nullptr;
+    if (o && n && *o == *n) continue;
+    if (is_one_of(key, kFree)) continue;
+    if (o && n && is_one_of(key, kPaths) && same_file(*o, *n)) continue;
+    if (shapes_lr(key)) {
+      if (!lr_keys_changed) first_lr_key = key;
+      lr_keys_changed = true;
+      continue;
+    }
+    if (is_one_of(key, kDrop)) {
+      if (dropped_within(was, state.step) || dropped_within(now, state.step))
+        refuse(key,
+               fmt::format("but the positional embeddings were dropped within the checkpoint's {} steps", state.step));
+      continue;
+    }
+    refuse(key, taken);
+  }
+  if (lr_keys_changed) {
+    const int64_t s = first_lr_change(was, now, state);
+    if (s >= 0)
+      refuse(first_lr_key, fmt::format("which changes the learning rate of step {} already taken ({:g} -> {:g})", s + 1,
+                                       schedule_lr(was.schedule, s - state.phase_start, was.optim.lr),
+                                       schedule_lr(now.schedule, s - state.phase_start, now.optim.lr)));
+  }
+}
+
+}  // namespace drope::train
