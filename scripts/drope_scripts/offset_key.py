@@ -3,9 +3,11 @@ seed, pretrain RoPE at C = 128 (configs/train/offset-key-rope.yaml), recalibrate
 for the remaining 400 steps (offset-key-drope.yaml: equal budget), optionally NoPE from scratch (the RoPE config
 with model.positional.type=nope); fit the temperature c of β = 1 + c·ln s on held-out offset-key sequences
 (drope-eval fit-temperature --task offset-key); score every method at C, 2C, 4C, 8C (drope-eval offset-key:
-accuracy overall, and on "far" needles, farther than C from the query); aggregate over seeds (mean, 95 % t
-interval: stats.py); decide the experiment's claims (a)–(f) from the numbers (offset_key_report.py); draw far
-accuracy vs length per method (drope-eval compare --plot far).
+accuracy overall, and on "far" needles, farther than C from the query); aggregate over seeds (mean and an
+interval inside [0, 100]: stats.py); decide the experiment's claims (a)–(f) by the tests of the statistics
+protocol (offset_key_report.py, docs/design.md#statistics-protocol); draw far accuracy vs length per method
+(drope-eval compare --plot far). The cropped baseline and PI / NTK / YaRN with their own fitted temperature, which
+claims (c) and (d) read, are not run here yet: those claims stay inconclusive (or disagree) without them.
 
 Layout of the experiment directory (quickstart and reproduce: <run>/offset-key/):
   train/{rope,drope,nope}-s<seed>/   drope-train runs; the DroPE/NoPE final checkpoints hold temperature.json

@@ -1,12 +1,14 @@
 """The offset-key experiment's table over seeds and its verdicts: per method and length, accuracy and
-far-needle accuracy over seeds (mean, 95 % t interval: stats.py), claims (a)–(f) decided from those numbers by
-the criteria below (never tuned), and the table as Markdown / CSV (results.{md,csv} of offset_key.run, the
-reproduction report's section 5). The per-(method, seed) inputs are offset-key results files
+far-needle accuracy over seeds (mean, an interval inside [0, 100]: the bootstrap over seeds widened to the Wilson
+interval of the pooled query counts), claims (a)–(f) decided by the tests of the statistics protocol
+(docs/design.md#statistics-protocol, stats.py), and the table as Markdown / CSV (results.{md,csv} of
+offset_key.run, the reproduction report's section 5). The per-(method, seed) inputs are offset-key results files
 (docs/formats.md); offset_key.py makes them."""
 from __future__ import annotations
 
 import csv
 import io
+import math
 import pathlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -15,36 +17,51 @@ from . import results, stats
 
 KIND = "offset-key"
 AGGREGATE_KIND = "offset-key-seeds"  # results.json: the table over seeds and the verdicts
-CONFIDENCE = 0.95
-# With one seed there is no interval: a difference the criteria ask to be clear must exceed this (points).
-SINGLE_SEED_MARGIN = 2.0
+CONFIDENCE = stats.CONFIDENCE
+ALPHA = stats.ALPHA
 # Method labels (rows, plot lines); eval-time scaling uses factor L/C, so at C a scaled method is plain RoPE.
 ROPE, PI, NTK, YARN = "RoPE", "RoPE+PI", "RoPE+NTK", "RoPE+YaRN"
+PI_T, NTK_T, YARN_T = "RoPE+PI+temp", "RoPE+NTK+temp", "RoPE+YaRN+temp"  # each with its own fitted temperature
+CROP = "RoPE crop"  # RoPE reading only BOS + the last C − 1 tokens (docs/design.md#statistics-protocol)
 NOPE_T, DROPE_T, DROPE_0 = "NoPE+temp", "DroPE+temp", "DroPE c=0"
 SCALED = (PI, NTK, YARN)
+SCALED_T = (PI_T, NTK_T, YARN_T)
 
-# The experiment's claims and how each is decided. "clearly below" = below by more than the sum of both 95 %
-# interval half-widths (the intervals do not overlap), or by more than SINGLE_SEED_MARGIN with one seed. far(m, L):
-# mean far-needle accuracy of method m at length L; acc(m, C): mean accuracy at C. A claim whose cells were not
-# measured (method not run, no far needles) is inconclusive; otherwise it agrees or disagrees.
+# Margins of the claims (points of accuracy), fixed by the protocol.
+COLLAPSE_MARGIN = 10.0  # (a): "collapse" = a fall of more than 10 points
+CROP_MARGIN = 5.0  # (c): within 5 points of the cropped baseline
+RECOVERY_MARGIN = 2.0  # (e): within 2 points of RoPE at C (the recovery study's per-seed tolerance)
+VALUES_PER_COLOUR = 16  # a colour's value is uniform over 16 tokens (tasks/offset_key)
+CROP_BOUND = 100.0 / VALUES_PER_COLOUR  # any model's expected far accuracy when the needle is cropped away
+
 CLAIMS = {
-    "a": "RoPE collapses beyond C on far needles",
-    "b": "PI hurts",
-    "c": "NTK / YaRN hold partly",
-    "d": "DroPE >= every RoPE-scaling method at 4C and 8C",
-    "e": "DroPE recovers RoPE's in-context accuracy with {fraction} of the budget",
-    "f": "the temperature matters",
+    "a": f"RoPE collapses beyond C on far needles (falls by more than {COLLAPSE_MARGIN:g} points)",
+    "b": "PI hurts at 2C",
+    "c": "NTK and YaRN behave like cropping the context to C",
+    "d": "DroPE beats every RoPE-scaling method, with and without a fitted temperature, at 4C and 8C",
+    "e": f"DroPE recovers RoPE's in-context accuracy (within {RECOVERY_MARGIN:g} points) with {{fraction}} of "
+         "the budget",
+    "f": "the temperature matters at 4C and 8C",
 }
 CRITERIA = {
-    "a": "RoPE's far accuracy at 4C and at 8C is clearly below RoPE's accuracy at C",
-    "b": "far(RoPE+PI, 2C) < far(RoPE, 2C) (means)",
-    "c": "for NTK and for YaRN: far(RoPE, 4C) < far(X, 4C) < acc(RoPE, C) (means; at C every scaled method is RoPE)",
-    "d": "far(DroPE+temp, L) >= far(X, L) for X in PI, NTK, YaRN and L in 4C, 8C (means; differences within the "
-         "intervals are named as ties)",
-    "e": f"acc(DroPE+temp, C) >= acc(RoPE, C) minus RoPE's interval half-width (minus {SINGLE_SEED_MARGIN:g} points "
-         "with one seed), DroPE having recalibrated for the stated fraction of RoPE's steps",
-    "f": "far(DroPE+temp, L) > far(DroPE c=0, L) at 4C and at 8C (means)",
+    "a": f"directional, paired t over seeds: d = acc(RoPE, C) − far(RoPE, L) > {COLLAPSE_MARGIN:g} at L = 4C and 8C",
+    "b": "directional, paired t: d = far(RoPE, 2C) − far(RoPE+PI, 2C) > 0",
+    "c": f"equivalence, TOST (paired t): |far(X, L) − far(RoPE crop, L)| < {CROP_MARGIN:g} for X = NTK, YaRN and "
+         f"L = 2C, 4C, 8C; without the measured crop a cell can only disagree, by the one-sample t test of "
+         f"far(X, L) > {CROP_BOUND:g} + {CROP_MARGIN:g} (the crop's far accuracy is at most 100/16 = {CROP_BOUND:g} % "
+         "for any model)",
+    "d": "directional, paired t: d = far(DroPE+temp, L) − far(X, L) > 0 for X = PI, NTK, YaRN, each without and "
+         "with its own fitted temperature, at L = 4C and 8C",
+    "e": f"equivalence, TOST (paired t): |acc(DroPE+temp, C) − acc(RoPE, C)| < {RECOVERY_MARGIN:g}, DroPE having "
+         "recalibrated for the stated fraction of RoPE's steps",
+    "f": "directional, paired t: d = far(DroPE+temp, L) − far(DroPE c=0, L) > 0 at L = 4C and 8C",
 }
+RULES = (f"α = {ALPHA:g}. Directional: agrees when the one-sided test in the claim's direction has p < α, disagrees "
+         "when the opposite one-sided test does, else inconclusive. Equivalence: agrees when TOST has p < α, "
+         "disagrees when a one-sided test puts the difference outside the margin, else inconclusive. Over several "
+         "cells: agrees when every cell agrees, disagrees when one disagrees at α / k (Bonferroni, k cells). A "
+         "cell not measured, or with one seed, is not tested. Paired t p-values are approximate for accuracies "
+         "that are bimodal over seeds.")
 
 
 def summary_of(rows: Sequence[dict]) -> dict:
@@ -61,27 +78,50 @@ def summary_of(rows: Sequence[dict]) -> dict:
 
 @dataclass(frozen=True)
 class Cell:
-    """One metric of one method at one length over seeds."""
+    """One metric of one method at one length over seeds: the per-seed values (by seed) and the interval."""
 
     n: int
     mean: float
-    half: float | None  # 95 % t interval half-width; None with one seed
+    low: float  # the protocol's interval, in [0, 100]
+    high: float
+    values: tuple[float, ...]
+    seeds: tuple[int, ...]
 
     @staticmethod
     def of(d: dict | None) -> Cell | None:
-        return None if d is None else Cell(d["n"], d["mean"], d["half_width"])
+        if d is None:
+            return None
+        seeds = d.get("seeds") or list(range(len(d["values"])))
+        return Cell(d["n"], d["mean"], d["interval_low"], d["interval_high"], tuple(d["values"]), tuple(seeds))
 
     def text(self) -> str:
-        return f"{self.mean:.1f}" if self.half is None else f"{self.mean:.1f} ± {self.half:.1f}"
+        if self.low == self.high == self.mean:
+            return f"{self.mean:.1f}"
+        return f"{self.mean:.1f} [{self.low:.1f}, {self.high:.1f}]"
+
+    def by_seed(self) -> dict[int, float]:
+        return dict(zip(self.seeds, self.values))
 
 
 def summarize(values: Sequence[float]) -> dict:
-    """stats.summarize as JSON: n, mean, std, half_width and the interval (None with one seed), range, values."""
+    """stats.summarize as JSON: n, mean, std, the t interval's half_width and bounds (None with one seed), range,
+    values. The t interval is for sizes that are not bounded accuracies (the recovery study's tables read it);
+    cell() adds the accuracy interval."""
     s = stats.summarize(list(values), CONFIDENCE)
     one = s.n == 1
     return {"n": s.n, "mean": s.mean, "std": s.std, "half_width": None if one else (s.ci_high - s.ci_low) / 2,
             "ci_low": None if one else s.ci_low, "ci_high": None if one else s.ci_high, "min": s.min, "max": s.max,
             "values": [float(v) for v in values]}
+
+
+def cell(values: Sequence[float], seeds: Sequence[int], counts: tuple[int, int] | None) -> dict:
+    """summarize() plus the seeds and the protocol's interval: the bootstrap over seeds widened to the Wilson
+    interval of the pooled counts (k, n) where the files carry them, clipped to [0, 100]."""
+    d = summarize(values)
+    lo, hi = stats.accuracy_interval(list(values), counts, CONFIDENCE)
+    d.update({"seeds": [int(s) for s in seeds], "interval_low": lo, "interval_high": hi,
+              "correct": None if counts is None else counts[0], "count": None if counts is None else counts[1]})
+    return d
 
 
 def train_length(doc: dict) -> int | None:
@@ -92,21 +132,43 @@ def train_length(doc: dict) -> int | None:
     return c
 
 
+COUNT_TOLERANCE = 0.05  # points: a file's counts must give its accuracy (drope-eval writes both from the same counts)
+
+
+def _pooled(rows: Sequence[dict], paths: Sequence[pathlib.Path], metric: str, correct: str,
+            total: str) -> tuple[int, int] | None:
+    """Counts summed over seeds, or None when a file lacks them; refuses counts that contradict the accuracy."""
+    if any(r.get(correct) is None or r.get(total) is None for r in rows):
+        return None
+    for r, p in zip(rows, paths):
+        k, n = int(r[correct]), int(r[total])
+        if n < 1 or not 0 <= k <= n or abs(100 * k / n - r[metric]) > COUNT_TOLERANCE:
+            raise results.ResultsError(f"{p}: {correct} / {total} = {k} / {n} at length {r['length']} does not give "
+                                       f"its {metric} {r[metric]}")
+    return sum(int(r[correct]) for r in rows), sum(int(r[total]) for r in rows)
+
+
 def aggregate(files: dict[str, list[pathlib.Path]], c: int, multipliers: Sequence[int],
               budget: tuple[int, int]) -> dict:
     """The table over seeds from one offset-key results file per (method, seed): per method and length, the
-    accuracy and far accuracy over seeds (summarize), query counts summed; the claims decided on it.
+    accuracy and far accuracy over seeds (cell()), query counts summed; the claims decided on it.
     `budget` = (DroPE recalibration steps, RoPE steps). Every file must be at training length `c`; a length
-    is either in every seed's file of a method or in none (then the cells are null)."""
+    is either in every seed's file of a method or in none (then the cells are null). Seeds are read from the
+    files ("seed"; else the position in the list) and pair the methods in the tests."""
     lengths = [m * c for m in multipliers]
     methods = []
     for label, paths in files.items():
         docs = [results.load(p, KIND) for p in paths]
         per_seed = []
-        for p, doc in zip(paths, docs):
+        seeds = []
+        for i, (p, doc) in enumerate(zip(paths, docs)):
             if train_length(doc) not in (None, c):
                 raise results.ResultsError(f"{p}: train_length {train_length(doc)}, expected C = {c}")
             per_seed.append({r["length"]: r for r in doc.get("results", [])})
+            seed = doc.get("seed", i)
+            if seed in seeds:
+                raise results.ResultsError(f"{p}: seed {seed} is already in another file of {label}")
+            seeds.append(seed)
         cells = []
         for length in lengths:
             have = [length in rows for rows in per_seed]
@@ -118,15 +180,23 @@ def aggregate(files: dict[str, list[pathlib.Path]], c: int, multipliers: Sequenc
                 raise results.ResultsError(f"{missing}: no result at length {length} (the other seeds of {label} "
                                            "have one)")
             rows = [r[length] for r in per_seed]
+            for r, p in zip(rows, paths):
+                for metric in ("accuracy", "far_accuracy"):
+                    if r.get(metric) is not None and not 0.0 <= r[metric] <= 100.0:
+                        raise results.ResultsError(f"{p}: {metric} {r[metric]} at length {length} is outside [0, 100]")
             far = [r.get("far_accuracy") for r in rows]
-            cells.append({"length": length, "accuracy": summarize([r["accuracy"] for r in rows]),
-                          "far_accuracy": None if any(v is None for v in far) else summarize(far),
+            cells.append({"length": length,
+                          "accuracy": cell([r["accuracy"] for r in rows], seeds,
+                                           _pooled(rows, paths, "accuracy", "correct", "queries")),
+                          "far_accuracy": None if any(v is None for v in far) else cell(
+                              far, seeds, _pooled(rows, paths, "far_accuracy", "far_correct", "far_queries")),
                           "queries": sum(r.get("queries", 0) for r in rows),
                           "far_queries": sum(r.get("far_queries", 0) for r in rows)})
-        methods.append({"label": label, "seeds": len(docs), "files": [str(p) for p in paths], "cells": cells})
+        methods.append({"label": label, "seeds": len(docs), "seed_ids": seeds, "files": [str(p) for p in paths],
+                        "cells": cells})
     doc = {"schema": results.SCHEMA, "schema_version": results.SCHEMA_VERSION, "kind": AGGREGATE_KIND,
            "train_length": c, "multipliers": list(multipliers), "lengths": lengths, "confidence": CONFIDENCE,
-           "budget": {"recalibration_steps": budget[0], "rope_steps": budget[1]}, "methods": methods}
+           "alpha": ALPHA, "budget": {"recalibration_steps": budget[0], "rope_steps": budget[1]}, "methods": methods}
     doc["claims"] = [asdict(cl) for cl in claims(doc)]
     return doc
 
@@ -135,18 +205,20 @@ def aggregate(files: dict[str, list[pathlib.Path]], c: int, multipliers: Sequenc
 
 @dataclass(frozen=True)
 class Claim:
+    """A claim's verdict (stats.Verdict) with its letter, statement and criterion. `statistic` is a number, or
+    'inf' / '-inf' (JSON has no infinities)."""
+
     letter: str
     what: str
     verdict: str  # agrees | disagrees | inconclusive
+    test: str
+    statistic: float | str | None
+    p: float | None
     criterion: str
-    evidence: str
+    detail: str
 
     def line(self) -> str:
-        return f"claim ({self.letter}) {self.what}: {self.verdict}"
-
-
-class Missing(Exception):
-    """A cell a criterion needs was not measured."""
+        return f"claim ({self.letter}) {self.what}: {self.verdict} ({self.test})"
 
 
 class Table:
@@ -156,32 +228,129 @@ class Table:
         self.c = doc["train_length"]
         self.cells = {(m["label"], cell["length"]): cell for m in doc["methods"] for cell in m["cells"]}
 
-    def get(self, label: str, mult: int, metric: str) -> Cell:
+    def get(self, label: str, mult: int, metric: str) -> Cell | None:
         cell = self.cells.get((label, mult * self.c))
-        value = Cell.of(cell[metric]) if cell else None
-        if value is None:
-            where = "C" if mult == 1 else f"{mult}C"
-            raise Missing(f"{label} {'far accuracy' if metric == 'far_accuracy' else 'accuracy'} at {where} "
-                          "was not measured")
-        return value
+        return Cell.of(cell[metric]) if cell else None
 
-    def acc(self, label: str, mult: int = 1) -> Cell:
+    def acc(self, label: str, mult: int = 1) -> Cell | None:
         return self.get(label, mult, "accuracy")
 
-    def far(self, label: str, mult: int) -> Cell:
+    def far(self, label: str, mult: int) -> Cell | None:
         return self.get(label, mult, "far_accuracy")
 
 
-def margin(x: Cell, y: Cell) -> float:
-    """How far apart two means must be to differ clearly: the sum of the half-widths (the intervals do not
-    overlap), or SINGLE_SEED_MARGIN when either has one seed."""
-    if x.half is None or y.half is None:
-        return SINGLE_SEED_MARGIN
-    return x.half + y.half
+def where(mult: int) -> str:
+    return "C" if mult == 1 else f"{mult}C"
 
 
-def clearly_below(x: Cell, y: Cell) -> bool:
-    return x.mean < y.mean - margin(x, y)
+def _missing(label: str, metric: str, mult: int) -> str:
+    return f"{label} {'far accuracy' if metric == 'far' else 'accuracy'} at {where(mult)} was not measured"
+
+
+def _paired(x: Cell, y: Cell) -> tuple[list[float], list[float]]:
+    """The values of two cells on their common seeds, in seed order."""
+    a, b = x.by_seed(), y.by_seed()
+    common = sorted(set(a) & set(b))
+    return [a[s] for s in common], [b[s] for s in common]
+
+
+def _pair_cell(label: str, x: Cell | None, y: Cell | None, missing: str, make: Callable[..., stats.CellTest],
+               **kw) -> stats.CellTest:
+    """A cell comparing x with y paired by seed (make: stats.directional_cell or equivalence_cell); untested with
+    the reason when one side was not measured."""
+    if x is None or y is None:
+        return stats.CellTest(label, why=missing)
+    xs, ys = _paired(x, y)
+    numbers = f"{x.text()} vs {y.text()}"
+    if not xs:
+        return stats.CellTest(label, why="no seed in common", numbers=numbers)
+    return make(label, xs, ys, numbers=numbers, **kw)
+
+
+def _first_missing(t: Table, needs: Sequence[tuple[str, str, int]]) -> str:
+    for label, metric, mult in needs:
+        if (t.acc(label, mult) if metric == "acc" else t.far(label, mult)) is None:
+            return _missing(label, metric, mult)
+    return ""
+
+
+def _claim_a(t: Table) -> list[stats.CellTest]:
+    out = []
+    for mult in (4, 8):
+        at_c, far = t.acc(ROPE), t.far(ROPE, mult)
+        out.append(_pair_cell(f"RoPE C − {where(mult)}", at_c, far,
+                              _first_missing(t, [(ROPE, "acc", 1), (ROPE, "far", mult)]), stats.directional_cell,
+                              margin=COLLAPSE_MARGIN))
+    return out
+
+
+def _claim_b(t: Table) -> list[stats.CellTest]:
+    return [_pair_cell("RoPE − PI at 2C", t.far(ROPE, 2), t.far(PI, 2),
+                       _first_missing(t, [(ROPE, "far", 2), (PI, "far", 2)]), stats.directional_cell)]
+
+
+def _claim_c(t: Table) -> list[stats.CellTest]:
+    out = []
+    for x in (NTK, YARN):
+        for mult in (2, 4, 8):
+            label = f"{x} − crop at {where(mult)}"
+            fx, crop = t.far(x, mult), t.far(CROP, mult)
+            if fx is None:
+                out.append(stats.CellTest(label, why=_missing(x, "far", mult)))
+            elif crop is not None:
+                out.append(_pair_cell(label, fx, crop, "", stats.equivalence_cell, margin=CROP_MARGIN))
+            elif fx.n < 2:
+                out.append(stats.CellTest(label, why="one seed: no test over seeds", numbers=fx.text()))
+            else:
+                bound = stats.one_sample_t(list(fx.values), CROP_BOUND + CROP_MARGIN, "greater")
+                out.append(stats.CellTest(label, disagree=bound, what=f"mean far({x})",
+                                          why=f"{CROP} not measured: can disagree (bound {CROP_BOUND:g} %), not agree",
+                                          numbers=f"{x} {fx.text()}"))
+    return out
+
+
+def _claim_d(t: Table) -> list[stats.CellTest]:
+    out = []
+    for mult in (4, 8):
+        for x in (*SCALED, *SCALED_T):
+            out.append(_pair_cell(f"DroPE − {x.removeprefix('RoPE+')} at {where(mult)}", t.far(DROPE_T, mult),
+                                  t.far(x, mult), _first_missing(t, [(DROPE_T, "far", mult), (x, "far", mult)]),
+                                  stats.directional_cell))
+    return out
+
+
+def _claim_e(t: Table) -> list[stats.CellTest]:
+    return [_pair_cell("DroPE − RoPE at C", t.acc(DROPE_T), t.acc(ROPE),
+                       _first_missing(t, [(DROPE_T, "acc", 1), (ROPE, "acc", 1)]), stats.equivalence_cell,
+                       margin=RECOVERY_MARGIN)]
+
+
+def _claim_f(t: Table) -> list[stats.CellTest]:
+    return [_pair_cell(f"DroPE temp − c=0 at {where(mult)}", t.far(DROPE_T, mult), t.far(DROPE_0, mult),
+                       _first_missing(t, [(DROPE_T, "far", mult), (DROPE_0, "far", mult)]), stats.directional_cell)
+            for mult in (4, 8)]
+
+
+DECIDE: dict[str, Callable[[Table], list[stats.CellTest]]] = {
+    "a": _claim_a, "b": _claim_b, "c": _claim_c, "d": _claim_d, "e": _claim_e, "f": _claim_f}
+
+
+def _json_number(x: float | None) -> float | str | None:
+    if x is None or math.isfinite(x):
+        return x
+    return "inf" if x > 0 else "-inf" if x < 0 else None
+
+
+def claims(doc: dict) -> list[Claim]:
+    """The verdicts of claims (a)–(f) on an aggregate document (CRITERIA, stats.decide)."""
+    t = Table(doc)
+    alpha = doc.get("alpha", ALPHA)
+    out = []
+    for letter, cells in DECIDE.items():
+        v = stats.decide(letter, cells(t), alpha)
+        out.append(Claim(letter, CLAIMS[letter].format(fraction=fraction(doc)), v.verdict, v.test,
+                         _json_number(v.statistic), v.p, CRITERIA[letter], v.detail))
+    return out
 
 
 def fraction(doc: dict) -> str:
@@ -191,74 +360,6 @@ def fraction(doc: dict) -> str:
             f"{b['rope_steps']} steps recalibrating)")
 
 
-def _claim_a(t: Table) -> tuple[bool, str]:
-    at_c, f4, f8 = t.acc(ROPE), t.far(ROPE, 4), t.far(ROPE, 8)
-    ok = clearly_below(f4, at_c) and clearly_below(f8, at_c)
-    return ok, f"RoPE accuracy at C {at_c.text()}; far accuracy at 4C {f4.text()}, at 8C {f8.text()}"
-
-
-def _claim_b(t: Table) -> tuple[bool, str]:
-    pi, rope = t.far(PI, 2), t.far(ROPE, 2)
-    return pi.mean < rope.mean, f"far accuracy at 2C: RoPE+PI {pi.text()}, RoPE {rope.text()}"
-
-
-def _claim_c(t: Table) -> tuple[bool, str]:
-    rope4, at_c = t.far(ROPE, 4), t.acc(ROPE)
-    xs = {x: t.far(x, 4) for x in (NTK, YARN)}
-    ok = all(rope4.mean < v.mean < at_c.mean for v in xs.values())
-    return ok, ("far accuracy at 4C: " + ", ".join(f"{x} {v.text()}" for x, v in xs.items()) +
-                f", RoPE {rope4.text()}; RoPE accuracy at C {at_c.text()}")
-
-
-def _claim_d(t: Table) -> tuple[bool, str]:
-    ok, parts = True, []
-    for mult in (4, 8):
-        dr = t.far(DROPE_T, mult)
-        cmp = []
-        for x in SCALED:
-            v = t.far(x, mult)
-            ok &= dr.mean >= v.mean
-            tie = " (tie within the intervals)" if abs(dr.mean - v.mean) <= margin(dr, v) else ""
-            cmp.append(f"{x} {v.text()}{tie}")
-        parts.append(f"{mult}C: DroPE+temp {dr.text()} vs " + ", ".join(cmp))
-    return ok, "far accuracy at " + "; ".join(parts)
-
-
-def _claim_e(t: Table) -> tuple[bool, str]:
-    dr, rope = t.acc(DROPE_T), t.acc(ROPE)
-    allowed = SINGLE_SEED_MARGIN if rope.half is None or dr.half is None else rope.half
-    return dr.mean >= rope.mean - allowed, (f"accuracy at C: DroPE+temp {dr.text()}, RoPE {rope.text()} "
-                                            f"(allowed shortfall {allowed:.1f})")
-
-
-def _claim_f(t: Table) -> tuple[bool, str]:
-    parts, ok = [], True
-    for mult in (4, 8):
-        with_t, without = t.far(DROPE_T, mult), t.far(DROPE_0, mult)
-        ok &= with_t.mean > without.mean
-        parts.append(f"{mult}C: DroPE+temp {with_t.text()}, DroPE c=0 {without.text()}")
-    return ok, "far accuracy at " + "; ".join(parts)
-
-
-DECIDE: dict[str, Callable[[Table], tuple[bool, str]]] = {
-    "a": _claim_a, "b": _claim_b, "c": _claim_c, "d": _claim_d, "e": _claim_e, "f": _claim_f}
-
-
-def claims(doc: dict) -> list[Claim]:
-    """The verdicts of claims (a)–(f) on an aggregate document (CRITERIA)."""
-    t = Table(doc)
-    out = []
-    for letter, decide in DECIDE.items():
-        what = CLAIMS[letter].format(fraction=fraction(doc))
-        try:
-            ok, evidence = decide(t)
-            verdict = "agrees" if ok else "disagrees"
-        except Missing as e:
-            verdict, evidence = "inconclusive", str(e)
-        out.append(Claim(letter, what, verdict, CRITERIA[letter], evidence))
-    return out
-
-
 # ---- tables -----------------------------------------------------------------------------------------------
 
 def column(mult: int, c: int) -> str:
@@ -266,36 +367,34 @@ def column(mult: int, c: int) -> str:
 
 
 def markdown(doc: dict, where: str) -> str:
-    """The table (rows: methods; at C accuracy, beyond C far-needle accuracy, mean ± 95 % half-width over
-    seeds), the plot's path under `where`, the claim lines and their criteria with the numbers."""
+    """The table (rows: methods; at C accuracy, beyond C far-needle accuracy, mean [interval] over seeds), the
+    plot's path under `where`, the claim lines with their deciding tests, and every claim's criterion and cells."""
     c, mults = doc["train_length"], doc["multipliers"]
     seeds = sorted({m["seeds"] for m in doc["methods"]})
     if seeds == [1]:
-        over = ("1 seed: no confidence interval; where a criterion asks for a clear difference it must exceed "
-                f"{SINGLE_SEED_MARGIN:g} points")
+        over = ("1 seed: the value and, where the file has the query counts, their Wilson 95 % interval; no test "
+                "over seeds, so every claim that compares methods is inconclusive")
     else:
-        over = (f"{'/'.join(map(str, seeds))} seeds: mean ± half-width of the {100 * doc['confidence']:.0f} % t "
-                "interval of the mean")
+        over = (f"{'/'.join(map(str, seeds))} seeds: mean over seeds [95 % interval: the bootstrap over seeds "
+                "widened to the Wilson interval of the queries pooled over seeds, inside 0–100]")
     lines = [f"### Offset-key retrieval at C = {c}: accuracy at C, far-needle accuracy beyond C (%)\n",
              f"Far = the needle is more than C tokens before its query. {over}. Eval-time scaling uses factor L/C "
-             "(at C it is plain RoPE: –). +temp: the fitted temperature β = 1 + c·ln(L/C); c=0: none.\n",
+             "(at C it is plain RoPE: –). +temp: a fitted temperature β = 1 + c·ln(L/C); c=0: none.\n",
              "| method | " + " | ".join(column(m, c) for m in mults) + " |",
              "|---|" + "---:|" * len(mults)]
     for m in doc["methods"]:
         cells = []
-        for mult, cell in zip(mults, m["cells"]):
-            value = cell["accuracy"] if mult == 1 else cell["far_accuracy"]
+        for mult, cl in zip(mults, m["cells"]):
+            value = cl["accuracy"] if mult == 1 else cl["far_accuracy"]
             cells.append("–" if value is None else Cell.of(value).text())
         n = m["seeds"]
         fewer = f" ({n} seed{'s' if n > 1 else ''})" if n < seeds[-1] else ""  # rows over fewer seeds say so
         lines.append(f"| {m['label']}{fewer} | " + " | ".join(cells) + " |")
     lines += [f"\nPlot: `{where}/far.png` (far-needle accuracy vs length; mean over seeds, band min–max).\n",
               "```"] + [Claim(**cl).line() for cl in doc["claims"]] + ["```\n",
-              "Criteria (decided from the numbers by scripts/drope_scripts/offset_key_report.py; "
-              "\"clearly below\" = below by more than the sum of both interval half-widths, i.e. the intervals "
-              "do not overlap; with one seed "
-              f"by more than {SINGLE_SEED_MARGIN:g} points):\n"]
-    lines += [f"- ({cl['letter']}) {cl['criterion']}: {cl['evidence']}." for cl in doc["claims"]]
+              "Tests (scripts/drope_scripts/offset_key_report.py; docs/design.md#statistics-protocol). "
+              f"{RULES}\n"]
+    lines += [f"- ({cl['letter']}) {cl['criterion']}. {cl['detail']}." for cl in doc["claims"]]
     return "\n".join(lines) + "\n"
 
 
@@ -303,12 +402,14 @@ def csv_text(doc: dict) -> str:
     """One row per method, length and metric (accuracy, far_accuracy)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    cols = ("n", "mean", "std", "half_width", "ci_low", "ci_high", "min", "max")
-    w.writerow(("method", "length", "metric", *cols))
+    cols = ("n", "mean", "std", "half_width", "ci_low", "ci_high", "min", "max", "interval_low", "interval_high",
+            "correct", "count")
+    w.writerow(("method", "length", "metric", *cols, "seeds", "values"))
     for m in doc["methods"]:
-        for cell in m["cells"]:
+        for cl in m["cells"]:
             for metric in ("accuracy", "far_accuracy"):
-                if cell[metric] is not None:
-                    w.writerow((m["label"], cell["length"], metric,
-                                *("" if cell[metric][k] is None else cell[metric][k] for k in cols)))
+                d = cl[metric]
+                if d is not None:
+                    w.writerow((m["label"], cl["length"], metric, *("" if d.get(k) is None else d[k] for k in cols),
+                                " ".join(map(str, d.get("seeds", []))), " ".join(f"{v:g}" for v in d["values"])))
     return buf.getvalue()

@@ -17,6 +17,9 @@ PILOT_OFFSET_KEY = ("The experiment's PyTorch pilot (GELU MLP, one seed, 1,024 q
                     "79/67 at 2C/4C; its DroPE had 1,000 steps against RoPE's 800.")
 
 
+PPL_GAP_MARGIN = 5.0  # %: "DroPE matches RoPE's perplexity" = the per-seed gap within ±5 % (TOST)
+
+
 @dataclass(frozen=True)
 class ReportSettings:
     """What the report states about the run."""
@@ -41,8 +44,18 @@ def final_val_ppl(run_dir: pathlib.Path) -> float:
 
 
 def seed_values(run: pathlib.Path, name: str) -> list[float]:
-    """Final validation perplexity of every seed's run train/<name>-s<seed>."""
-    return [final_val_ppl(d) for d in sorted((run / "train").glob(f"{name}-s*"))]
+    """Final validation perplexity of every seed's run train/<name>-s<seed>, in seed order."""
+    return list(seed_map(run, name).values())
+
+
+def seed_map(run: pathlib.Path, name: str) -> dict[int, float]:
+    """Seed → final validation perplexity of the runs train/<name>-s<seed>, in seed order."""
+    runs = {}
+    for d in (run / "train").glob(f"{name}-s*"):
+        tail = d.name[len(name) + 2:]
+        if tail.isdigit():
+            runs[int(tail)] = final_val_ppl(d)
+    return dict(sorted(runs.items()))
 
 
 def fig3_section(bias_grad: dict) -> list[str]:
@@ -85,10 +98,18 @@ def table7_section(run: pathlib.Path, drop_at: int) -> list[str]:
         if vals:
             change = 100 * (vals[0] / rope - 1)
             lines.append(f"| {name} | {len(vals)} | {vals[0]:.2f} | – | – | – | {change:+.1f} % |")
-    drope, nope = summaries["drope"].mean, summaries["nope"].mean
-    lines.append("\nPaper (0.5B, 16K steps): RoPE 21.72, DroPE@14K 21.73 (+0.05 %), NoPE 23.77 (+9.4 %). Here: DroPE "
-                 f"within a few percent of RoPE: **{'yes' if drope <= 1.05 * rope else 'no'}**; DroPE better than "
-                 f"NoPE: **{'yes' if drope < nope else 'no'}**.\n")
+    by = {name: seed_map(run, name) for name in ("rope", "nope", "drope")}
+    common = sorted(set(by["rope"]) & set(by["drope"]))
+    gaps = [100 * (by["drope"][s] / by["rope"][s] - 1) for s in common]  # per seed, %: DroPE continues RoPE's run
+    matches = stats.decide("DroPE matches RoPE", [stats.equivalence_cell(
+        "gap", gaps, [0.0] * len(gaps), PPL_GAP_MARGIN, what="mean gap %")])
+    pairs = sorted(set(by["nope"]) & set(by["drope"]))
+    better = stats.decide("DroPE better than NoPE", [stats.directional_cell(
+        "NoPE − DroPE", [by["nope"][s] for s in pairs], [by["drope"][s] for s in pairs], what="mean d")])
+    lines.append("\nPaper (0.5B, 16K steps): RoPE 21.72, DroPE@14K 21.73 (+0.05 %), NoPE 23.77 (+9.4 %). Here, "
+                 f"paired by seed (docs/design.md#statistics-protocol): DroPE matches RoPE (per-seed gap "
+                 f"ppl_DroPE / ppl_RoPE − 1 within ±{PPL_GAP_MARGIN:g} %): **{matches.verdict}** ({matches.test}); "
+                 f"DroPE better than NoPE (lower perplexity): **{better.verdict}** ({better.test}).\n")
     return lines
 
 

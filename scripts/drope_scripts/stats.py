@@ -143,7 +143,7 @@ class TestResult:
         else:
             dof = "" if self.df is None else f"({self.df:.3g})"
             stat = f"t{dof} = {fmt_stat(self.statistic)}"
-        return f"{self.test}, {self.hypothesis(what)}, {stat}, p = {fmt_p(self.p)}"
+        return f"{self.test}, {self.hypothesis(what)}, {stat}, {p_text(self.p)}"
 
 
 def fmt_p(p: float) -> str:
@@ -153,6 +153,11 @@ def fmt_p(p: float) -> str:
     if p == 0:
         return "< 1e-300"
     return f"{p:.2e}" if p < 1e-3 else f"{p:.3g}"
+
+
+def p_text(p: float) -> str:
+    """'p = 0.0123', or 'p < 1e-300' for a p-value of 0 (a test without spread)."""
+    return "p < 1e-300" if p == 0 else f"p = {fmt_p(p)}"
 
 
 def fmt_stat(x: float) -> str:
@@ -333,7 +338,13 @@ class CellTest:
         head = f"{self.label}: " + (f"{self.numbers}; " if self.numbers else "")
         if self.agree is None and self.disagree is None:
             return head + (self.why or "no test")
-        parts = [t.text(self.what) for t in (self.agree, self.disagree) if t is not None]
+        parts = []
+        if self.agree is not None:
+            parts.append(self.agree.text(self.what))
+            if self.disagree is not None:
+                parts.append(f"against it {self.disagree.hypothesis(self.what)}: {p_text(self.disagree.p)}")
+        elif self.disagree is not None:
+            parts.append(self.disagree.text(self.what))
         return head + "; ".join(parts + ([self.why] if self.why else []))
 
 

@@ -270,6 +270,7 @@ def test_verdict_and_test_text():
     assert t.text() == f"paired t, H1: mean d > 0, t(2) = {t.statistic:.3g}, p = {stats.fmt_p(t.p)}"
     f = stats.fisher_exact(5, 10, 2, 10, "greater")
     assert f.text("odds ratio") == "Fisher exact, H1: odds ratio > 1, odds ratio 4, p = 0.175"
+    assert stats.p_text(0.0) == "p < 1e-300" and stats.p_text(0.5) == "p = 0.5"
     assert stats.fmt_p(0.0) == "< 1e-300" and stats.fmt_p(1.23e-5) == "1.23e-05" and stats.fmt_p(0.0499) == "0.0499"
     v = stats.Verdict("(e) x", "agrees", "C: TOST", 5.0, 0.001, "")
     assert v.line() == "(e) x: agrees (C: TOST)"
