@@ -1,13 +1,15 @@
 """The paper's claims at small scale, in one Markdown report with plots (runs/reproduce/REPORT.md):
   1. Fig. 3   positional-bias gradient norms at initialisation, RoPE vs NoPE per layer (drope-analyze)
   2. Table 7  RoPE vs NoPE vs DroPE (RoPE, positional embeddings dropped + QK-norm at 7/8 of training)
-              validation perplexity at equal budget, over several seeds (mean, std, t interval, min–max)
+              validation perplexity at equal budget, over several seeds (mean, std, t interval, min–max), and
+              the paired tests of "DroPE matches RoPE" (TOST within 5 %) and "DroPE beats NoPE"
   3. Table 1  NIAH multi-query / multi-key / multi-value at 2× the training context for RoPE, RoPE+PI,
               RoPE+NTK, RoPE+YaRN (eval-time, factor 2), NoPE, ALiBi, RNoPE-SWA, DroPE
   4.          perplexity vs length up to 8× for the same models; the fitted temperature c (DroPE, NoPE)
   5.          offset-key retrieval (offset_key.py): RoPE, RoPE+PI/NTK/YaRN (factor L/C), NoPE and
               DroPE (fitted temperature, and c = 0) at C–8C over DROPE_REPRO_OK_SEEDS seeds (NoPE: the first seed;
-              mean, 95 % t interval), far accuracy vs length, and the verdicts on claims (a)–(f)
+              mean and an interval inside [0, 100]), far accuracy vs length, and the verdicts on claims (a)–(f),
+              each with its test and p-value (docs/design.md#statistics-protocol)
 Every model of 1–4: configs/train/repro-tiny.yaml (tiny, C = 256, vocab 4096) on the full Debian corpus; of 5:
 configs/train/offset-key-{rope,drope}.yaml (C = 128, generated sequences).
 
