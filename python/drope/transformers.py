@@ -18,6 +18,10 @@ beta = 1 + c * ln(S / C) when the S keys a layer sees exceed C = ``config.max_po
 
 import math
 
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
 from ._ops import attention
 
 __all__ = ["attention_forward", "register", "softmax_temperature"]
@@ -33,8 +37,6 @@ def softmax_temperature(config, length):
 
 
 def _sdpa_with_mask(module, query, key, value, attention_mask, scaling, temperature, is_causal, **kwargs):
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     base = scaling if scaling is not None else query.shape[-1] ** -0.5
     return sdpa_attention_forward(
         module, query, key, value, attention_mask, scaling=base * temperature, is_causal=is_causal, **kwargs
@@ -65,8 +67,6 @@ def attention_forward(
 def _mask(*, q_length, kv_length, q_offset=0, attention_mask=None, allow_is_causal_skip=True, local_size=None, **kw):
     """transformers' SDPA mask, except where the op masks by itself: None for a causal or sliding-window pattern
     without padding whose queries end the keys (while compiling too, where transformers' own test keeps the mask)."""
-    from transformers.masking_utils import sdpa_mask
-
     plain = allow_is_causal_skip and attention_mask is None and isinstance(q_offset, int)
     if plain and (q_length == 1 or q_length == kv_length):
         return None
@@ -76,9 +76,6 @@ def _mask(*, q_length, kv_length, q_offset=0, attention_mask=None, allow_is_caus
 
 def register(name="drope"):
     """Makes `name` an attn_implementation of transformers (attention and mask functions); returns the name."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, _mask)
     return name
