@@ -14,8 +14,13 @@
 #                          bytes: tokens/s and MFU (train.peak_tflops from the GPU's name or DROPE_PEAK_TFLOPS)
 #   train_step_qwen2_0_5b_eager  the same step in eager PyTorch (HF Qwen2ForCausalLM, SDPA, fused AdamW):
 #                          tokens/s of what users run instead, for the ratio in the summary
+#   train_step_qwen2_0_5b_fused_loss_off  the train stage with train.fused_loss: false (the chunked loss in
+#                          separate ops): the fused loss's effect on tokens/s
 #   nccl_smoke             torchrun --no-python --nproc_per_node=1 drope-train (tiny, train.device cuda) with a
 #                          single-rank NCCL process group (DROPE_DIST_SINGLE_RANK_GROUP=1)
+#   two_ranks              two ranks on the one GPU (torchrun --nproc_per_node=2; Gloo over the CUDA tensors, as
+#                          NCCL refuses two ranks on one device), train.shard none / optimizer / grads / params
+#                          with and without activation checkpointing: losses equal one rank's (CPU tests' tolerance)
 #   greedy_gpu_vs_cpu      drope-bench generate on a random tiny model, float32, on the CPU and on CUDA: the
 #                          greedy tokens must be equal
 #   real_smollm2_drope     the real SmolLM2-135M-Instruct (GGUF) recalibrated with DroPE + QK-norm in bf16 at
@@ -24,15 +29,52 @@
 # After every stage $OUT_DIR/summary.json and summary.md are rewritten (atomically) from what the stages left
 # there (scripts/drope_scripts/gpu_check.py). Extra arguments go to both drope-bench attention runs.
 # --dry-run prints every stage with its budget and command and writes a summary of "dry run" stages
-# (tests/py/test_gpu_check.py runs it on the CPU). Exit status: 0 when every stage is ok.
+# (tests/py/test_gpu_check.py runs it on the CPU). --rehearse runs every stage end to end on the CPU through the
+# same stage functions, commands and configs with only the device and the sizes changed (device cpu, a few steps,
+# short sequences, tiny models where a stage's model would not fit the CPU's time), on the CPU build (build/)
+# without building; what needs CUDA (nvidia-smi, cuobjdump, the GPU tests' CUDA cases, NCCL) is reported as
+# skipped by name ("skipped (CUDA-only: ...)", or "ok; CUDA-only parts skipped: ..."). Exit status: 0 when every
+# stage is ok (or, rehearsing, skipped as CUDA-only).
 set -uo pipefail
 DRY_RUN=0
-if [ "${1:-}" = "--dry-run" ]; then DRY_RUN=1; shift; fi
+REHEARSE=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) DRY_RUN=1; shift ;;
+    --rehearse) REHEARSE=1; shift ;;
+    *) break ;;
+  esac
+done
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD_DIR="${DROPE_BUILD_DIR:-$ROOT/build-gpu}"
 PREBUILT="${DROPE_GPU_CHECK_PREBUILT:-0}"
 case "$PREBUILT" in 0 | 1) ;; *) echo "error: DROPE_GPU_CHECK_PREBUILT='$PREBUILT': expected 0 or 1" >&2; exit 2 ;; esac
-OUT_DIR="${DROPE_GPU_CHECK_OUT:-$BUILD_DIR/gpu-check}"
+# The sizes of each stage: the GPU call's, or the rehearsal's on the CPU (same commands, smaller numbers).
+if [ "$REHEARSE" = 1 ]; then
+  BUILD_DIR="${DROPE_BUILD_DIR:-$ROOT/build}"
+  PREBUILT=1  # the rehearsal checks the CPU build, it does not build
+  OUT_DIR="${DROPE_GPU_CHECK_OUT:-$BUILD_DIR/gpu-check-rehearsal}"
+  DEVICE=cpu
+  BENCH_SIZES="--heads 4 --gqa-kv-heads 2 --lengths 128,256 --warmup 1 --repeats 1 --max-seconds 2 --max-mem-gb 4"
+  TRAIN_MODEL="tiny" TRAIN_SHAPE="seq_len: 64, batch_size: 4, micro_batch: 4" TRAIN_STEPS=3
+  EAGER_ARGS="--device cpu --shape tiny --steps 3 --seq-len 64 --batch 4"
+  REAL_C=128 REAL_SHAPE="batch_size: 2, micro_batch: 2" REAL_STEPS=2 REAL_DTYPE=float32
+  REAL_MULT=2 REAL_WINDOWS=2 NIAH_LENGTHS=256,512 NIAH_TASKS=single_1 NIAH_NEW=16 GREEDY_CONTEXT=32 GREEDY_NEW=8
+  BUDGET_SCALE=6  # the CPU is slower: the rehearsal checks that the commands work, not how fast
+else
+  BUILD_DIR="${DROPE_BUILD_DIR:-$ROOT/build-gpu}"
+  OUT_DIR="${DROPE_GPU_CHECK_OUT:-$BUILD_DIR/gpu-check}"
+  DEVICE=cuda
+  BENCH_SIZES="--heads 16 --gqa-kv-heads 4 --lengths 1024,2048,4096,8192,16384 --warmup 2 --repeats 5"
+  BENCH_SIZES+=" --max-seconds 5 --max-mem-gb 40"
+  TRAIN_MODEL="qwen2-0.5b" TRAIN_SHAPE="seq_len: 1024, batch_size: 16, micro_batch: 16" TRAIN_STEPS=8
+  EAGER_ARGS="--steps 8"
+  REAL_C=2048 REAL_SHAPE="batch_size: 32, micro_batch: 16" REAL_STEPS="${DROPE_GPU_REAL_STEPS:-120}"
+  REAL_DTYPE=bfloat16 REAL_MULT=2,4 REAL_WINDOWS=8 NIAH_LENGTHS=4096,8192,16384,32768 NIAH_TASKS=all NIAH_NEW=128
+  GREEDY_CONTEXT=160 GREEDY_NEW=64
+  BUDGET_SCALE=1
+fi
+# A stage (or part of one) that needs CUDA: rehearsing, it is named and skipped (exit 77 skips the whole stage).
+cuda_only() { echo "CUDA-only, skipped in the rehearsal: $*"; }
 CUDA_ARCHS="${DROPE_CUDA_ARCHS:-80;90}"
 PY="$ROOT/.venv/bin/python"
 BENCH_ARGS_STR="$*"
@@ -59,7 +101,7 @@ summarize() {
 # stages/NAME.log (and on the console), its status in stages/NAME.json; then rewrites the summary.
 run_stage() {
   local name="$1" budget="$2" fn="$3" var="DROPE_GPU_CHECK_BUDGET_${1^^}"
-  budget="${!var:-$budget}"
+  budget="${!var:-$((budget * BUDGET_SCALE))}"
   if ! [[ "$budget" =~ ^[0-9]+$ ]] || [ "$budget" -lt 1 ]; then
     log "error: $var='$budget': expected a whole number of seconds >= 1"
     exit 2
@@ -76,8 +118,12 @@ run_stage() {
     rc=${PIPESTATUS[0]}
     t1=$(date +%s.%N)
     seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    local skipped
+    skipped="$(sed -n 's/^CUDA-only, skipped in the rehearsal: //p' "$OUT_DIR/stages/$name.log" | paste -sd '|' |
+      sed 's/|/; /g')"
     case "$rc" in
-      0) status=ok ;;
+      0) status=ok; [ -z "$skipped" ] || status="ok; CUDA-only parts skipped: $skipped" ;;
+      77) if [ "$REHEARSE" = 1 ]; then status="skipped (CUDA-only: $skipped)"; rc=0; else status="FAILED (exit 77)"; fi ;;
       124 | 137) status="FAILED (over its budget of ${budget}s)" ;;
       *) status="FAILED (exit $rc)" ;;
     esac
@@ -93,6 +139,10 @@ run_stage() {
 # ---- the stages (exported: `timeout` runs them in a child bash) ----------------------------------------------
 TARGETS="drope-bench drope-train drope-model drope-data drope-eval drope_gpu_tests"
 describe_stage_setup() {
+  if [ "$REHEARSE" = 1 ]; then
+    echo "no build; $BUILD_DIR (the CPU build) must hold $TARGETS; ldd finds every library; cuobjdump: CUDA-only"
+    return
+  fi
   if [ "$PREBUILT" = 1 ]; then
     echo "DROPE_GPU_CHECK_PREBUILT=1: no build; $BUILD_DIR must hold $TARGETS built elsewhere;" \
       "ldd finds every library; cuobjdump --list-elf $BUILD_DIR/drope-bench (sm_80, sm_90)"
@@ -102,6 +152,7 @@ describe_stage_setup() {
     "scripts/setup.sh; cuobjdump --list-elf $BUILD_DIR/drope-bench (sm_80, sm_90)"
 }
 stage_setup() {
+  if [ "$REHEARSE" = 1 ]; then check_prebuilt && cuda_only "cuobjdump --list-elf (sm_${CUDA_ARCHS//;/, sm_} code)"; return; fi
   if [ "$PREBUILT" = 1 ]; then check_prebuilt && check_archs; return; fi
   DROPE_BUILD_DIR="$BUILD_DIR" DROPE_CMAKE_ARGS="-DDROPE_CUDA_ARCHS=$CUDA_ARCHS" DROPE_SETUP_TARGETS="$TARGETS" \
     bash "$ROOT/scripts/setup.sh" || return 1
@@ -135,6 +186,7 @@ check_archs() {
 
 describe_stage_gpu() { echo "nvidia-smi"; }
 stage_gpu() {
+  if [ "$REHEARSE" = 1 ]; then cuda_only "nvidia-smi"; return 77; fi
   nvidia-smi || return 1
   nvidia-smi --query-gpu=name --format=csv,noheader | head -1 > "$OUT_DIR/gpu-name.txt"
 }
@@ -144,20 +196,25 @@ stage_gpu_tests() {
   cd "$BUILD_DIR" || return 1
   ctest -L gpu --output-on-failure 2>&1 | tee "$OUT_DIR/ctest-gpu.log"
   local rc=${PIPESTATUS[0]}
+  if [ "$REHEARSE" = 1 ]; then  # without CUDA every GPU test must skip cleanly, and at least one must exist
+    grep -q 'tests passed, 0 tests failed out of [1-9]' "$OUT_DIR/ctest-gpu.log" ||
+      { echo "error: the GPU tests did not all skip cleanly"; return 1; }
+    cuda_only "the GPU tests' CUDA cases (ctest -L gpu ran; each skipped without CUDA)"
+    return "$rc"
+  fi
   # A GPU test that skips here means LibTorch saw no CUDA device: not a pass.
   if grep -q '\*\*\*Skipped' "$OUT_DIR/ctest-gpu.log"; then echo "error: GPU tests skipped"; return 1; fi
   return "$rc"
 }
 
 describe_bench() {  # D
-  echo "$BUILD_DIR/drope-bench attention --device cuda --dtype bfloat16 --head-dim $1 --heads 16 --gqa-kv-heads 4" \
-    "--lengths 1024,2048,4096,8192,16384 --warmup 2 --repeats 5 --max-seconds 5 --max-mem-gb 40 --quiet" \
+  echo "$BUILD_DIR/drope-bench attention --device $DEVICE --dtype bfloat16 --head-dim $1 $BENCH_SIZES --quiet" \
     "--json $OUT_DIR/bench-attention-d$1.json $BENCH_ARGS_STR"
 }
 stage_bench() {  # D
-  # shellcheck disable=SC2086  # the extra arguments, split as given
-  "$BUILD_DIR/drope-bench" attention --device cuda --dtype bfloat16 --head-dim "$1" --heads 16 --gqa-kv-heads 4 \
-    --lengths 1024,2048,4096,8192,16384 --warmup 2 --repeats 5 --max-seconds 5 --max-mem-gb 40 --quiet \
+  rm -f "$OUT_DIR/bench-attention-d$1.json"  # ours, from an earlier check
+  # shellcheck disable=SC2086  # the sizes and the extra arguments, split as given
+  "$BUILD_DIR/drope-bench" attention --device "$DEVICE" --dtype bfloat16 --head-dim "$1" $BENCH_SIZES --quiet \
     --json "$OUT_DIR/bench-attention-d$1.json" $BENCH_ARGS_STR
 }
 describe_stage_bench64() { describe_bench 64; }
@@ -166,8 +223,8 @@ stage_bench64() { stage_bench 64; }
 stage_bench128() { stage_bench 128; }
 
 describe_stage_train() {
-  echo "$BUILD_DIR/drope-train $OUT_DIR/train-qwen2.yaml (qwen2-0.5b, random weights, bf16, seq 1024, batch 16," \
-    "8 steps, data.text $ROOT/docs)"
+  echo "$BUILD_DIR/drope-train $OUT_DIR/train-qwen2.yaml ($TRAIN_MODEL, random weights, bf16, $TRAIN_SHAPE," \
+    "$TRAIN_STEPS steps, device $DEVICE, data.text $ROOT/docs)"
 }
 stage_train() {
   local peak="${DROPE_PEAK_TFLOPS:-}" name
@@ -181,30 +238,43 @@ stage_train() {
   fi
   rm -rf "$OUT_DIR/train-qwen2"  # ours, from an earlier check
   cat > "$OUT_DIR/train-qwen2.yaml" <<EOF
-# written by scripts/gpu-check.sh: one bf16 training step of qwen2-0.5b, timed over 8 steps
+# written by scripts/gpu-check.sh: one bf16 training step of $TRAIN_MODEL, timed over $TRAIN_STEPS steps
 run: {name: gpu-check-qwen2-0.5b, out_dir: $OUT_DIR/train-qwen2, seed: 0, phase: pretrain}
-model: {preset: qwen2-0.5b}
-data: {text: $ROOT/docs, seq_len: 1024, batch_size: 16, micro_batch: 16}
+model: {preset: $TRAIN_MODEL}
+data: {text: $ROOT/docs, $TRAIN_SHAPE}
 optim: {lr: 3.0e-4, betas: [0.9, 0.95], weight_decay: 0.1}
 schedule: {type: constant, warmup: 0}
-train: {steps: 8, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: 0, keep_last: 1, clip: 1.0,
-        dtype: bfloat16, device: cuda, peak_tflops: $peak}
+train: {steps: $TRAIN_STEPS, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: 0, keep_last: 1,
+        clip: 1.0, dtype: bfloat16, device: $DEVICE, peak_tflops: $peak}
 EOF
   "$BUILD_DIR/drope-train" "$OUT_DIR/train-qwen2.yaml"
 }
 
 describe_stage_eager() {
-  echo "python bench/eager_train_cuda.py $OUT_DIR/train-qwen2-eager (HF Qwen2ForCausalLM, SDPA, bf16" \
+  echo "python bench/eager_train_cuda.py $OUT_DIR/train-qwen2-eager $EAGER_ARGS (HF Qwen2ForCausalLM, SDPA, bf16" \
     "autocast, fused AdamW; the train stage's shape, batch and optimizer: what users run instead)"
 }
 stage_eager() {
   rm -rf "$OUT_DIR/train-qwen2-eager"  # ours, from an earlier check
-  "$PY" "$ROOT/bench/eager_train_cuda.py" "$OUT_DIR/train-qwen2-eager" --steps 8
+  # shellcheck disable=SC2086  # the sizes, split as given
+  "$PY" "$ROOT/bench/eager_train_cuda.py" "$OUT_DIR/train-qwen2-eager" $EAGER_ARGS
+}
+
+describe_stage_fused_off() {
+  echo "$BUILD_DIR/drope-train $OUT_DIR/train-qwen2.yaml --set train.fused_loss=false --set" \
+    "run.out_dir=$OUT_DIR/train-qwen2-fused-off (the train stage's run, the chunked loss in separate ops)"
+}
+stage_fused_off() {
+  rm -rf "$OUT_DIR/train-qwen2-fused-off"  # ours, from an earlier check
+  [ -s "$OUT_DIR/train-qwen2.yaml" ] ||
+    { echo "error: no $OUT_DIR/train-qwen2.yaml (the train stage writes it)"; return 1; }
+  "$BUILD_DIR/drope-train" "$OUT_DIR/train-qwen2.yaml" --set train.fused_loss=false \
+    --set "run.out_dir=$OUT_DIR/train-qwen2-fused-off"
 }
 
 describe_stage_nccl() {
   echo "DROPE_DIST_SINGLE_RANK_GROUP=1 torchrun --no-python --nproc_per_node=1 --standalone $BUILD_DIR/drope-train" \
-    "$OUT_DIR/nccl.yaml (tiny, train.device cuda, 4 steps)"
+    "$OUT_DIR/nccl.yaml (tiny, train.device $DEVICE, 4 steps)"
 }
 stage_nccl() {
   rm -rf "$OUT_DIR/nccl"
@@ -215,26 +285,75 @@ model: {preset: tiny, vocab_size: 256, max_position: 64}
 data: {text: $ROOT/docs, seq_len: 64, batch_size: 8}
 optim: {lr: 1.0e-3}
 schedule: {type: constant, warmup: 0}
-train: {steps: 4, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: 0, keep_last: 1, device: cuda}
+train: {steps: 4, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: 0, keep_last: 1, device: $DEVICE}
 EOF
   DROPE_DIST_SINGLE_RANK_GROUP=1 "$ROOT/.venv/bin/torchrun" --no-python --nproc_per_node=1 --standalone \
     "$BUILD_DIR/drope-train" "$OUT_DIR/nccl.yaml" || return 1
   grep -q '"allreduce_buckets"' "$OUT_DIR/nccl/log.jsonl" ||
-    { echo "error: the log has no all-reduce buckets: the NCCL process group did not run"; return 1; }
+    { echo "error: the log has no all-reduce buckets: the process group did not run"; return 1; }
+  [ "$REHEARSE" = 0 ] || cuda_only "NCCL (the same single-rank group ran on Gloo)"
+}
+
+describe_stage_two_ranks() {
+  echo "drope-train $OUT_DIR/two-ranks/base.yaml (tiny, float32, train.device $DEVICE, 4 steps) on one rank, then" \
+    "torchrun --no-python --nproc_per_node=2 --standalone on the same device, train.shard none/optimizer/grads/params" \
+    "with activation_checkpointing none/full/none/full; every step's loss within 1e-5 of one rank's"
+}
+stage_two_ranks() {
+  local d="$OUT_DIR/two-ranks" run name
+  rm -rf "$d"  # ours, from an earlier check
+  mkdir -p "$d"
+  cat > "$d/base.yaml" <<EOF
+# written by scripts/gpu-check.sh: two ranks on one device against one rank
+run: {name: gpu-check-two-ranks, out_dir: $d/one, seed: 0, phase: pretrain}
+model: {preset: tiny, vocab_size: 256, max_position: 64}
+data: {text: $ROOT/docs, seq_len: 64, batch_size: 8}
+optim: {lr: 1.0e-3}
+schedule: {type: constant, warmup: 0}
+train: {steps: 4, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: 0, keep_last: 1, device: $DEVICE}
+EOF
+  "$BUILD_DIR/drope-train" "$d/base.yaml" || return 1
+  for run in none:none optimizer:full grads:none params:full; do
+    name="${run/:/-}"
+    "$ROOT/.venv/bin/torchrun" --no-python --nproc_per_node=2 --standalone "$BUILD_DIR/drope-train" "$d/base.yaml" \
+      --set "run.out_dir=$d/$name" --set "train.shard=${run%%:*}" --set "train.activation_checkpointing=${run##*:}" \
+      > "$d/$name.log" 2>&1 || { cat "$d/$name.log"; return 1; }
+    echo "two ranks $name: $(grep -o 'backend [a-z]*' "$d/$name.log" | head -n1)"
+  done
+  [ "$REHEARSE" = 0 ] || cuda_only "Gloo over CUDA tensors on one GPU (the two ranks ran on the CPU)"
+  "$PY" - "$d" <<'EOF'
+import json, pathlib, sys
+d = pathlib.Path(sys.argv[1])
+def losses(run):
+    lines = (d / run / "log.jsonl").read_text().splitlines()
+    return [j["loss"] for j in map(json.loads, lines) if "loss" in j and "step" in j]
+one = losses("one")
+worst = 0.0
+for run in ("none-none", "optimizer-full", "grads-none", "params-full"):
+    two = losses(run)
+    diff = max(abs(a - b) for a, b in zip(one, two)) if len(one) == len(two) and one else float("inf")
+    worst = max(worst, diff)
+    print(f"two ranks {run}: max |loss - one rank's| = {diff:.2e} over {len(two)} steps")
+sys.exit(0 if worst < 1e-5 else 1)
+EOF
 }
 
 describe_stage_greedy() {
-  echo "drope-model init --preset tiny --seed 0; drope-bench generate --context 160 --new-tokens 64" \
-    "--device cpu, then --device cuda; compare token ids"
+  echo "drope-model init --preset tiny --seed 0; drope-bench generate --context $GREEDY_CONTEXT" \
+    "--new-tokens $GREEDY_NEW --device cpu, then --device $DEVICE; compare token ids"
 }
 stage_greedy() {
   "$BUILD_DIR/drope-model" init --preset tiny --seed 0 --out "$OUT_DIR/tiny-model" --force || return 1
   local dev
-  for dev in cpu cuda; do
-    rm -f "$OUT_DIR/greedy-$dev.json"
-    "$BUILD_DIR/drope-bench" generate --model "$OUT_DIR/tiny-model" --context 160 --new-tokens 64 --repeats 1 \
-      --seed 1 --device "$dev" --json "$OUT_DIR/greedy-$dev.json" || return 1
+  local side
+  for side in cpu cuda; do  # the "cuda" side runs on $DEVICE (the CPU, rehearsing)
+    dev=cpu
+    [ "$side" = cuda ] && dev="$DEVICE"
+    rm -f "$OUT_DIR/greedy-$side.json"
+    "$BUILD_DIR/drope-bench" generate --model "$OUT_DIR/tiny-model" --context "$GREEDY_CONTEXT" \
+      --new-tokens "$GREEDY_NEW" --repeats 1 --seed 1 --device "$dev" --json "$OUT_DIR/greedy-$side.json" || return 1
   done
+  [ "$REHEARSE" = 0 ] || cuda_only "the CUDA side of the comparison (it ran on the CPU)"
   "$PY" - "$OUT_DIR/greedy-cpu.json" "$OUT_DIR/greedy-cuda.json" <<'EOF'
 import json, sys
 a, b = (json.load(open(p))["tokens"] for p in sys.argv[1:])
@@ -246,8 +365,9 @@ EOF
 
 describe_stage_real() {
   echo "SmolLM2-135M-Instruct GGUF (.cache/models, scripts/fetch_smollm2.sh) -> drope-train phase drope" \
-    "(+QK-norm, bf16, C=2048, ${DROPE_GPU_REAL_STEPS:-120} steps) on prose tokenised with its tokenizer ->" \
-    "fit-temperature -> NIAH 4K..32K: as released, YaRN x16, DroPE"
+    "(+QK-norm, $REAL_DTYPE, C=$REAL_C, $REAL_SHAPE, $REAL_STEPS steps, device $DEVICE) on prose tokenised with" \
+    "its tokenizer -> fit-temperature (C=$REAL_C, x$REAL_MULT) -> NIAH 4K..32K on the GPU (here: lengths" \
+    "$NIAH_LENGTHS, tasks $NIAH_TASKS, $NIAH_NEW new tokens): as released, YaRN x16, DroPE (fitted temperature)"
 }
 stage_real() {
   local gguf="$ROOT/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf" text d="$OUT_DIR/real" ckpt
@@ -261,38 +381,43 @@ stage_real() {
 # written by scripts/gpu-check.sh: DroPE recalibration of the real SmolLM2-135M-Instruct at C = 2048
 run: {name: gpu-check-real-drope, out_dir: $d/run, seed: 0, phase: drope, init: $gguf}
 drope: {qk_norm: qk}
-data: {dataset: $d/data, seq_len: 2048, batch_size: 32, micro_batch: 16}
+data: {dataset: $d/data, seq_len: $REAL_C, $REAL_SHAPE}
 optim: {lr: 1.0e-3, betas: [0.9, 0.95], weight_decay: 0.1}
-schedule: {type: cosine, warmup: 20, min_lr_ratio: 0.1}
-train: {steps: ${DROPE_GPU_REAL_STEPS:-120}, log_every: 10, eval_every: 100, eval_batches: 4, checkpoint_every: 0,
-        keep_last: 1, clip: 1.0, dtype: bfloat16, device: cuda}
+schedule: {type: cosine, warmup: $((REAL_STEPS < 40 ? 0 : 20)), min_lr_ratio: 0.1}
+train: {steps: $REAL_STEPS, log_every: $((REAL_STEPS < 10 ? 1 : 10)), eval_every: 100, eval_batches: 4,
+        checkpoint_every: 0, keep_last: 1, clip: 1.0, dtype: $REAL_DTYPE, device: $DEVICE}
 EOF
   "$BUILD_DIR/drope-train" "$d/drope.yaml" || return 1
   ckpt="$(ls -d "$d"/run/checkpoints/step-* | tail -n1)"
   "$BUILD_DIR/drope-eval" fit-temperature --model "$ckpt" --tokenizer "$gguf" --data "$d/data" \
-    --multipliers 2,4 --out "$d/fit" || return 1
-  "$BUILD_DIR/drope-eval" niah --model "$gguf" --lengths 4096,8192,16384,32768 --trials 2 \
-    --out "$d/niah-released" || return 1
-  "$BUILD_DIR/drope-eval" niah --model "$gguf" --rope-scaling yarn --factor 16 \
-    --lengths 4096,8192,16384,32768 --trials 2 --out "$d/niah-yarn" || return 1
-  "$BUILD_DIR/drope-eval" niah --model "$ckpt" --tokenizer "$gguf" --lengths 4096,8192,16384,32768 --trials 2 \
-    --out "$d/niah-drope" || return 1
+    --train-length "$REAL_C" --multipliers "$REAL_MULT" --max-windows "$REAL_WINDOWS" --out "$d/fit" || return 1
+  local niah=(--lengths "$NIAH_LENGTHS" --tasks "$NIAH_TASKS" --max-new-tokens "$NIAH_NEW" --trials 2)
+  "$BUILD_DIR/drope-eval" niah --model "$gguf" "${niah[@]}" --out "$d/niah-released" || return 1
+  "$BUILD_DIR/drope-eval" niah --model "$gguf" --rope-scaling yarn --factor 16 "${niah[@]}" --out "$d/niah-yarn" ||
+    return 1
+  "$BUILD_DIR/drope-eval" niah --model "$ckpt" --tokenizer "$gguf" "${niah[@]}" --temperature auto \
+    --train-length "$REAL_C" --out "$d/niah-drope" || return 1
 }
 
-export ROOT BUILD_DIR OUT_DIR CUDA_ARCHS PY TARGETS BENCH_ARGS_STR PREBUILT
-export -f check_prebuilt check_archs stage_setup stage_gpu stage_gpu_tests stage_bench stage_bench64 stage_bench128 stage_train stage_eager stage_nccl stage_greedy stage_real
+export ROOT BUILD_DIR OUT_DIR CUDA_ARCHS PY TARGETS BENCH_ARGS_STR PREBUILT REHEARSE DEVICE BENCH_SIZES TRAIN_MODEL \
+  TRAIN_SHAPE TRAIN_STEPS EAGER_ARGS REAL_C REAL_WINDOWS NIAH_TASKS NIAH_NEW REAL_SHAPE REAL_STEPS REAL_DTYPE REAL_MULT NIAH_LENGTHS GREEDY_CONTEXT GREEDY_NEW
+export -f cuda_only check_prebuilt check_archs stage_setup stage_gpu stage_gpu_tests stage_bench stage_bench64 stage_bench128 stage_train stage_eager stage_nccl stage_greedy stage_real \
+  stage_fused_off stage_two_ranks
 
 # ---- run -------------------------------------------------------------------------------------------------------
 [ "$DRY_RUN" = 1 ] && log "dry run: nothing is built or run; summary in $OUT_DIR"
+[ "$REHEARSE" = 1 ] && log "rehearsal on the CPU: device cpu, small sizes, the CPU build in $BUILD_DIR"
 run_stage setup 420 stage_setup
 run_stage gpu 15 stage_gpu
-run_stage gpu_tests 100 stage_gpu_tests
+run_stage gpu_tests 95 stage_gpu_tests
 run_stage attention_bench_d64 60 stage_bench64
 run_stage attention_bench_d128 60 stage_bench128
-run_stage train_step_qwen2_0_5b 60 stage_train
+run_stage train_step_qwen2_0_5b 50 stage_train
 run_stage train_step_qwen2_0_5b_eager 60 stage_eager
-run_stage nccl_smoke 30 stage_nccl
-run_stage greedy_gpu_vs_cpu 30 stage_greedy
+run_stage train_step_qwen2_0_5b_fused_loss_off 40 stage_fused_off
+run_stage nccl_smoke 15 stage_nccl
+run_stage two_ranks 50 stage_two_ranks
+run_stage greedy_gpu_vs_cpu 10 stage_greedy
 run_stage real_smollm2_drope 65 stage_real
 summarize
 log "summary: $OUT_DIR/summary.md"
