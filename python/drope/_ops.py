@@ -8,14 +8,23 @@ import torch
 __all__ = ["attention"]
 
 
+def _check_devices(q, k, v):
+    """The one check a fake implementation makes: a meta tensor beside a real one dispatches here, not to C++."""
+    for name, t in (("k", k), ("v", v)):
+        if t.device != q.device:
+            raise ValueError(f"drope.attention: {name} is on {t.device} but q is on {q.device}")
+
+
 @torch.library.register_fake("drope::attention_fwd")
 def _attention_fwd_fake(q, k, v, causal=True, window=0, alibi_slopes=None, scale=0.0, q_offset=-1, temperature=1.0):
+    _check_devices(q, k, v)
     B, H, T, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((B, H, T), dtype=torch.float32)
 
 
 @torch.library.register_fake("drope::attention_bwd")
 def _attention_bwd_fake(dout, q, k, v, out, lse, causal, window, alibi_slopes, scale, q_offset, temperature):
+    _check_devices(q, k, v)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 

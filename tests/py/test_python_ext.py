@@ -194,6 +194,7 @@ def bad_calls():
         ("k dtype", lambda: a(q, k.double(), v.double()), "k has dtype"),
         ("v dtype", lambda: a(q, k, v.double()), "v has dtype"),
         ("q dtype", lambda: a(q.int(), k.int(), v.int()), "q must be float"),
+        ("k device", lambda: a(q, k.to("meta"), v), "k is on meta"),
         ("no keys", lambda: a(q[:, :, :0], k[:, :, :0], v[:, :, :0]), "no keys"),
         ("more queries than keys", lambda: a(q, k[:, :, :3], v[:, :, :3]), "queries but k only"),
         ("window", lambda: a(q, k, v, window=-1), "window must be >= 0"),
@@ -216,10 +217,10 @@ def bad_calls():
 
 
 @needs_drope
-@pytest.mark.parametrize("index", range(25))
+@pytest.mark.parametrize("index", range(26))
 def test_bad_argument_raises_naming_it(index):
     calls = bad_calls()
-    assert len(calls) == 25
+    assert len(calls) == 26
     what, call, words = calls[index]
     with pytest.raises((ValueError, TypeError)) as e:
         call()
