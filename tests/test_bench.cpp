@@ -105,7 +105,7 @@ TEST(AttentionBench, SkipsOverMemoryBudgetAndRejectsBadOptions) {
 TEST(AttentionBench, BackendImplsNeedCuda) {
   // The forced backends are exactly the plan's fused CUDA backends, by the plan's own names.
   const auto& backends = drope::bench::attention_backend_impls();
-  ASSERT_EQ(backends, (std::vector<std::string>{"flash", "mem_efficient", "cudnn", "own_cuda"}));
+  ASSERT_EQ(backends, (std::vector<std::string>{"flash", "mem_efficient", "cudnn", "cudnn_graph", "own_cuda"}));
   for (const auto& b : backends) {
     drope::ops::AttnBackend parsed;
     ASSERT_TRUE(drope::ops::parse_attn_backend(b.c_str(), &parsed)) << b;
@@ -115,8 +115,8 @@ TEST(AttentionBench, BackendImplsNeedCuda) {
   EXPECT_EQ(drope::bench::default_attention_impls("cpu"),
             (std::vector<std::string>{"ours", "sdpa", "sdpa_mask", "reference"}));
   EXPECT_EQ(drope::bench::default_attention_impls("cuda"),
-            (std::vector<std::string>{"ours", "flash", "mem_efficient", "cudnn", "own_cuda", "sdpa", "sdpa_mask",
-                                      "reference"}));
+            (std::vector<std::string>{"ours", "flash", "mem_efficient", "cudnn", "cudnn_graph", "own_cuda", "sdpa",
+                                      "sdpa_mask", "reference"}));
   // A backend named on the CPU is a clear error before anything runs.
   for (const auto& b : backends) {
     auto bad = tiny();
@@ -125,6 +125,7 @@ TEST(AttentionBench, BackendImplsNeedCuda) {
   }
   auto bad = tiny();
   bad.impls = {"sdpa_flash"};
-  drope::test::expect_error([&] { drope::bench::run_attention_bench(bad); },
-                            {"unknown implementation 'sdpa_flash'", "flash, mem_efficient, cudnn, own_cuda"});
+  drope::test::expect_error(
+      [&] { drope::bench::run_attention_bench(bad); },
+      {"unknown implementation 'sdpa_flash'", "flash, mem_efficient, cudnn, cudnn_graph, own_cuda"});
 }

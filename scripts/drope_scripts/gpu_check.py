@@ -27,7 +27,8 @@ from .atomic import write_atomic
 
 # Every stage gpu-check.sh runs, in order (tests/py/test_gpu_check.py holds the script to this list).
 STAGES = ("setup", "gpu", "gpu_tests", "attention_bench_d64", "attention_bench_d128", "train_step_qwen2_0_5b",
-          "train_step_qwen2_0_5b_eager", "nccl_smoke", "greedy_gpu_vs_cpu", "real_smollm2_drope")
+          "train_step_qwen2_0_5b_eager", "train_step_qwen2_0_5b_fused_loss_off", "nccl_smoke", "two_ranks",
+          "greedy_gpu_vs_cpu", "real_smollm2_drope")
 BENCH_T = 8192  # the summary's attention row: the reference length of docs/gpu.md
 
 
@@ -149,6 +150,24 @@ def real_numbers(out: pathlib.Path) -> dict:
     return res
 
 
+def two_rank_numbers(log: pathlib.Path) -> dict:
+    """Per two-rank run (shard mode - activation checkpointing): the largest loss difference to one rank, and
+    the process-group backend the log names."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    diffs = {m.group(1): float(m.group(2)) for m in
+             re.finditer(r"two ranks (\S+): max \|loss - one rank's\| = (\S+)", text)}
+    backends = sorted(set(re.findall(r"two ranks \S+: backend (\w+)", text)))
+    res: dict = {}
+    if diffs:
+        res["loss_max_diff"] = diffs
+    if backends:
+        res["backends"] = backends
+    return res
+
+
 def stage_numbers(out: pathlib.Path, name: str) -> dict:
     if name == "gpu_tests":
         return ctest_numbers(out)
@@ -162,6 +181,14 @@ def stage_numbers(out: pathlib.Path, name: str) -> dict:
         if res.get("tokens_per_s") and ours.get("tokens_per_s"):
             res["drope_vs_eager"] = ours["tokens_per_s"] / res["tokens_per_s"]
         return res
+    if name == "train_step_qwen2_0_5b_fused_loss_off":
+        res = train_numbers(out / "train-qwen2-fused-off" / "log.jsonl")
+        ours = train_numbers(out / "train-qwen2" / "log.jsonl")
+        if res.get("tokens_per_s") and ours.get("tokens_per_s"):
+            res["fused_vs_unfused"] = ours["tokens_per_s"] / res["tokens_per_s"]
+        return res
+    if name == "two_ranks":
+        return two_rank_numbers(out / "stages" / "two_ranks.log")
     if name == "nccl_smoke":
         res = train_numbers(out / "nccl" / "log.jsonl")
         with contextlib.suppress(OSError):
@@ -210,6 +237,12 @@ def markdown(doc: dict) -> str:
             nums.append(f"MFU {100 * rec['mfu']:.1f} %")
         if "drope_vs_eager" in rec:
             nums.append(f"drope-train {rec['drope_vs_eager']:.2f}x eager")
+        if "fused_vs_unfused" in rec:
+            nums.append(f"fused loss {rec['fused_vs_unfused']:.2f}x this")
+        if "loss_max_diff" in rec:
+            worst = max(rec["loss_max_diff"].values())
+            nums.append(f"{len(rec['loss_max_diff'])} two-rank runs, max loss difference {worst:.1e}"
+                        + (f" ({', '.join(rec['backends'])})" if rec.get("backends") else ""))
         if "backend_nccl" in rec:
             nums.append("NCCL process group" if rec["backend_nccl"] else "no NCCL process group in the log")
         if "equal" in rec:

@@ -47,7 +47,8 @@ const std::vector<std::string> kCases{"causal", "alibi", "window", "gqa"};
 const std::vector<std::string> kImpls{"ours", "sdpa", "sdpa_mask", "reference"};
 // The plan's fused CUDA backends, forced one at a time (sdpa and reference have rows of their own).
 const std::vector<ops::AttnBackend> kBackendImpls{ops::AttnBackend::kFlash, ops::AttnBackend::kMemEfficient,
-                                                  ops::AttnBackend::kCudnn, ops::AttnBackend::kOwnCuda};
+                                                  ops::AttnBackend::kCudnn, ops::AttnBackend::kCudnnGraph,
+                                                  ops::AttnBackend::kOwnCuda};
 
 // Resident set size now, from /proc/self/statm (bytes); −1 where unavailable.
 long long rss_bytes() {
@@ -268,7 +269,8 @@ std::pair<double, std::string> analytic_memory(const AttentionBenchOptions& o, c
   const double out_lse = B * H * T * (D * double(elt_size(o.dtype)) + 4.0);
   const double mask = (s.mask_per_head ? H : 1.0) * T * T * double(elt_size(o.dtype));
   const double logits = B * H * T * T * (o.dtype == at::kDouble ? 8.0 : 4.0);
-  if (impl == "ours" || impl == "sdpa" || impl == "flash" || impl == "own_cuda") return {out_lse, "O(T·D)"};
+  if (impl == "ours" || impl == "sdpa" || impl == "flash" || impl == "own_cuda" || impl == "cudnn_graph")
+    return {out_lse, "O(T·D)"};
   if (impl == "sdpa_mask") return {out_lse + mask, s.mask_per_head ? "O(T·S·H) mask" : "O(T·S) mask"};
   if (dense_bias_impl(impl)) {  // the plan's dense additive bias for ALiBi / windows (causal: a mask type)
     if (s.name == "alibi" || s.name == "window")
@@ -281,7 +283,8 @@ std::pair<double, std::string> analytic_memory(const AttentionBenchOptions& o, c
 // Estimated peak extra memory for the skip decision: the analytic buffers times how many are alive at once.
 double estimated_bytes(const AttentionBenchOptions& o, const Setup& s, const std::string& impl, bool backward) {
   const auto [bytes, _] = analytic_memory(o, s, impl);
-  if (impl == "ours" || impl == "sdpa" || impl == "flash" || impl == "own_cuda") return bytes * (backward ? 6.0 : 1.0);
+  if (impl == "ours" || impl == "sdpa" || impl == "flash" || impl == "own_cuda" || impl == "cudnn_graph")
+    return bytes * (backward ? 6.0 : 1.0);
   if (dense_bias_impl(impl))
     return bytes * (backward ? 6.0 : 1.0) + 2.0 * (bytes - analytic_memory(o, s, "ours").first);
   if (impl == "sdpa_mask") {
@@ -477,7 +480,7 @@ void validate(const AttentionBenchOptions& o) {
   for (const auto& i : o.impls)
     if (!contains(kImpls, i) && !forced_backend(i))
       fail("attention bench: unknown implementation '{}' (ours, sdpa, sdpa_mask, reference; on CUDA also flash, "
-           "mem_efficient, cudnn, own_cuda)",
+           "mem_efficient, cudnn, cudnn_graph, own_cuda)",
            i);
   if (!o.forward && !o.backward) fail("attention bench: nothing to measure (neither forward nor backward)");
 }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include <c10/util/Logging.h>
+#include <torch/cuda.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -130,7 +131,11 @@ Distributed::Distributed(const DistEnv& e, const torch::Device& device, double t
     fail("rank {}: cannot reach the rendezvous store at {}:{} ({})", e.rank, e.master_addr, e.master_port,
          first_line(ex));
   }
-  if (device.is_cuda()) {
+  // NCCL refuses two ranks on one GPU (ncclCommInitRank: "Duplicate GPU detected"): ranks that share a device
+  // (torchrun's LOCAL_WORLD_SIZE above the device count) use Gloo over the CUDA tensors instead.
+  const int local_world = env_int("LOCAL_WORLD_SIZE", 1, 1, 1 << 16);
+  const bool shared_gpu = device.is_cuda() && local_world > int(torch::cuda::device_count());
+  if (device.is_cuda() && !shared_gpu) {
 #ifdef DROPE_WITH_NCCL
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = timeout;
@@ -197,6 +202,12 @@ Collective Distributed::reduce_scatter(const torch::Tensor& out, const torch::Te
     out.copy_(in);
     return c;
   }
+  if (impl_->backend == "gloo" && in.is_cuda()) {  // Gloo has no reduce-scatter of CUDA tensors: through the host
+    auto o = torch::empty(out.sizes(), out.options().device(torch::kCPU)), i = in.to(torch::kCPU);
+    wait(env_, impl_->timeout_s, impl_->pg->_reduce_scatter_base(o, i), "gradient reduce-scatter");
+    out.copy_(o);
+    return c;
+  }
   auto o = out, i = in;
   auto work = impl_->pg->_reduce_scatter_base(o, i);
   c.wait_ = [work, env = env_, t = impl_->timeout_s] { wait(env, t, work, "gradient reduce-scatter"); };
@@ -208,6 +219,12 @@ Collective Distributed::all_gather(const torch::Tensor& out, const torch::Tensor
   Collective c;
   if (!grouped()) {
     out.copy_(in);
+    return c;
+  }
+  if (impl_->backend == "gloo" && in.is_cuda()) {  // Gloo has no all-gather of CUDA tensors: through the host
+    auto o = torch::empty(out.sizes(), out.options().device(torch::kCPU)), i = in.to(torch::kCPU);
+    wait(env_, impl_->timeout_s, impl_->pg->_allgather_base(o, i), "parameter all-gather");
+    out.copy_(o);
     return c;
   }
   auto o = out, i = in;
