@@ -82,6 +82,7 @@ bool check_case(const Case& c, torch::Dtype dtype, bool backward = true, int for
       case ops::AttnBackend::kFlash: ok = plan.flash.ok; break;
       case ops::AttnBackend::kMemEfficient: ok = plan.mem_eff.ok; break;
       case ops::AttnBackend::kCudnn: ok = plan.cudnn.ok; break;
+      case ops::AttnBackend::kCudnnGraph: ok = plan.cudnn_graph.ok && ops::backends::cudnn_graph_enabled(); break;
       case ops::AttnBackend::kSdpa: ok = plan.sdpa.ok; break;
       case ops::AttnBackend::kOwnCuda:
         ok = ops::own_cuda_supports(ops::backends::make_call(qd, kd, vd, p_gpu, backward, 90));
@@ -167,12 +168,17 @@ TEST(FusedAttentionGpu, DispatchesThroughThePlan) {
   SKIP_WITHOUT_CUDA();
   const torch::Device dev(torch::kCUDA);
   ops::AttentionParams p;
-  const auto plain = device_sm() >= 90 ? ops::AttnBackend::kCudnn : ops::AttnBackend::kFlash;
+  // sm90+: the cuDNN graph where the build has it (a graph cuDNN refused would show here as kCudnn), else
+  // LibTorch's cuDNN attention; sm80: FA2.
+  const bool graph = device_sm() >= 90 && ops::backends::cudnn_graph_enabled();
+  const auto plain =
+      graph ? ops::AttnBackend::kCudnnGraph : (device_sm() >= 90 ? ops::AttnBackend::kCudnn : ops::AttnBackend::kFlash);
   for (auto dt : {torch::kBFloat16, torch::kHalf}) {
     auto q = torch::randn({1, 2, 8, 64}, torch::TensorOptions().dtype(dt).device(dev));
     EXPECT_EQ(ops::cuda_attention_plan(q, q, q, p, false).backend, plain);
-    auto q1 = torch::randn({1, 2, 1, 64}, torch::TensorOptions().dtype(dt).device(dev));  // decode: FA2
-    EXPECT_EQ(ops::cuda_attention_plan(q1, q, q, p, false).backend, ops::AttnBackend::kFlash);
+    auto q1 = torch::randn({1, 2, 1, 64}, torch::TensorOptions().dtype(dt).device(dev));  // decode: bottom-right
+    EXPECT_EQ(ops::cuda_attention_plan(q1, q, q, p, false).backend,
+              graph ? ops::AttnBackend::kCudnnGraph : ops::AttnBackend::kFlash);
     auto q2 = torch::randn({1, 2, 8, 12}, torch::TensorOptions().dtype(dt).device(dev));
     EXPECT_EQ(ops::cuda_attention_plan(q2, q2, q2, p, false).backend, ops::AttnBackend::kSdpa);
   }
@@ -187,7 +193,8 @@ TEST(FusedAttentionGpu, EachBackendForwardBackward) {
   SKIP_WITHOUT_CUDA();
   torch::manual_seed(15);
   for (auto b : {ops::AttnBackend::kFlash, ops::AttnBackend::kMemEfficient, ops::AttnBackend::kCudnn,
-                 ops::AttnBackend::kSdpa, ops::AttnBackend::kOwnCuda}) {
+                 ops::AttnBackend::kCudnnGraph, ops::AttnBackend::kSdpa, ops::AttnBackend::kOwnCuda}) {
+    if (b == ops::AttnBackend::kCudnnGraph && !ops::backends::cudnn_graph_enabled()) continue;
     int ran = 0;
     for (const auto& c : option_grid()) ran += check_case(c, torch::kBFloat16, /*backward=*/true, int(b)) ? 1 : 0;
     EXPECT_GT(ran, 0) << ops::attn_backend_name(b);
