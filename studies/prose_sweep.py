@@ -32,10 +32,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from drope_scripts import corpus, stats
 from drope_scripts.atomic import write_atomic
-from drope_scripts.driver import NONE, ROOT, Driver, Method, checkpoint, cpu_count, run_pipeline
+from drope_scripts.driver import NONE, ROOT, Driver, Method, ToolError, checkpoint, cpu_count, run_pipeline
 
 PRETRAIN = "configs/train/quickstart-pretrain-rope.yaml"
 DROPE = "configs/train/quickstart-drope.yaml"
@@ -50,6 +51,7 @@ CSV_PATH = ROOT / "docs" / "results" / "prose-sweep.csv"
 DOC_PATH = ROOT / "docs" / "results" / "prose-sweep.md"
 PLOT_PATH = ROOT / "docs" / "results" / "prose-sweep.png"
 BEGIN, END = "<!-- prose-sweep:begin -->", "<!-- prose-sweep:end -->"
+T = TypeVar("T")
 # Seconds per training step of the quickstart model with one thread, and per perplexity evaluation, on the 2-core
 # CPU beside a second one-thread job (about 0.19 s measured on a 2-core Xeon, with a margin; --sec-per-step
 # overrides): the --plan estimate.
@@ -529,6 +531,28 @@ class Runs:
         return self._ppl(model, dst.name)
 
 
+def retrying(fn: Callable[[], T], say: Callable[[str], None], tries: int = 30, wait: float = 60.0,
+             tool_tries: int = 3) -> T:
+    """fn(), again after `wait` seconds when a binary could not be started (OSError: build/ is being rebuilt beside
+    us; up to `tries` times) or a tool failed (ToolError: up to `tool_tries` times, for a binary replaced while it
+    ran). Finished work is kept between tries: every stage of the studies resumes."""
+    oserrors = toolerrors = 0
+    while True:
+        try:
+            return fn()
+        except OSError as e:
+            oserrors += 1
+            if oserrors >= tries:
+                raise
+            say(f"could not start a tool ({e}); trying again in {wait:g} s ({oserrors} of {tries})")
+        except ToolError as e:
+            toolerrors += 1
+            if toolerrors >= tool_tries:
+                raise
+            say(f"{e}; trying again in {wait:g} s ({toolerrors} of {tool_tries})")
+        time.sleep(wait)
+
+
 class Sweep:
     """The sweep's bookkeeping: which (cell, seed) to run, the rows, the doc and plot after each row, commits."""
 
@@ -539,6 +563,7 @@ class Sweep:
         self.doc, self.plot_path, self.min_seeds, self.max_seeds = doc, plot_path, min_seeds, max_seeds
         self.commit, self.cpu, self.on_row = commit, cpu, on_row
         self.lock = threading.Lock()
+        self.retry_wait = 60.0
 
     def refresh(self) -> None:
         rows = read_rows(self.csv)
@@ -549,6 +574,10 @@ class Sweep:
 
     def unit(self, budget: int, seed: int, cells: Sequence[Cell]) -> None:
         """RoPE at (budget, seed) and each DroPE cell of it; a row per cell as it lands."""
+        landed = {(r["cell"], r["seed"]) for r in read_rows(self.csv)}
+        cells = [c for c in cells if (c.id, seed) not in landed]  # (a retry after a failure)
+        if not cells:
+            return
         ppl_rope = self.runs.rope(budget, seed)
         for cell in cells:
             ppl_drope = self.runs.drope(cell, seed)
@@ -573,9 +602,9 @@ class Sweep:
             budgets = sorted({c.budget for c in need})
             self.d.stage(f"seed {seed}: " + "; ".join(
                 f"B = {b}: " + ", ".join(c.recipe.name for c in need if c.budget == b) for b in budgets))
-            self.d.parallel([(f"b{b} s{seed}", functools.partial(self.unit, b, seed,
-                                                                 [c for c in need if c.budget == b]))
-                             for b in budgets])
+            retrying(lambda seed=seed, need=need, budgets=budgets: self.d.parallel(
+                [(f"b{b} s{seed}", functools.partial(self.unit, b, seed, [c for c in need if c.budget == b]))
+                 for b in budgets]), self.d.say, wait=self.retry_wait)
             ran += len(need)
         return ran
 

@@ -474,7 +474,7 @@ def study(argv: list[str]) -> int:
     st = Study(d, s, gguf, train_text, heldout, out, csv_path, doc, prose_sweep.commit_stamp(),
                prose_sweep.cpu_name(), committer.row if committer else None)
     try:
-        st.run()
+        prose_sweep.retrying(st.run, d.say)  # (a tool that could not start while build/ was rebuilt: again)
     finally:
         if committer:
             committer.flush()

@@ -191,3 +191,26 @@ def test_the_committer_commits_only_its_paths(tmp):
     assert git("log", "-1", "--format=%s").strip() == "docs: prose sweep at 1 rows, last b8-quickstart seed 0"
     assert git("show", "--name-only", "--format=", "HEAD").split() == ["rows.csv"]
     assert git("diff", "--cached", "--name-only").split() == ["other.txt"]  # still staged, not committed
+
+
+def test_a_tool_that_cannot_start_is_tried_again(tmp):
+    class Flaky(FakeRuns):
+        fails = 2
+
+        def drope(self, cell, seed):
+            if cell.id == "b16-lr1x" and seed == 1 and self.fails:
+                self.fails -= 1
+                raise PermissionError(13, "Permission denied", "build/drope-eval")  # build/ being rebuilt
+            return super().drope(cell, seed)
+
+    cs = cells([8, 16])
+    runs = Flaky(lambda c: 15.0)
+    sw = sweep(tmp, runs, cs)
+    sw.retry_wait = 0
+    sw.run()
+    assert len(ps.read_rows(sw.csv)) == 3 * len(cs) and runs.fails == 0
+    assert runs.calls.count(("b16-quickstart", 1)) == 1  # its row had landed: not run again after the failure
+    said = []
+    with pytest.raises(PermissionError):
+        ps.retrying(lambda: (_ for _ in ()).throw(PermissionError("x")), said.append, tries=2, wait=0)
+    assert len(said) == 1
