@@ -201,6 +201,7 @@ fs::path plain_dir(const std::string& dir) {
 
 DirLock::DirLock(const std::string& dir, Where where) {
   if (dir.empty()) fail("no directory given to lock");
+  if (where == Where::kBeside && written_in_place(dir)) return;  // nothing is replaced: no lock file in /dev
   const fs::path d = plain_dir(dir);
   const fs::path home = where == Where::kInside ? d : d.parent_path();
   std::error_code ec;
@@ -409,7 +410,54 @@ void fsync_path(const std::string& path) {
   ::close(fd);
 }
 
+namespace {
+
+// Refuses an existing `path` that no file can be written as.
+void check_writable_kind(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0 && (S_ISDIR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISSOCK(st.st_mode)))
+    fail("{}: exists and is {}; refusing to write a file there", path, file_kind(st.st_mode));
+}
+
+// Writes `content` to the existing `path` through its own descriptor, appending (a redirected stdout keeps
+// what was written before). A FIFO without a reader is an error, not a wait.
+void write_in_place(const std::string& path, const std::string& content) {
+  std::fflush(nullptr);  // our own buffered output to the same stream goes first
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    if (errno == ENXIO) fail("{}: no process reads this FIFO; refusing to wait for one", path);
+    fail("{}: cannot open for writing ({})", path, std::strerror(errno));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  try {
+    write_all(fd, content, path);
+  } catch (const Error&) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) fail("{}: close failed ({})", path, std::strerror(errno));
+}
+
+}  // namespace
+
+bool written_in_place(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return false;  // absent, or a dangling symlink (replaced)
+  if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) return true;
+  struct stat link{};
+  if (::lstat(path.c_str(), &link) != 0 || !S_ISLNK(link.st_mode)) return false;
+  std::error_code ec;
+  const std::string full = fs::absolute(path, ec).lexically_normal().string();
+  return full.rfind("/dev/", 0) == 0 || full.rfind("/proc/", 0) == 0;
+}
+
 void write_file_atomic(const std::string& path, const std::string& content) {
+  check_writable_kind(path);
+  if (written_in_place(path)) {
+    write_in_place(path, content);
+    return;
+  }
   fs::path target(path);
   if (target.has_parent_path()) {
     std::error_code ec;
@@ -427,10 +475,12 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     ::unlink(tmp.c_str());
     throw;
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int err = errno;
+  // A full disk can surface only here (delayed allocation, NFS): the descriptor is closed either way.
+  const int sync_err = ::fsync(fd) == 0 ? 0 : errno;
+  const int close_err = ::close(fd) == 0 ? 0 : errno;
+  if (sync_err != 0 || close_err != 0) {
     ::unlink(tmp.c_str());
-    fail("{}: fsync/close failed ({})", path, std::strerror(err));
+    fail("{}: {} failed ({})", path, sync_err != 0 ? "fsync" : "close", std::strerror(sync_err ? sync_err : close_err));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;

@@ -60,7 +60,15 @@ std::string read_file_prefix(const std::string& path, uint64_t max_bytes);
 // Writes `path` atomically: the content goes to a temp file in the same directory, is fsynced, then
 // renamed over `path`, and the directory is fsynced. On any failure the temp file is removed and
 // `path` is left as it was. The first write into a directory also removes our stale temporaries there.
+// An existing `path` that is not a file of ours to replace is written in place instead (written_in_place);
+// one that is a directory, block device or socket is refused. Errors name `path` and the errno text.
 void write_file_atomic(const std::string& path, const std::string& content);
+
+// Whether write_file_atomic writes the existing `path` in place, appending, instead of replacing it: a
+// character device (/dev/null, /dev/full, a terminal), a FIFO (which must have a reader), or a symlink under
+// /dev or /proc (/dev/stdout, /proc/self/fd/1) whatever it points to. Renaming over them would replace a
+// system file.
+bool written_in_place(const std::string& path);
 
 // Like write_file_atomic, for a whole directory: `fill(tmp_dir)` writes into a fresh temp directory
 // beside `dir`, which then replaces `dir`. If `fill` throws, nothing of `dir` changes. Callers check
@@ -99,7 +107,8 @@ void check_output_paths(const std::string& flag, const std::string& out, const s
 // kInside keeps ".drope-lock" inside the directory (emptied on release; for directories written in place,
 // such as run directories, where it also marks the directory as ours). Directories the lock had to create
 // are removed on release while they hold nothing else, so a run refused after locking leaves nothing. kBeside locks
-// ".<name>.drope-lock" next to it (removed on release), for directories replaced whole by write_dir_atomic.
+// ".<name>.drope-lock" next to it (removed on release), for directories replaced whole by write_dir_atomic
+// and files replaced by write_file_atomic; an output written in place (written_in_place) is not locked.
 class DirLock {
  public:
   enum class Where { kInside, kBeside };
