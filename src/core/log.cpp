@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "drope/core/error.h"
+#include "drope/core/fd_write.h"
 #include "log_backend/backend.h"
 
 namespace drope::logging {
@@ -79,11 +80,8 @@ const Options& options() {
 std::string add_run_file(const std::string& dir) {
   ensure_ready();
   const std::string path = (std::filesystem::path(dir) / (g_options.tool + ".log")).string();
-  try {
-    backend::add_file(path, level_number(std::min(g_options.level, Level::kInfo)));
-  } catch (const std::exception& e) {
-    fail("{}: cannot open the log file: {}", path, e.what());
-  }
+  AppendFile file(path);  // refuses a symlink or anything but a regular file, naming the path
+  backend::add_file(file.release(), path, level_number(std::min(g_options.level, Level::kInfo)));
   return path;
 }
 

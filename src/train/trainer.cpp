@@ -138,10 +138,13 @@ class AutocastGuard {
   at::ScalarType prev_dtype_ = at::kBFloat16;
 };
 
-// Keeps the JSON-lines log consistent with a resumed run: lines after `step` are dropped.
+// Keeps the JSON-lines log consistent with a resumed run: lines after `step` are dropped. A symlink in the
+// log's place is refused (AppendFile's rule), so a user's file is neither read nor appended to.
 void truncate_log(const std::string& path, int64_t step) {
   std::error_code ec;
-  if (!fs::exists(fs::symlink_status(path, ec))) return;
+  const auto st = fs::symlink_status(path, ec);
+  if (!fs::exists(st)) return;
+  if (fs::is_symlink(st)) fail("{}: is a symbolic link; a log file is never followed through one", path);
   std::istringstream in(read_file(path));  // refuses a FIFO or device instead of blocking on it
   std::string line, kept;
   while (std::getline(in, line)) {
@@ -343,7 +346,7 @@ void Trainer::open_run_dir() {
     if (ckpt_) truncate_log(log_path_, state_.step);
     else write_file_atomic(log_path_, "");
   }
-  if (main_rank_) log_file_.open(log_path_, std::ios::app);
+  if (main_rank_) log_file_ = AppendFile(log_path_);
   // train.tensorboard: a new events file per start; its SessionLog START at the first step this start logs
   // makes TensorBoard drop what an earlier start logged from there on, as truncate_log does for log.jsonl.
   if (main_rank_ && cfg_.train.tensorboard) events_ = std::make_unique<EventFileWriter>(cfg_.out_dir, state_.step + 1);
@@ -491,8 +494,7 @@ void Trainer::log(const StepResult& r) {
 }
 
 void Trainer::log_line(const nlohmann::json& j) {
-  log_file_ << j.dump() << "\n" << std::flush;
-  if (!log_file_) fail("{}: cannot append to the training log ({})", log_path_, std::strerror(errno));
+  log_file_.append(j.dump() + "\n");
   if (events_) {
     const auto scalars = log_scalars(j);
     if (!scalars.empty()) events_->write_scalars(j.at("step").get<int64_t>(), scalars);

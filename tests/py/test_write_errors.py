@@ -1,14 +1,29 @@
-"""Outputs that are not files of ours: an output path that is a character device (copies of /dev/null and
-/dev/full made with mknod) or a FIFO is written in place, never replaced by a rename; /dev/full fails with ENOSPC
-naming the path; a FIFO without a reader is refused, not waited on; /proc/self/fd/1 is written in place."""
+"""Where our tools write, and what happens when writing fails. An output path that is a character device
+(copies of /dev/null and /dev/full made with mknod) or a FIFO is written in place, never replaced by a rename;
+/dev/full fails with ENOSPC naming the path; a FIFO without a reader is refused, not waited on. Run logs
+(drope-train.log, log.jsonl) are never followed through a symlink, fresh or resumed. A full disk (a file-size
+limit), a read-only directory (a read-only bind mount in a private mount namespace) or /dev/full while a
+checkpoint, an export, a dataset, results or a log is written gives one clear line naming the path and the errno
+text, and leaves the previous checkpoint loadable and no temporary behind."""
 import json
 import os
+import resource
+import shutil
 import stat
 import subprocess
 
 import pytest
+from safetensors.numpy import load_file
 
 from conftest import BIN, expect_error, run_cli
+
+TRAIN_CFG = """run: {{name: we, out_dir: {out}, seed: 3}}
+model: {{preset: micro, max_position: 32}}
+data: {{text: /usr/share/common-licenses/GPL-3, seq_len: 16, batch_size: 4}}
+optim: {{lr: 3.0e-3}}
+schedule: {{type: constant}}
+train: {{steps: {steps}, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: 2, keep_last: 3}}
+"""
 
 
 def env1():
@@ -116,3 +131,106 @@ def test_fifo_and_stdout_outputs(tmp, model):
                 stdout=f)
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == b"before\n" + ref.read_bytes()
+
+
+def train_cfg(tmp, name, steps=2):
+    cfg = tmp / f"{name}.yaml"
+    cfg.write_text(TRAIN_CFG.format(out=tmp / name, steps=steps))
+    return cfg
+
+
+def test_run_logs_are_never_followed_through_a_symlink(tmp):
+    precious = tmp / "precious.txt"
+    precious.write_text("the user's own file\n")
+    # Fresh start into a directory whose drope-train.log is a symlink: refused, the file untouched.
+    cfg = train_cfg(tmp, "fresh")
+    (tmp / "fresh").mkdir()
+    (tmp / "fresh" / "drope-train.log").symlink_to(precious)
+    clean_error(run(["drope-train", cfg, "--force"]), str(tmp / "fresh" / "drope-train.log"), "symbolic link")
+    assert precious.read_text() == "the user's own file\n"
+    # Resume of a real run whose logs were swapped for symlinks: refused the same way.
+    cfg = train_cfg(tmp, "run")
+    assert run(["drope-train", cfg]).returncode == 0
+    for name in ("drope-train.log", "log.jsonl"):
+        log = tmp / "run" / name
+        kept = log.read_bytes()
+        log.unlink()
+        log.symlink_to(precious)
+        r = run(["drope-train", cfg, "--resume", "--set", "train.steps=4"])
+        clean_error(r, str(log), "symbolic link")
+        assert precious.read_text() == "the user's own file\n"
+        log.unlink()
+        log.write_bytes(kept)
+    # A device in the log's place is refused too (a log is a regular file).
+    devices(tmp)  # skips where device nodes cannot be made
+    log = tmp / "run" / "log.jsonl"
+    kept = log.read_bytes()
+    log.unlink()
+    os.mknod(log, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # a copy of /dev/full
+    clean_error(run(["drope-train", cfg, "--resume", "--set", "train.steps=4"]), str(log))
+    log.unlink()
+    log.write_bytes(kept)
+    assert run(["drope-train", cfg, "--resume", "--set", "train.steps=4"]).returncode == 0
+
+
+def limit_file_size(nbytes):
+    def f():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+    return f
+
+
+def test_a_full_disk_while_logging_is_one_clear_error(tmp):
+    cfg = train_cfg(tmp, "run")
+    assert run(["drope-train", cfg]).returncode == 0  # 2 steps, a checkpoint
+    # Every file may grow to 3 KiB: config.yaml fits; drope-train.log, filled up to just below, fails at its next
+    # line (one warning, the run goes on), then log.jsonl (a line per step) long before the final checkpoint.
+    log = tmp / "run" / "drope-train.log"
+    with open(log, "a") as f:
+        f.write("#" * ((3 << 10) - 40 - log.stat().st_size) + "\n")
+    r = run(["drope-train", cfg, "--resume", "--set", "train.steps=40", "--set", "train.checkpoint_every=0"],
+            preexec_fn=limit_file_size(3 << 10))
+    clean_error(r, str(tmp / "run" / "log.jsonl"), "write failed (File too large)")
+    assert r.stderr.count(f"warning: {log}: write failed (File too large); the log file ends here") == 1, r.stderr
+    assert "LOG ERROR" not in r.stderr
+    assert sorted(os.listdir(tmp / "run" / "checkpoints")) == ["step-00000002"]
+    load_file(str(tmp / "run" / "checkpoints" / "step-00000002" / "model.safetensors"))
+
+
+def ro_mount(*dirs):
+    """A command prefix running the tool in a private mount namespace where `dirs` are read-only bind mounts
+    (the user namespace makes this work without privileges; root would ignore a chmod)."""
+    binds = " && ".join(f"mount --bind {d} {d} && mount -o remount,bind,ro {d} {d}" for d in dirs)
+    return ["unshare", "-rm", "sh", "-c", f'{binds} && exec "$@"', "sh"]
+
+
+def can_mount_read_only(tmp):
+    d = tmp / "probe"
+    d.mkdir()
+    r = subprocess.run([*ro_mount(d), "touch", str(d / "x")], capture_output=True, text=True)
+    return r.returncode != 0 and "Read-only file system" in r.stderr
+
+
+def test_a_read_only_directory_is_a_clear_error_and_the_checkpoint_stays(tmp, model):
+    if shutil.which("unshare") is None or not can_mount_read_only(tmp):
+        pytest.skip("no private mount namespace for a read-only bind mount (unshare -rm)")
+    cfg = train_cfg(tmp, "run")
+    assert run(["drope-train", cfg]).returncode == 0
+    ckpts = tmp / "run" / "checkpoints"
+    good = {p.name: p.read_bytes() for p in (ckpts / "step-00000002").iterdir()}
+    # checkpoints/ read-only: training goes on, the save at step 4 fails naming the directory and the errno.
+    r = run(["drope-train", cfg, "--resume", "--set", "train.steps=4"], wrap=ro_mount(ckpts))
+    clean_error(r, "could not save the checkpoint", str(ckpts), "Read-only file system", "step-00000002 is intact")
+    assert {p.name: p.read_bytes() for p in (ckpts / "step-00000002").iterdir()} == good
+    assert sorted(os.listdir(ckpts)) == ["step-00000002"]
+    assert run(["drope-train", cfg, "--resume", "--set", "train.steps=4"]).returncode == 0
+    # An export, a dataset and results into a read-only directory: one line naming the path and the errno.
+    ro = tmp / "ro"
+    ro.mkdir()
+    toks = tmp / "tokens.json"
+    for args in (["drope-model", "convert", "--model", model, "--out", ro / "m"],
+                 ["drope-data", "prepare", "-i", "/usr/share/common-licenses/GPL-3", "--paragraphs", "--out",
+                  ro / "ds", "--train-tokenizer", "--vocab-size", 300],
+                 ["drope-eval", "logits", "--model", model, "--tokens", toks, "--out", ro / "l.safetensors"]):
+        clean_error(run(args, wrap=ro_mount(ro)), str(ro), "Read-only file system")
+    assert os.listdir(ro) == []
+    assert load_file(str(ckpts / "step-00000004" / "model.safetensors"))

@@ -45,7 +45,8 @@ void init(const Options& o);
 const Options& options();
 
 // Sends messages to <dir>/<tool>.log as well (appending; it replaces an earlier run file): every message at
-// info or the console level, whichever is lower, each line with a timestamp and its level. Returns the path.
+// info or the console level, whichever is lower, each line with a timestamp and its level. The file is opened
+// as drope::AppendFile (a symlink or non-regular file is refused naming it). Returns the path.
 std::string add_run_file(const std::string& dir);
 
 // Whether a message at `l` reaches any sink of this process.

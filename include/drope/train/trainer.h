@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +13,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "drope/core/fd_write.h"
 #include "drope/core/files.h"
 #include "drope/core/tfevents.h"
 #include "drope/model/transformer.h"
@@ -133,7 +133,7 @@ class Trainer {
   int64_t n_params_ = 0;
   // Logs and progress.
   std::string log_path_;
-  std::ofstream log_file_;
+  AppendFile log_file_;  // log.jsonl
   std::unique_ptr<EventFileWriter> events_;
   std::chrono::steady_clock::time_point t_start_, t_last_;
   int64_t tokens_since_ = 0, bad_steps_ = 0, first_step_ = 0;

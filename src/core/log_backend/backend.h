@@ -20,10 +20,10 @@ struct ConsoleConfig {
 
 // Replaces the logger with one that has only a console sink.
 void configure(const ConsoleConfig& c);
-// Sets the file sink (append; it replaces an earlier one) taking messages at `level` and above, lines
-// "[date time] [level] prefix text".
-// Throws std::exception when the file cannot be opened.
-void add_file(const std::string& path, int level);
+// Sets the file sink (it replaces an earlier one) writing to `fd`, a file opened for appending whose
+// descriptor the sink now owns, messages at `level` and above, lines "[date time] [level] prefix text".
+// `path` names the file in the one warning a failed write gives.
+void add_file(int fd, const std::string& path, int level);
 bool enabled(int level);
 void write(int level, std::string_view message);
 // A progress line on `stream` (nullptr: the console's out) if the console takes info; `last` ends a line

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -10,7 +12,6 @@
 #include <spdlog/logger.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
-#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 
 namespace drope::logging::backend {
@@ -85,10 +86,52 @@ class ConsoleSink final : public spdlog::sinks::base_sink<std::mutex> {
   std::FILE* open_ = nullptr;  // the terminal stream with a progress line on it
 };
 
+// The run's log file, on a descriptor opened by the caller (drope::AppendFile: no symlink followed, a regular
+// file). Lines are written whole with write(2), so the file is complete up to the last line even after a crash.
+// A failed write (full disk, file-size limit) is reported once on `err` and ends the file; the console goes on.
+class RunFileSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  RunFileSink(int fd, std::string path, std::FILE* err) : fd_(fd), path_(std::move(path)), err_(err) {}
+  ~RunFileSink() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& m) override {
+    if (fd_ < 0) return;
+    spdlog::memory_buf_t line;
+    formatter_->format(m, line);
+    const char* p = line.data();
+    size_t left = line.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd_, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const std::string msg =
+            "warning: " + path_ + ": write failed (" + std::strerror(errno) + "); the log file ends here\n";
+        std::fwrite(msg.data(), 1, msg.size(), err_);
+        std::fflush(err_);
+        ::close(fd_);
+        fd_ = -1;
+        return;
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+  }
+  void flush_() override {}
+
+ private:
+  int fd_;
+  std::string path_;
+  std::FILE* err_;
+};
+
 std::shared_ptr<spdlog::logger> g_logger;
 std::shared_ptr<ConsoleSink> g_console;
 spdlog::sink_ptr g_file;  // the run file, at most one
 std::string g_prefix;
+std::FILE* g_err = stderr;
 
 spdlog::level::level_enum to_spdlog(int level) { return static_cast<spdlog::level::level_enum>(level); }
 
@@ -97,6 +140,7 @@ spdlog::level::level_enum to_spdlog(int level) { return static_cast<spdlog::leve
 void configure(const ConsoleConfig& c) {
   if (g_logger) g_logger->flush();
   g_prefix = c.prefix;
+  g_err = c.err;
   g_console = std::make_shared<ConsoleSink>(c.prefix, c.out, c.err);
   g_console->set_level(to_spdlog(c.level));
   g_file.reset();
@@ -106,8 +150,8 @@ void configure(const ConsoleConfig& c) {
   spdlog::set_default_logger(g_logger);
 }
 
-void add_file(const std::string& path, int level) {
-  auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/false);
+void add_file(int fd, const std::string& path, int level) {
+  auto sink = std::make_shared<RunFileSink>(fd, path, g_err);
   // The prefix is plain text ("[rank N] "): no '%' to escape.
   sink->set_formatter(std::make_unique<spdlog::pattern_formatter>("[%Y-%m-%d %H:%M:%S.%e] [%l] " + g_prefix + "%v"));
   sink->set_level(to_spdlog(level));
