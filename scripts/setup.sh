@@ -57,3 +57,7 @@ TARGET_ARGS=()
 ((${#TARGETS[@]})) && TARGET_ARGS=(--target "${TARGETS[@]}")
 cmake --build "$BUILD_DIR" -j "${DROPE_JOBS:-$(nproc)}" "${TARGET_ARGS[@]}"
 log "done: binaries in $BUILD_DIR"
+# The Python package drope (python/: the attention op for PyTorch and HF transformers), built in build-python/.
+log "installing the Python package drope into .venv"
+CMAKE_BUILD_PARALLEL_LEVEL="${DROPE_JOBS:-$(nproc)}" .venv/bin/pip install -q --no-build-isolation ./python
+log "done: Python package drope installed"
