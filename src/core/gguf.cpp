@@ -10,6 +10,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/utf8.h"
 
 namespace drope::gguf {
 
@@ -69,11 +70,15 @@ class Cursor {
     pos_ += sizeof(T);
     return v;
   }
+  // A GGUF string: UTF-8 by the specification, checked here so that no invalid byte reaches a JSON writer.
   std::string str(const std::string& what, uint64_t max_bytes) {
     const auto n = get<uint64_t>(what + " length");
     if (n > max_bytes) fail("{}: {} is {} bytes long (limit {})", path_, what, n, max_bytes);
     if (n > left()) truncated(what);
     std::string s(reinterpret_cast<const char*>(d_ + pos_), n);
+    if (const int64_t bad = utf8_error_offset(s); bad >= 0)
+      fail("{}: {} is not valid UTF-8 (byte {} of the string, at file offset {}); GGUF strings are UTF-8", path_, what,
+           bad, pos_ + static_cast<uint64_t>(bad));
     pos_ += n;
     return s;
   }
@@ -103,8 +108,9 @@ json read_scalar(Cursor& c, ValueType t, const std::string& what) {
   }
 }
 
+// `elements_left` is what the file's arrays may still hold in all (kMaxMetaArrayElementsTotal at the start).
 json read_value(Cursor& c, ValueType t, const std::string& what, const std::string& path, int depth,
-                ValueType* elem_out) {
+                ValueType* elem_out, uint64_t& elements_left) {
   if (t != ValueType::kArray) return read_scalar(c, t, what);
   if (depth >= kMaxArrayDepth) fail("{}: {}: arrays nested deeper than {}", path, what, kMaxArrayDepth);
   const auto et = c.get<uint32_t>(what + " element type");
@@ -117,9 +123,21 @@ json read_value(Cursor& c, ValueType t, const std::string& what, const std::stri
   if (n > c.left() / min_bytes)
     fail("{}: {}: array of {} {} element(s) cannot fit in the {} byte(s) left in the file", path, what, n,
          value_type_name(elem), c.left());
+  // Bounded before anything is allocated: each element costs a JSON value (16 bytes and more) in memory.
+  if (n > kMaxMetaArrayElements)
+    fail("{}: {}: array of {} element(s) is longer than the {} this reader accepts", path, what, n,
+         kMaxMetaArrayElements);
+  if (n > elements_left)
+    fail("{}: {}: array of {} element(s) takes the file's metadata arrays beyond the {} elements this reader accepts "
+         "in all",
+         path, what, n, kMaxMetaArrayElementsTotal);
+  elements_left -= n;
   json arr = json::array();
   arr.get_ref<json::array_t&>().reserve(n);
-  for (uint64_t i = 0; i < n; ++i) arr.push_back(read_value(c, elem, what, path, depth + 1, nullptr));
+  const bool scalars = elem != ValueType::kString && elem != ValueType::kArray;  // fit, as checked above
+  for (uint64_t i = 0; i < n; ++i)
+    arr.push_back(
+        read_value(c, elem, scalars ? what : fmt::format("{}[{}]", what, i), path, depth + 1, nullptr, elements_left));
   return arr;
 }
 
@@ -369,6 +387,7 @@ Header parse_header(const uint8_t* data, uint64_t size, const std::string& path)
   if (n_kv > kMaxMetaEntries || n_kv > c.left() / 14)
     fail("{}: metadata count {} cannot fit in a file of {} bytes (limit {})", path, n_kv, size, kMaxMetaEntries);
 
+  uint64_t array_elements_left = kMaxMetaArrayElementsTotal;
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = c.str(fmt::format("metadata key #{}", i), kMaxKeyBytes);
     if (key.empty()) fail("{}: metadata key #{} is empty", path, i);
@@ -377,7 +396,7 @@ Header parse_header(const uint8_t* data, uint64_t size, const std::string& path)
     if (!known_value_type(t)) fail("{}: metadata '{}' has unknown value type {}", path, key, t);
     MetaValue v;
     v.type = static_cast<ValueType>(t);
-    v.value = read_value(c, v.type, "metadata '" + key + "'", path, 0, &v.elem_type);
+    v.value = read_value(c, v.type, "metadata '" + key + "'", path, 0, &v.elem_type, array_elements_left);
     h.meta.emplace(std::move(key), std::move(v));
   }
   if (auto it = h.meta.find("general.alignment"); it != h.meta.end()) {

@@ -126,10 +126,10 @@ def to_gguf(model, path, arch, qtype=Q.F32, tokenizer_meta=None):
     write_gguf(path, tensors, meta, arch)
 
 
-def tiny_model(arch, tied, seed=0):
+def tiny_model(arch, tied, seed=0, vocab=96):
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
     cfg_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if arch == "llama" else (Qwen2Config, Qwen2ForCausalLM)
-    cfg = cfg_cls(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+    cfg = cfg_cls(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=5000.0,
                   tie_word_embeddings=tied, attn_implementation="eager")
     torch.manual_seed(seed)
@@ -226,7 +226,7 @@ def encode(tokenizer, tmp):
 
 def test_bpe_tokenizer_from_metadata_matches_hf(tmp):
     tok = bpe_tokenizer()
-    model = tiny_model("llama", True)
+    model = tiny_model("llama", True, vocab=tok.get_vocab_size())
     path = tmp / "m.gguf"
     to_gguf(model, path, "llama", tokenizer_meta=bpe_meta(tok))
     want = [tok.encode(t).ids for t in TEXTS]
@@ -243,9 +243,10 @@ def test_bpe_tokenizer_from_metadata_matches_hf(tmp):
 
 
 def test_gguf_path_as_model_everywhere(tmp):
-    model = tiny_model("llama", False)
+    tok = bpe_tokenizer()
+    model = tiny_model("llama", False, vocab=tok.get_vocab_size())
     path = tmp / "m.gguf"
-    to_gguf(model, path, "llama", tokenizer_meta=bpe_meta(bpe_tokenizer()))
+    to_gguf(model, path, "llama", tokenizer_meta=bpe_meta(tok))
     r = run_cli("drope-model", "info", "--model", path)
     assert "layers 2" in r.stdout and "heads 4/2" in r.stdout and "tied false" in r.stdout
     out = tmp / "dropped"
@@ -301,6 +302,20 @@ HOSTILE = {
     "duplicate_tensor": (pad(header(n_tensors=2) + tensor_info("a", [8], 0, 0) + tensor_info("a", [8], 0, 32)) +
                          b"\0" * 64, "appears twice"),
     "huge_elements": (pad(header(n_tensors=1) + tensor_info("w", [1 << 40, 1 << 40], 0, 0)), "more than 2^50"),
+    # Strings are UTF-8 (a JSON writer downstream would throw on anything else), named by key or tensor.
+    "non_utf8_value": (header(n_kv=1) + gstr("general.name") + struct.pack("<I", 8) + gstr(b"caf\xe9"),
+                       "metadata 'general.name' is not valid UTF-8"),
+    "non_utf8_array_string": (header(n_kv=1) + gstr("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2) +
+                              gstr("a") + gstr(b"\xff"), "metadata 'tokenizer.ggml.tokens'[1] is not valid UTF-8"),
+    "non_utf8_key": (header(n_kv=1) + gstr(b"k\xc3") + struct.pack("<II", 4, 1), "metadata key #0 is not valid"),
+    "non_utf8_tensor_name": (pad(header(n_tensors=1) + tensor_info(b"w\x80", [8], 0, 0)) + b"\0" * 32,
+                             "name of tensor #0 is not valid UTF-8"),
+    # A legal array (it fits in the file) longer than 2^24 elements: refused before 16 bytes per element are spent.
+    "long_array": (header(n_kv=1) + gstr("k") + struct.pack("<IIQ", 9, 0, (1 << 24) + 1) + b"\0" * ((1 << 24) + 1),
+                   "metadata 'k': array of 16777217 element(s) is longer than the 16777216"),
+    "long_arrays_in_all": (header(n_kv=3) + b"".join(gstr(f"k{i}") + struct.pack("<IIQ", 9, 0, 1 << 24) +
+                                                     b"\0" * (1 << 24) for i in range(3)),
+                           "metadata 'k2': array of 16777216 element(s) takes the file's metadata arrays beyond"),
 }
 
 
@@ -398,3 +413,56 @@ def test_sentencepiece_vocabulary_from_metadata_matches_the_model_it_came_from(t
     write_gguf(tmp / "nan.gguf", {}, meta)
     expect_error(run_cli("drope-data", "encode", "--tokenizer", tmp / "nan.gguf", "--texts", texts, check=False),
                  "tokenizer.ggml.scores[0]", "not finite")
+
+
+def spm_meta(pieces):
+    """A SentencePiece vocabulary the way llama.cpp stores one: (piece, type) pairs, scores 0."""
+    return {"tokenizer.ggml.model": ("string", "llama"),
+            "tokenizer.ggml.tokens": ("array", [p for p, _ in pieces]),
+            "tokenizer.ggml.scores": ("array", [0.0] * len(pieces)),
+            "tokenizer.ggml.token_type": ("array", [t for _, t in pieces])}
+
+
+def test_convert_writes_only_tokenizers_that_load(tmp):
+    """What convert would write is loaded as every tool loads a model directory's tokenizer first: a file whose
+    metadata our own loader refuses is one clear line and no output; so is a vocabulary with more tokens than
+    the embedding has rows, and a file without tensors."""
+    meta = bpe_meta(bpe_tokenizer())
+    tokens, merges = meta["tokenizer.ggml.tokens"][1], meta["tokenizer.ggml.merges"][1]
+    vocab = set(tokens)
+    a, b = next((x, y) for x in tokens for y in tokens if x + y not in vocab and " " not in x + y)
+    normal = [(f"p{i}", 1) for i in range(90)]
+    cases = {
+        "merge_of_unknown_token": ({**meta, "tokenizer.ggml.merges": ("array", ["zq\u00e9zq " + a] + merges[1:])},
+                                   ["tokenizer.json", "model.merges[0]", "zq\u00e9zq", "not in model.vocab"]),
+        "merge_result_not_in_vocabulary": ({**meta, "tokenizer.ggml.merges": ("array", [f"{a} {b}"] + merges)},
+                                           ["tokenizer.json", "model.merges[0]", f"{a}{b}", "not in model.vocab"]),
+        "no_unknown_piece": (spm_meta([("<s>", 3), ("</s>", 3)] + normal),
+                             ["tokenizer.model", "no piece of type UNKNOWN"]),
+        "two_unknown_pieces": (spm_meta([("<unk>", 2), ("<unk2>", 2)] + normal),
+                               ["tokenizer.model", "both of type UNKNOWN"]),
+        "misspelled_byte_piece": (spm_meta([("<unk>", 2), ("<0xZZ>", 6)] + normal),
+                                  ["tokenizer.model", "<0xZZ>", "BYTE but not spelled <0xXX>"]),
+    }
+    for name, (tok_meta, needles) in cases.items():
+        path = tmp / f"{name}.gguf"
+        to_gguf(tiny_model("llama", True, vocab=len(tokens)), path, "llama", tokenizer_meta=tok_meta)
+        r = run_cli("drope-model", "convert", "--from", "gguf", path, "--out", tmp / name, check=False)
+        expect_error(r, path.name, *needles)
+        assert r.stderr.count("error:") == 1 and not (tmp / name).exists(), r.stderr
+    # More tokens (336) than embedding rows (96).
+    path = tmp / "small.gguf"
+    to_gguf(tiny_model("llama", True), path, "llama", tokenizer_meta=meta)
+    for cmd in ("convert", "drop"):
+        r = run_cli("drope-model", cmd, "--model", path, "--out", tmp / cmd, check=False)
+        expect_error(r, path.name, f"tokenizer.ggml.tokens has {len(tokens)} entries", "only 96 rows")
+        assert not (tmp / cmd).exists()
+    # No tensors at all (a vocabulary-only file): a clear line, not a crash in the summary.
+    arch = dict(meta)
+    arch.update({"llama.block_count": ("uint32", 1), "llama.context_length": ("uint32", 64),
+                 "llama.embedding_length": ("uint32", 64), "llama.feed_forward_length": ("uint32", 96),
+                 "llama.attention.head_count": ("uint32", 4)})
+    write_gguf(tmp / "empty.gguf", {}, arch)
+    r = run_cli("drope-model", "convert", "--from", "gguf", tmp / "empty.gguf", "--out", tmp / "e", check=False)
+    expect_error(r, "empty.gguf", "token_embd.weight")
+    assert r.stderr.count("error:") == 1 and "tensors (none)" in r.stdout and not (tmp / "e").exists()

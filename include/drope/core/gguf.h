@@ -89,6 +89,10 @@ constexpr uint64_t kMaxMetaEntries = 1u << 20;
 constexpr uint64_t kMaxKeyBytes = 1u << 16;
 constexpr uint64_t kMaxStringBytes = 64u << 20;
 constexpr int kMaxArrayDepth = 4;
+// Metadata array elements, per array and in all: a tokenizer's largest array holds about 0.3M entries, and each
+// element read costs 16 bytes or more in memory, so a longer array is refused before anything is allocated.
+constexpr uint64_t kMaxMetaArrayElements = uint64_t{1} << 24;
+constexpr uint64_t kMaxMetaArrayElementsTotal = uint64_t{1} << 25;
 constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
 constexpr uint64_t kMaxAlignment = 1u << 16;
 
@@ -102,9 +106,10 @@ struct Header {
 };
 
 // Parses and checks `size` bytes of a GGUF file (`path` names it in errors): magic, version 2 or 3,
-// little-endian; each key a unique non-empty string; every count, string and array fits in the bytes that
-// remain; tensor names unique, 1..4 dimensions of at least 1 element, a known type whose block size divides
-// the row, data inside the data section, aligned, and no two tensors overlapping.
+// little-endian; each key a unique non-empty string; every string valid UTF-8; every count, string and array
+// fits in the bytes that remain, arrays within the element limits above; tensor names unique, 1..4 dimensions
+// of at least 1 element, a known type whose block size divides the row, data inside the data section, aligned,
+// and no two tensors overlapping.
 Header parse_header(const uint8_t* data, uint64_t size, const std::string& path);
 
 // Dequantises `n` elements (a multiple of the type's block) of type `t` from `src` into `dst`.
