@@ -125,15 +125,16 @@ train:
         drope_env = {**{k: v for k, v in base_env.items() if k.startswith(PASS_THROUGH)},
                      "OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"}
         rows = []
-        for override in ["", *args.ab]:
-            sets = ["--set", override] if override else []
-            r, rss = run_with_peak_rss([binp / "drope-train", run_cfg, "--quiet", "--force", *sets], env=drope_env)
+        for i, override in enumerate(["", *args.ab]):
+            run_dir = tmp / ("run" if i == 0 else f"run-{i}")
+            sets = ["--set", f"run.out_dir={run_dir}", *(["--set", override] if override else [])]
+            r, rss = run_with_peak_rss([binp / "drope-train", run_cfg, "--quiet", *sets], env=drope_env)
             if r.returncode != 0:
                 raise SystemExit(f"drope-train failed:\n{r.stderr}")
             # Wall time from the end of the warm-up step to the end of the last step (logging included), as the
             # eager side measures it: tokens of the timed steps / their total time.
             rows.append({"impl": "drope-train" + (f" ({override})" if override else ""),
-                         "tokens_per_s": tokens_per_s(train_log(tmp / "run"), args.warmup, args.steps),
+                         "tokens_per_s": tokens_per_s(train_log(run_dir), args.warmup, args.steps),
                          "peak_rss_mb": rss})
         ours = rows[0]
         # The eager loop twice: as users run it, and with the glibc malloc settings drope's tools apply at start
