@@ -20,6 +20,10 @@
 
 namespace fs = std::filesystem;
 
+// Defined by a program built against the installed CMake package (dropeConfig.cmake compiles it into the
+// program): the package's lib/drope/ directory. Absent (null) in drope's own build.
+extern "C" const char* drope_installed_module_dir() __attribute__((weak));
+
 namespace drope::text::detail {
 
 void* open_module(const std::string& file_name, const std::string& built_at, const std::string& what) {
@@ -29,7 +33,10 @@ void* open_module(const std::string& file_name, const std::string& built_at, con
   if (!ec) {
     candidates.push_back(exe.parent_path() / file_name);
     candidates.push_back(exe.parent_path().parent_path() / file_name);
+    // installed tools: bin/ → lib/drope/
+    candidates.push_back(exe.parent_path().parent_path() / "lib" / "drope" / file_name);
   }
+  if (&drope_installed_module_dir != nullptr) candidates.push_back(fs::path(drope_installed_module_dir()) / file_name);
   candidates.emplace_back(built_at);
   int flags = RTLD_NOW | RTLD_LOCAL;
 #ifndef DROPE_ASAN

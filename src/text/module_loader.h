@@ -8,7 +8,8 @@
 namespace drope::text::detail {
 
 // Opens the module `file_name` (found beside the running executable, one directory up for tests/ and
-// fuzz/, then at `built_at`, where the build put it) with RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND: its
+// fuzz/, in ../lib/drope/ for installed tools, in the installed package's lib/drope/ for programs built
+// against it, then at `built_at`, where the build put it) with RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND: its
 // symbols and its libraries' never enter the global scope, and its libraries bind their own symbols
 // first (the sanitizers refuse RTLD_DEEPBIND; their builds are torch-free). Fails naming `what` (the
 // feature it provides) and every path tried. The handle is never closed.
