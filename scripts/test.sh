@@ -9,4 +9,6 @@ bash "$ROOT/scripts/lint.sh"
 # First, so that ctest's summary line is the last thing the run prints.
 if [ "${DROPE_SANITIZE_TESTS:-1}" != 0 ]; then bash "$ROOT/scripts/sanitize.sh"; fi
 cd "${DROPE_BUILD_DIR:-$ROOT/build}"
+# setup.sh installed the Python package: its tests must not skip for want of it.
+export DROPE_REQUIRE_PYTHON_EXT="${DROPE_REQUIRE_PYTHON_EXT:-1}"
 ctest --output-on-failure -j "${DROPE_TEST_JOBS:-2}" "$@"
