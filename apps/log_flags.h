@@ -15,7 +15,8 @@ namespace drope::app {
 struct LogFlags {
   std::string tool;
   std::FILE* out = stdout;  // where messages below warn go
-  std::string level;        // "" = not given
+  std::string level;        // as given (an empty value is refused, not taken as absent)
+  bool level_given = false;
   bool quiet = false;
   std::string ranks = "0";
 };
@@ -30,6 +31,7 @@ inline void add_log_flags_to(CLI::App& app, LogFlags& f) {
   app.add_option("--log-level", f.level,
                  "Console messages at this level and above: trace, debug, info (default), "
                  "warn, error or off")
+      ->each([&f](const std::string&) { f.level_given = true; })
       ->group("Logging");
   app.add_flag("--quiet", f.quiet, "Only warnings and errors on the console (--log-level warn)")->group("Logging");
   app.add_option("--log-ranks", f.ranks,
@@ -55,8 +57,8 @@ inline void apply_log_flags() {
   logging::Options o;
   o.tool = f.tool.empty() ? "drope" : f.tool;
   o.out = f.out;
-  if (f.quiet && !f.level.empty()) fail("--quiet and --log-level {}: give one of them", f.level);
-  o.level = f.quiet ? logging::Level::kWarn : f.level.empty() ? logging::Level::kInfo : logging::parse_level(f.level);
+  if (f.quiet && f.level_given) fail("--quiet and --log-level {}: give one of them", f.level);
+  o.level = f.quiet ? logging::Level::kWarn : f.level_given ? logging::parse_level(f.level) : logging::Level::kInfo;
   o.ranks = logging::parse_ranks(f.ranks);
   logging::init(o);
 }

@@ -138,10 +138,13 @@ TEST(DroPE, TransformKeepsWeightsChangesLogitsAddsUnitNorms) {
   auto ph = drop_positional(rope, {QkNorm::kQ, true});
   EXPECT_EQ(ph->named_parameters()["model.layers.1.self_attn.q_norm.weight"].size(0), 16);
   EXPECT_EQ(ph->named_parameters().find("model.layers.1.self_attn.k_norm.weight"), nullptr);
-  // A weight the transform cannot carry over is named in the user's terms, not by an internal function.
+  // Dropping again with another QK-norm would discard the trained norm weights: refused, saying why and the fix.
   test::expect_error([&] { drop_positional(ph, {QkNorm::kQ, false}); },
-                     {"dropping the positional embeddings: the model's weight 'model.layers.0.self_attn.q_norm.weight' "
-                      "has shape [16], but the result needs"});
+                     {"the model already has QK-norm q per head; dropping with QK-norm q would replace its trained "
+                      "norm weights",
+                      "QK-norm none"});
+  EXPECT_EQ(drop_positional(ph, {QkNorm::kQ, true})->named_parameters().size(), ph->named_parameters().size());
+  EXPECT_EQ(drop_positional(ph)->config().qk_norm, QkNorm::kQ);  // none keeps the model's
   try {
     drop_positional(ph, {QkNorm::kQ, false});
   } catch (const Error& e) {

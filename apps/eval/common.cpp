@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "drope/config/model_config.h"
 #include "drope/config/names.h"
 #include "drope/core/error.h"
 #include "drope/core/numbers.h"
@@ -43,7 +44,8 @@ eval::MethodSpec method_spec(const MethodOptions& o) {
   m.label = o.label;
   m.threads = o.threads;
   if (o.threads < 0) fail("--threads must be >= 0, got {}", o.threads);
-  if (o.train_length < 0) fail("--train-length must be > 0, got {}", o.train_length);
+  if (o.train_length < 0 || o.train_length > kMaxPosition)
+    fail("--train-length must be in [1, 2^30] (the largest model.max_position), got {}", o.train_length);
   auto& v = m.variant;
   v.train_length = o.train_length;
   v.scaling = parse_name<RopeScalingType>(o.rope_scaling, "--rope-scaling");

@@ -147,7 +147,7 @@ void ModelConfig::validate(const std::string& src) const {
   at_most("num_heads", num_heads, 4096);
   at_most("num_kv_heads", num_kv_heads, 4096);
   at_most("head_dim", head_dim, 4096);
-  at_most("max_position", max_position, int64_t{1} << 30);
+  at_most("max_position", max_position, kMaxPosition);
   {
     const double hd = double(head_dim > 0 ? head_dim : hidden_size / num_heads), h = double(hidden_size);
     const double layer = h * hd * double(2 * num_heads + 2 * num_kv_heads) + 3.0 * h * double(intermediate_size);
@@ -193,8 +193,10 @@ void ModelConfig::validate(const std::string& src) const {
   number("positional.scaling.high_freq_factor", s.high_freq_factor, Interval::positive());
   if (s.type == RopeScalingType::kLlama3 && !(s.high_freq_factor > s.low_freq_factor))
     fail("{}: model.positional.scaling: high_freq_factor must exceed low_freq_factor", src);
-  if (bos_token_id >= vocab_size || eos_token_id >= vocab_size)
-    fail("{}: model.bos_token_id/eos_token_id must be < vocab_size ({})", src, vocab_size);
+  for (const auto& [key, id] :
+       {std::pair<const char*, int64_t>{"bos_token_id", bos_token_id}, {"eos_token_id", eos_token_id}})
+    if (id < -1 || id >= vocab_size)
+      fail("{}: model.{} must be a token id in [0, vocab_size {}) or -1 (none), got {}", src, key, vocab_size, id);
 }
 
 ModelConfig parse_model_config(YamlMap m) {

@@ -212,6 +212,9 @@ HfImport import_hf_config(const std::string& text, const std::string& path) {
       s.attention_factor = g(mscale) / g(mall);
     }
   } else if (rt == "llama3") {
+    // As transformers (_validate_llama3_rope_parameters, which then reads each key): no defaults.
+    for (const char* key : {"original_max_position_embeddings", "low_freq_factor", "high_freq_factor"})
+      if (!rp.contains(key) || rp[key].is_null()) fail("{}: rope type 'llama3' needs '{}'", where, key);
     s.type = RopeScalingType::kLlama3;
     s.factor = factor();
     s.original_max_position = original_max(rp, c.max_position, path);

@@ -20,6 +20,14 @@ ModelConfig drop_positional(const ModelConfig& cfg, const DropOptions& opt) {
   }
   out.positional.type = PositionalType::kNope;
   out.positional.scaling = RopeScalingConfig{};
+  const auto norm_name = [](QkNorm n, bool per_head) {
+    return fmt::format("{}{}", name_of(n), per_head ? " per head" : "");
+  };
+  if (cfg.qk_norm != QkNorm::kNone && opt.qk_norm != QkNorm::kNone &&
+      (opt.qk_norm != cfg.qk_norm || opt.per_head != cfg.qk_norm_per_head))
+    fail("the model already has QK-norm {}; dropping with QK-norm {} would replace its trained norm weights. Drop "
+         "with QK-norm none to keep the model's (or the same mode), or start from a model without QK-norm",
+         norm_name(cfg.qk_norm, cfg.qk_norm_per_head), norm_name(opt.qk_norm, opt.per_head));
   if (opt.qk_norm != QkNorm::kNone) {
     out.qk_norm = opt.qk_norm;
     out.qk_norm_per_head = opt.per_head;

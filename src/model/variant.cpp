@@ -53,7 +53,8 @@ void validate_variant(const Variant& v, std::string_view where) {
   else if (v.factor != 0.0) fail("{}: a factor ({:g}) without a RoPE scaling type", where, v.factor);
   if (v.set_temperature && !v.temperature_auto)
     check_number(v.temperature, fmt::format("{}: the temperature coefficient", where), Interval::non_negative());
-  if (v.train_length < 0) fail("{}: the training length must be > 0, got {}", where, v.train_length);
+  if (v.train_length < 0 || v.train_length > kMaxPosition)
+    fail("{}: the training length must be in [1, 2^30], got {}", where, v.train_length);
   if (v.drop && v.scaling != RopeScalingType::kNone)
     fail("{}: DroPE removes RoPE; it cannot be combined with RoPE scaling ({})", where, name_of(v.scaling));
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "drope/core/error.h"
 #include "drope/train/recompute.h"
 
 namespace drope::train {
@@ -19,6 +20,16 @@ Counts counts(const ModelConfig& m) {
   return {(all - rest) / L, rest};
 }
 int64_t ceil_div(double a, int w) { return int64_t((a + w - 1) / w); }
+
+// Bytes as an integer. A part beyond 2^59 bytes per rank is refused (naming it and the sizes that make it), so that
+// no part and no total of parts overflows int64.
+int64_t bytes(double b, const char* what, const PlanInput& in) {
+  if (!(b <= 0x1p59))
+    fail("memory plan: the {} would take {:.3g} bytes per rank, more than the 2^59 a plan counts (data.seq_len {} x "
+         "micro-batch {}, vocabulary {}, hidden size {}, {} layers)",
+         what, b, in.seq_len, in.micro_batch, in.model.vocab_size, in.model.hidden_size, in.model.num_layers);
+  return int64_t(b);
+}
 }  // namespace
 
 MemoryPlan plan_memory(const PlanInput& in, ShardMode shard) {
@@ -34,35 +45,35 @@ MemoryPlan plan_memory(const PlanInput& in, ShardMode shard) {
   // Weights (fp32 master = the weights), gradients, AdamW moments (2 × fp32).
   switch (shard) {
     case ShardMode::kNone:
-      p.params = int64_t(4 * N);
-      p.grads = p.grads_transient = int64_t(4 * N);
-      p.optimizer = int64_t(8 * N);
+      p.params = bytes(4 * N, "parameters", in);
+      p.grads = p.grads_transient = bytes(4 * N, "gradients", in);
+      p.optimizer = bytes(8 * N, "optimizer state", in);
       // a bucket being reduced and its flat copy (no buckets in one process)
-      p.comm = W == 1 ? 0 : int64_t(2 * std::min<double>(in.allreduce_bucket_mb * (1 << 20), 4 * N));
+      p.comm = W == 1 ? 0 : bytes(2 * std::min<double>(in.allreduce_bucket_mb * (1 << 20), 4 * N), "buckets", in);
       break;
     case ShardMode::kOptimizer:
-      p.params = int64_t(4 * N);
-      p.grads_transient = int64_t(4 * N);  // whole gradients until this rank's chunks are copied out
+      p.params = bytes(4 * N, "parameters", in);
+      p.grads_transient = bytes(4 * N, "gradients", in);  // whole gradients until this rank's chunks are copied out
       p.grads = p.grads_transient + 4 * padded_units;
       p.optimizer = 8 * padded_units;
-      p.comm = (W == 1 ? 0 : int64_t(2 * std::min<double>(in.allreduce_bucket_mb * (1 << 20), 4 * N))) +
+      p.comm = (W == 1 ? 0 : bytes(2 * std::min<double>(in.allreduce_bucket_mb * (1 << 20), 4 * N), "buckets", in)) +
                4 * ceil_div(n.rest, W);
       break;
     case ShardMode::kGrads:
-      p.params = int64_t(4 * N);
+      p.params = bytes(4 * N, "parameters", in);
       // chunks, plus one unit's whole gradients while it is reduced (its padded flat copy is in comm)
-      p.grads_transient = int64_t(4 * std::max(n.block, n.rest));
+      p.grads_transient = bytes(4 * std::max(n.block, n.rest), "gradients", in);
       p.grads = 4 * padded_units + p.grads_transient;
       p.optimizer = 8 * padded_units;
-      p.comm = int64_t(4 * std::max(n.block, n.rest)) + 4 * ceil_div(n.rest, W);
+      p.comm = bytes(4 * std::max(n.block, n.rest), "gradients", in) + 4 * ceil_div(n.rest, W);
       break;
     case ShardMode::kParams:
-      p.params = 4 * (ceil_div(n.block, W) * int64_t(L)) + int64_t(4 * n.rest);
-      p.grads_transient = int64_t(4 * std::max(n.block, n.rest));
+      p.params = 4 * (ceil_div(n.block, W) * int64_t(L)) + bytes(4 * n.rest, "parameters", in);
+      p.grads_transient = bytes(4 * std::max(n.block, n.rest), "gradients", in);
       p.grads = 4 * padded_units + p.grads_transient;
       p.optimizer = 8 * padded_units;
       // the gathered block, the next one being prefetched, and the block's flat gradient
-      p.comm = int64_t(8 * n.block) + int64_t(4 * n.block);
+      p.comm = bytes(12 * n.block, "gathered blocks", in);
       break;
   }
   // One step: zero_grad has freed the gradients; the forward stores each block's activations (only its input
@@ -79,7 +90,7 @@ MemoryPlan plan_memory(const PlanInput& in, ShardMode shard) {
   // Chunked loss: one chunk of about 64M float32 logits (the softmax is formed in place); otherwise the
   // full logits and their float32 gradient.
   const double rows = in.chunked_loss ? std::min(tokens, std::max(64.0, double(int64_t(64) << 20) / V)) : tokens;
-  p.logits = int64_t((in.chunked_loss ? 1 : 2) * rows * V * 4 + loss_saved);
+  p.logits = bytes((in.chunked_loss ? 1 : 2) * rows * V * 4 + loss_saved, "logits", in);
   const int64_t every = shard == ShardMode::kParams ? 1 : in.activation_checkpointing;
   const bool whole_grads = shard == ShardMode::kNone || shard == ShardMode::kOptimizer;
   const int64_t layers = m.num_layers;
@@ -90,7 +101,7 @@ MemoryPlan plan_memory(const PlanInput& in, ShardMode shard) {
       sum += stored(k, j);
       if (checkpoints_layer(k, size_t(j))) rebuilt = per_block;
     }
-    return int64_t(sum + rebuilt);
+    return bytes(sum + rebuilt, "activations", in);
   };
   p.activations = activations(every);
   p.activations_none = activations(shard == ShardMode::kParams ? 1 : 0);
@@ -108,7 +119,7 @@ MemoryPlan plan_memory(const PlanInput& in, ShardMode shard) {
   }
   // the embedding's dense gradient before it is added into the parameter's
   peak = std::max(peak, trunk + loss_saved + (whole_grads ? 4 * N : double(p.grads_transient)) + V * C * 4);
-  p.transient_peak = int64_t(peak);
+  p.transient_peak = bytes(peak, "peak within a step", in);
   return p;
 }
 
@@ -116,7 +127,11 @@ int64_t largest_micro_batch(PlanInput in, ShardMode shard, int64_t budget_bytes)
   int64_t lo = 0, hi = 1;
   auto fits = [&](int64_t mb) {
     in.micro_batch = mb;
-    return plan_memory(in, shard).total() <= budget_bytes;
+    try {
+      return plan_memory(in, shard).total() <= budget_bytes;
+    } catch (const Error&) {
+      return false;  // beyond what a plan counts: it does not fit either
+    }
   };
   if (!fits(0)) return 0;
   while (hi < (int64_t(1) << 20) && fits(hi)) hi *= 2;

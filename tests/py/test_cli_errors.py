@@ -119,6 +119,8 @@ def test_non_finite_and_overflowing_flags_are_refused(tmp, model_dir):
         (ppl + ("--rope-scaling", "pi", "--factor", "1e999"), ["--factor", "out of range"]),
         # strtoll clamps: this used to reach the checks as INT64_MIN.
         (ppl + ("--train-length", "-99999999999999999999"), ["--train-length", "out of range"]),
+        # Beyond any model.max_position: blamed on the flag, not on the model's config.
+        (ppl + ("--train-length", "1000000000000"), ["--train-length", "2^30", "1000000000000"]),
         (("drope-analyze", "rope-scaling", "--type", "yarn", "--factor", "2,inf", "--out", tmp / "a"),
          ["--factor", "finite"]),
         (("drope-analyze", "rope-scaling", "--theta", "inf"), ["--theta", "finite"]),
@@ -276,3 +278,42 @@ def test_huge_prompts_are_refused_before_tokenising(tmp, model_dir):
                 tmp / "lb-res", check=False)
     expect_error(r, f"{data / 'hotpotqa.jsonl'}:2: the prompt is", "more than the 64 MiB")
     assert len(r.stderr.strip().splitlines()) == 1 and not list(tmp.glob("lb-res*")), r.stderr
+
+
+def test_numbers_and_flags_that_used_to_pass(tmp, model_dir):
+    # --plan --json with the largest sizes a run config accepts: an overflowing plan is refused, not negative.
+    cfg = tmp / "plan.yaml"
+    cfg.write_text("run: {name: p, out_dir: %s}\nmodel: {preset: micro}\n"
+                   "data: {text: /usr/share/common-licenses/GPL-3, seq_len: 16777216, batch_size: 16777216}\n"
+                   "train: {steps: 1}\n" % (tmp / "p"))
+    r = run_cli("drope-train", cfg, "--plan", "--json", check=False)
+    one_clear_line(r, "memory plan", "2^59", "data.seq_len 16777216")
+    assert r.stdout == ""  # no plan, and so no negative byte count
+    # An empty --log-level is a value, and not one of the levels.
+    one_clear_line(run_cli("drope-model", "info", "--preset", "micro", "--log-level", "", check=False),
+                   "--log-level", "got ''")
+    # Token ids: -1 is "none", anything more negative is refused naming the key.
+    (tmp / "bos.yaml").write_text("model:\n  preset: micro\n  bos_token_id: -5\n")
+    one_clear_line(run_cli("drope-model", "info", "--config", tmp / "bos.yaml", check=False), "model.bos_token_id",
+                   "-1 (none)", "-5")
+    (tmp / "none.yaml").write_text("model:\n  preset: micro\n  bos_token_id: -1\n")
+    run_cli("drope-model", "info", "--config", tmp / "none.yaml")
+    # Llama-3 RoPE scaling needs every one of its keys, as transformers does.
+    run_cli("drope-model", "convert", "--model", model_dir, "--out", tmp / "hf")
+    config = json.loads((tmp / "hf" / "config.json").read_text())
+    full = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16}
+    (tmp / "hf" / "drope.yaml").unlink()
+    for key in ("original_max_position_embeddings", "low_freq_factor", "high_freq_factor"):
+        rp = {k: v for k, v in full.items() if k != key}
+        (tmp / "hf" / "config.json").write_text(json.dumps(dict(config, rope_scaling=rp, rope_parameters=None)))
+        one_clear_line(run_cli("drope-model", "info", "--model", tmp / "hf", check=False), "config.json", "llama3",
+                       key)
+    (tmp / "hf" / "config.json").write_text(json.dumps(dict(config, rope_scaling=full, rope_parameters=None)))
+    run_cli("drope-model", "info", "--model", tmp / "hf")
+    # Dropping again with another QK-norm says why and what to do instead.
+    run_cli("drope-model", "drop", "--model", model_dir, "--qk-norm", "qk", "--out", tmp / "d1")
+    one_clear_line(run_cli("drope-model", "drop", "--model", tmp / "d1", "--qk-norm", "q", "--out", tmp / "d2",
+                           check=False), "already has QK-norm qk", "QK-norm q", "QK-norm none")
+    assert not (tmp / "d2").exists()
+    run_cli("drope-model", "drop", "--model", tmp / "d1", "--out", tmp / "d3")  # keeps the model's QK-norm

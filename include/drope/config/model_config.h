@@ -41,6 +41,9 @@ struct LayerPositional {
   bool operator==(const LayerPositional& o) const { return kind == o.kind && window == o.window; }
 };
 
+// The largest context a model config may declare (model.max_position), and so the largest training length.
+constexpr int64_t kMaxPosition = int64_t{1} << 30;
+
 struct ModelConfig {
   std::string arch = "llama";       // llama | qwen2 (HF architecture written on export)
   int64_t vocab_size = 0;
