@@ -370,13 +370,16 @@ describe_stage_real() {
     "$NIAH_LENGTHS, tasks $NIAH_TASKS, $NIAH_NEW new tokens): as released, YaRN x16, DroPE (fitted temperature)"
 }
 stage_real() {
-  local gguf="$ROOT/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf" text d="$OUT_DIR/real" ckpt
+  local gguf="$ROOT/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf" d="$OUT_DIR/real" ckpt
   [ -s "$gguf" ] || { echo "error: $gguf missing (scripts/fetch_smollm2.sh; carry .cache to the GPU node)"; return 1; }
-  text="$(ls "$ROOT"/runs/corpus/*/docs.jsonl 2>/dev/null | head -n1 || true)"
-  [ -n "$text" ] || text="$ROOT/docs"
+  local -a text
+  # The corpus scripts/make_corpus.sh builds (DROPE_CORPUS_DIR, default runs/corpus: carry it to the GPU node),
+  # else our own prose, docs/**/*.md
+  mapfile -t text < <(ls "${DROPE_CORPUS_DIR:-$ROOT/runs/corpus}"/*/docs.jsonl 2>/dev/null | head -n1)
+  ((${#text[@]})) || mapfile -t text < <(find "$ROOT/docs" -name '*.md' | sort)
   rm -rf "$d"  # ours, from an earlier check
   mkdir -p "$d"
-  "$BUILD_DIR/drope-data" prepare --input "$text" --tokenizer "$gguf" --out "$d/data" || return 1
+  "$BUILD_DIR/drope-data" prepare --input "${text[@]}" --tokenizer "$gguf" --out "$d/data" || return 1
   cat > "$d/drope.yaml" <<EOF
 # written by scripts/gpu-check.sh: DroPE recalibration of the real SmolLM2-135M-Instruct at C = 2048
 run: {name: gpu-check-real-drope, out_dir: $d/run, seed: 0, phase: drope, init: $gguf}
