@@ -11,7 +11,7 @@ APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3 python
   libgtest-dev libgmock-dev libcairo2-dev libpcre2-dev libgloo-dev libicu-dev python3-jieba
   zlib1g-dev libzstd-dev libspdlog-dev)
 
-log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+log() { printf '\033[1m[setup]\033[0m %s (%d s)\n' "$*" "$SECONDS"; }
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
