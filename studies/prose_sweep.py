@@ -68,6 +68,8 @@ class Recipe:
     share: float
     lr: float | None
     what: str
+    qk_norm: str = "qk"  # drope.qk_norm of the recalibration
+    follow_up: bool = False  # added after the 12 pre-registered cells: tested on its own, outside their Holm family
 
     @property
     def continued(self) -> bool:
@@ -101,6 +103,8 @@ def recipes(pretrain_lr: float, drope_lr: float) -> dict[str, Recipe]:
         Recipe("lr1x", 25, pretrain_lr, f"25 %, lr {pretrain_lr:g} (1× pretraining), restarted"),
         Recipe("lr3x", 25, 3 * pretrain_lr, f"25 %, lr {3 * pretrain_lr:g} (3× pretraining), restarted"),
         Recipe("continued", 25, None, "25 %, pretraining schedule continued"),
+        Recipe("noqk", 25, drope_lr, f"25 %, lr {drope_lr:g}, restarted, no QK-norm", qk_norm="none",
+               follow_up=True),
     )}
 
 
@@ -285,12 +289,13 @@ def trend(rows: Sequence[dict], recipe: str = "quickstart") -> dict | None:
     return {"slope": fit.slope, "low": fit.slope - half, "high": fit.slope + half, "n": len(pts), "p": fit.pvalue}
 
 
-def comparisons(cells: Sequence[Cell], rows: Sequence[dict]) -> list[dict]:
+def comparisons(cells: Sequence[Cell], rows: Sequence[dict], follow_up: bool = False) -> list[dict]:
     """Each non-quickstart cell against the quickstart cell of its budget on their common seeds: the paired t-test
-    of the gap difference, Holm-adjusted over all comparisons with at least two common seeds."""
+    of the gap difference, Holm-adjusted over all comparisons with at least two common seeds. The pre-registered
+    recipes form one Holm family; follow_up=True gives the follow-up recipes' comparisons, a family of their own."""
     out = []
     for c in cells:
-        if c.recipe.name == "quickstart":
+        if c.recipe.name == "quickstart" or c.recipe.follow_up != follow_up:
             continue
         mine, base = cell_gaps(rows, c.id), cell_gaps(rows, f"b{c.budget}-quickstart")
         common = sorted(set(mine) & set(base))
@@ -301,6 +306,28 @@ def comparisons(cells: Sequence[Cell], rows: Sequence[dict]) -> list[dict]:
     for o, p in zip(out, holm([o["p"] for o in out])):
         o["p_holm"] = p
     return out
+
+
+FOLLOW_UP_MARGIN = 5.0  # points: "not the cause" when the difference's 95 % interval lies within ±this
+
+
+def follow_up_reading(o: dict, rows: Sequence[dict]) -> str:
+    """The follow-up protocol's reading of one comparison (docs/results/prose-sweep.md): explains the gap / part of
+    it (lower gap at Holm p < 0.05; the whole when the cell is also closed), not the cause (95 % interval of the
+    difference within ±5 points), else inconclusive."""
+    what = f"{o['cell']}: {o['diff']:+.1f} points over {o['n']} seed{'s' * (o['n'] != 1)}"
+    if o["n"] < 2:
+        return f"{what}, inconclusive (one seed)"
+    base = cell_gaps(rows, f"b{o['budget']}-quickstart")
+    mine = cell_gaps(rows, o["cell"])
+    s = stats.summarize([mine[k] - base[k] for k in sorted(set(mine) & set(base))], 0.95)
+    ci = f"95 % CI {s.ci_low:+.1f} to {s.ci_high:+.1f}, Holm p = {_p(o['p_holm'])}"
+    if o["p_holm"] < 0.05 and o["diff"] < 0:
+        whole = verdict(list(mine.values()))["verdict"] == "closed"
+        return f"{what} ({ci}): QK-norm explains {'the' if whole else 'part of the'} gap"
+    if max(abs(s.ci_low), abs(s.ci_high)) < FOLLOW_UP_MARGIN:
+        return f"{what} ({ci}): QK-norm is not the cause"
+    return f"{what} ({ci}): inconclusive"
 
 
 def _f(x: float, fmt: str = ".1f") -> str:
@@ -355,6 +382,13 @@ def results_md(cells: Sequence[Cell], rows: Sequence[dict], min_seeds: int = MIN
                   "comparisons with ≥ 2 seeds):", "", "| cell | seeds | gap − quickstart's gap (points) | p | "
                   "p Holm |", "|---|---:|---:|---:|---:|"]
         lines += [f"| {o['cell']} | {o['n']} | {o['diff']:+.1f} | {_p(o['p'])} | {_p(o['p_holm'])} |" for o in cmp]
+    fup = [o for o in comparisons(cells, rows, follow_up=True) if o["n"] >= 1]
+    if fup:
+        lines += ["", "Follow-up (its own protocol, below the pre-registered cells): against the quickstart recipe, "
+                  "paired over common seeds, Holm over the follow-up's comparisons only:", "",
+                  "| cell | seeds | gap − quickstart's gap (points) | p | p Holm |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {o['cell']} | {o['n']} | {o['diff']:+.1f} | {_p(o['p'])} | {_p(o['p_holm'])} |" for o in fup]
+        lines += ["", "Follow-up reading: " + "; ".join(follow_up_reading(o, rows) for o in fup) + "."]
     lines += ["", paragraph(cells, rows, verdicts, tr, cmp)]
     return "\n".join(lines)
 
@@ -517,7 +551,8 @@ class Runs:
             self.d.train(PRETRAIN, dst, cell.budget,
                          [f"run.name=prose-sweep-{cell.id}-s{seed}",
                           *(o for o in self._rope_overrides(cell.budget, seed) if not o.startswith("train.keep_last")),
-                          "train.keep_last=1", f"drope.drop_at_step={cell.drop_step}", "drope.qk_norm=qk"], show=NONE)
+                          "train.keep_last=1", f"drope.drop_at_step={cell.drop_step}", f"drope.qk_norm={r.qk_norm}"],
+                         show=NONE)
             model = checkpoint(dst, cell.budget)
         else:
             s = cell.steps
@@ -525,7 +560,7 @@ class Runs:
                          [f"run.name=prose-sweep-{cell.id}-s{seed}", f"run.seed={seed + 1}", f"train.steps={s}",
                           f"optim.lr={r.lr:g}", f"schedule.warmup={max(1, s // 10)}",
                           f"train.log_every={max(1, s // 4)}", f"train.checkpoint_every={max(1, s // 4)}",
-                          "train.keep_last=1"],
+                          "train.keep_last=1", f"drope.qk_norm={r.qk_norm}"],
                          [f"run.init={src}"], show=NONE)
             model = checkpoint(dst, s)
         return self._ppl(model, dst.name)

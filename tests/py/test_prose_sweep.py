@@ -49,7 +49,8 @@ def test_cells_recipes_and_steps():
     assert [c.id for c in cs] == [
         "b400-quickstart", "b800-quickstart",
         "b1600-quickstart", "b1600-share12.5", "b1600-lr1x", "b1600-lr3x", "b1600-continued",
-        "b3200-quickstart", "b3200-share12.5", "b3200-lr1x", "b3200-lr3x", "b3200-continued"]
+        "b1600-noqk",
+        "b3200-quickstart", "b3200-share12.5", "b3200-lr1x", "b3200-lr3x", "b3200-continued", "b3200-noqk"]
     by = {c.id: c for c in cs}
     assert (by["b400-quickstart"].steps, by["b400-quickstart"].drop_step) == (100, 300)  # the quickstart itself
     assert (by["b3200-share12.5"].steps, by["b3200-share12.5"].drop_step) == (400, 2800)
@@ -90,12 +91,13 @@ def test_plan_of_a_fresh_sweep():
     assert [(s, b) for s, b, _, k in units if k == "sure"] == [(s, b) for s in range(3) for b in ps.BUDGETS]
     assert {k for s, _, _, k in units if s >= 3} == {"if undecided"}
     # per seed: RoPE 400+800+1600+3200 steps, DroPE 100+200+400+800 (quickstart) + 4200 (the axes); 16 evaluations
-    assert sure == pytest.approx(3 * (11700 * 0.5 + 16 * 10.0))
-    assert most == pytest.approx(5 * (11700 * 0.5 + 16 * 10.0))
+    assert sure == pytest.approx(3 * (12900 * 0.5 + 18 * 10.0))
+    assert most == pytest.approx(5 * (12900 * 0.5 + 18 * 10.0))
     text = ps.plan_text(cs, [], 3, 5, 0.5, 10.0)
-    assert "seed 0, B = 3200: b3200-quickstart, b3200-share12.5, b3200-lr1x, b3200-lr3x, b3200-continued" in text
+    assert ("seed 0, B = 3200: b3200-quickstart, b3200-share12.5, b3200-lr1x, b3200-lr3x, b3200-continued, "
+            "b3200-noqk") in text
     assert "seed 4, B = 400: b400-quickstart  (only if still undecided)" in text
-    assert "estimated 5.0 h for the first 3 seeds, at most 8.3 h" in text
+    assert "estimated 5.5 h for the first 3 seeds, at most 9.2 h" in text
 
 
 def test_rows_csv_and_resume_skip(tmp):
@@ -154,7 +156,7 @@ def test_cli_plan_and_argument_errors(tmp, capsys):
     rows = tmp / "rows.csv"
     assert ps.study(["--plan", "--csv", str(rows)]) == 0
     out = capsys.readouterr().out
-    assert "12 cells; seeds 0..2 for each, up to 5" in out and "b3200-continued" in out
+    assert "14 cells; seeds 0..2 for each, up to 5" in out and "b3200-continued" in out
     for bad in (["--budgets", "4x"], ["--min-seeds", "4", "--max-seeds", "3"], ["--jobs", "3"], ["--budgets", "4"]):
         with pytest.raises(SystemExit) as e:
             ps.study(["--plan", "--csv", str(rows), *bad])
@@ -214,3 +216,30 @@ def test_a_tool_that_cannot_start_is_tried_again(tmp):
     with pytest.raises(PermissionError):
         ps.retrying(lambda: (_ for _ in ()).throw(PermissionError("x")), said.append, tries=2, wait=0)
     assert len(said) == 1
+
+
+def test_the_follow_up_recipe_is_its_own_holm_family():
+    """noqk (the quickstart recipe without QK-norm) was added after the pre-registered cells: its comparison
+    with the quickstart recipe is adjusted on its own and does not change the pre-registered family's p-values."""
+    cs = cells()
+    assert ps.recipes(3e-3, 1e-3)["noqk"].qk_norm == "none" and RS["quickstart"].qk_norm == "qk"
+    rows = []
+    for seed, (q, n, s12) in enumerate([(60.0, 30.0, 65.0), (58.0, 29.0, 66.0), (62.0, 31.0, 64.0)]):
+        for cell, gap in (("b1600-quickstart", q), ("b1600-noqk", n), ("b1600-share12.5", s12)):
+            rows.append({"cell": cell, "budget": 1600, "recipe": cell.split("-", 1)[1], "seed": seed,
+                         "ppl_rope": 36.0, "ppl_drope": 36.0 * (1 + gap / 100), "gap_pct": gap, "commit": "abc1234",
+                         "cpu": "test cpu"})
+    pre = ps.comparisons(cs, rows)
+    fup = ps.comparisons(cs, rows, follow_up=True)
+    assert [o["cell"] for o in fup] == ["b1600-noqk", "b3200-noqk"]
+    assert "b1600-noqk" not in [o["cell"] for o in pre]
+    by = {o["cell"]: o for o in pre}
+    share = by["b1600-share12.5"]
+    assert share["n"] == 3 and share["p_holm"] == pytest.approx(share["p"])
+    assert fup[0]["diff"] == pytest.approx(-30.0) and fup[0]["p_holm"] < 0.05
+    md = ps.results_md(cs, rows)
+    assert "b1600-noqk: -30.0 points over 3 seeds (95 % CI" in md and "QK-norm explains part of the gap" in md
+    same = [dict(r, gap_pct=r["gap_pct"] + 30.0 + 0.5 * r["seed"]) if r["cell"] == "b1600-noqk" else r for r in rows]
+    assert "QK-norm is not the cause" in ps.results_md(cs, same)
+    one = [r for r in rows if not (r["cell"] == "b1600-noqk" and r["seed"] > 0)]
+    assert "b1600-noqk: -30.0 points over 1 seed, inconclusive (one seed)" in ps.results_md(cs, one)
