@@ -8,6 +8,7 @@
 #include "drope/core/cpu_budget.h"
 #include "drope/core/error.h"
 #include "drope/eval/generate.h"
+#include "drope/eval/offset_key.h"
 #include "drope/eval/perplexity.h"
 #include "drope/model/transformer.h"
 #include "test_util.h"
@@ -348,4 +349,49 @@ TEST(Perplexity, RefusesLengthsBeyondMemory) {
   g.batch_size = 64;
   test::expect_error([&] { eval::generate_tokens(m, std::vector<std::vector<int32_t>>(64, {1, 2}), g, -1); },
                      {"generation", "GiB"});
+}
+
+// The cropped-context baseline (docs/design.md#statistics-protocol) against the plain path on an input cropped
+// here: BOS then the last C − 1 tokens, the answer positions renumbered. A window one token off, or without BOS,
+// gives other logits, so an off-by-one in the library's window cannot pass.
+TEST(OffsetKeyCrop, LogitsEqualThePlainPathOnTheCroppedInput) {
+  const auto c = cfg_for("rope");
+  auto m = make(c);
+  const int64_t C = c.max_position;
+  const auto logits_of = [&](const std::vector<int64_t>& ids, std::vector<int64_t> pos) {
+    torch::NoGradGuard no_grad;
+    const int64_t n = int64_t(ids.size()), q = int64_t(pos.size());
+    auto h = m->hidden(torch::tensor(ids, torch::kLong).view({1, n}));
+    auto at = torch::tensor(pos, torch::kLong).view({1, q, 1}).expand({1, q, h.size(2)});
+    return torch::matmul(h.gather(1, at), m->lm_head_weight().t())[0];
+  };
+  for (int64_t L : {int64_t(40), C}) {  // at L ≤ C the crop is the plain evaluation
+    std::vector<tasks::OffsetKeySequence> seqs;
+    for (uint64_t i = 0; i < 3; ++i) seqs.push_back(tasks::make_offset_key_sequence(5, i, L));
+    EXPECT_TRUE(torch::equal(eval::offset_key_answer_logits(m, seqs, C), eval::offset_key_answer_logits(m, seqs)));
+  }
+  const int64_t L = 3 * C + 5;
+  std::vector<tasks::OffsetKeySequence> seqs;
+  for (uint64_t i = 0; i < 3; ++i) seqs.push_back(tasks::make_offset_key_sequence(5, i, L));
+  const auto crop = eval::offset_key_answer_logits(m, seqs, C);
+  ASSERT_EQ(crop.sizes(), (std::vector<int64_t>{3, 4, c.vocab_size}));
+  EXPECT_GT((crop - eval::offset_key_answer_logits(m, seqs)).abs().max().item<double>(), 1e-3);
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    const auto& t = seqs[b].tokens;
+    std::vector<int64_t> pos;
+    for (int64_t p : seqs[b].answer_positions) pos.push_back(p - (L - C));
+    std::vector<int64_t> window{tasks::OffsetKeyVocab::bos};
+    window.insert(window.end(), t.begin() + (L - C + 1), t.end());
+    ASSERT_EQ(int64_t(window.size()), C);
+    EXPECT_TRUE(torch::allclose(crop[int64_t(b)], logits_of(window, pos), 1e-9, 1e-9)) << b;
+    // one token earlier: BOS, then tokens L − C … L − 2 (the last token dropped, the answers one position later)
+    std::vector<int64_t> early{tasks::OffsetKeyVocab::bos};
+    early.insert(early.end(), t.begin() + (L - C), t.end() - 1);
+    std::vector<int64_t> later;
+    for (int64_t p : pos) later.push_back(p + 1);
+    EXPECT_GT((crop[int64_t(b)] - logits_of(early, later)).abs().max().item<double>(), 1e-3) << b;
+    // the last C tokens without BOS
+    std::vector<int64_t> no_bos(t.end() - C, t.end());
+    EXPECT_GT((crop[int64_t(b)] - logits_of(no_bos, pos)).abs().max().item<double>(), 1e-3) << b;
+  }
 }

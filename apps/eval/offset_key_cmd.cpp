@@ -1,6 +1,7 @@
 // Flags of `drope-eval offset-key` (eval::run_offset_key).
 #include "eval/common.h"
 
+#include "drope/core/error.h"
 #include "drope/eval/offset_key.h"
 
 namespace drope::evalcli {
@@ -23,6 +24,15 @@ void add_offset_key_command(CLI::App& cli, int& rc) {
                   "A needle is far when its distance to the query exceeds this (default: the training length)");
   cmd->add_option("--out", o->run.out,
                   "Output prefix: .json/.csv/.md tables, .png/.svg plot (default results/offset-key)");
+  cmd->add_flag("--crop", o->run.crop,
+                "The cropped-context baseline: plain RoPE reading, beyond the training length C, only BOS and the "
+                "last C - 1 tokens (the query block and the body before it)");
+  // The crop is the model as it is: refused with the method flags before anything loads (one error line).
+  cmd->parse_complete_callback([o] {
+    if (o->run.crop && (o->m.rope_scaling != "none" || o->m.factor != 0.0 || !o->m.temperature.empty()))
+      throw CLI::RuntimeError(app::run(
+          []() -> int { fail("--crop is plain RoPE: it takes no --rope-scaling, --factor or --temperature"); }));
+  });
   on_run(cmd, o, rc, &eval::run_offset_key);
 }
 

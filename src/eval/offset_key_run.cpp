@@ -21,22 +21,11 @@ namespace drope::eval {
 
 namespace {
 
-// Argmax predictions at the answer positions of `seqs`, one no-grad forward of the batch. Only the answer
-// positions go through the LM head.
-std::vector<std::vector<int64_t>> predict(DecoderLM& model, const std::vector<tasks::OffsetKeySequence>& seqs) {
-  const int64_t B = int64_t(seqs.size()), L = int64_t(seqs[0].tokens.size());
-  const int64_t Q = int64_t(seqs[0].answer_positions.size());
-  std::vector<int64_t> ids, pos;
-  ids.reserve(size_t(B * L));
-  for (const auto& s : seqs) {
-    ids.insert(ids.end(), s.tokens.begin(), s.tokens.end());
-    pos.insert(pos.end(), s.answer_positions.begin(), s.answer_positions.end());
-  }
-  torch::NoGradGuard no_grad;
-  auto h = model->hidden(torch::tensor(ids, torch::kLong).view({B, L}));       // (B, L, C)
-  auto at = torch::tensor(pos, torch::kLong).view({B, Q, 1}).expand({B, Q, h.size(2)});
-  auto logits = torch::matmul(h.gather(1, at), model->lm_head_weight().t());  // (B, Q, V)
-  auto best = logits.to(torch::kFloat).argmax(-1).contiguous();
+// Argmax predictions at the answer positions of `seqs` (cropped to crop_context when > 0), one per query.
+std::vector<std::vector<int64_t>> predict(DecoderLM& model, const std::vector<tasks::OffsetKeySequence>& seqs,
+                                          int64_t crop_context) {
+  auto best = offset_key_answer_logits(model, seqs, crop_context).to(torch::kFloat).argmax(-1).contiguous();
+  const int64_t B = best.size(0), Q = best.size(1);
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
   const int64_t* p = best.data_ptr<int64_t>();
   for (int64_t b = 0; b < B; ++b) out[size_t(b)].assign(p + b * Q, p + (b + 1) * Q);
@@ -54,6 +43,26 @@ tasks::OffsetKeySplit parse_split(const std::string& name) {
 
 }  // namespace
 
+torch::Tensor offset_key_answer_logits(DecoderLM& model, const std::vector<tasks::OffsetKeySequence>& seqs,
+                                       int64_t crop_context) {
+  if (seqs.empty()) fail("offset-key: no sequences to score");
+  const int64_t B = int64_t(seqs.size());
+  std::vector<int64_t> ids, pos;
+  int64_t L = -1, Q = -1;
+  for (const auto& full : seqs) {
+    const auto s = crop_context > 0 ? tasks::crop_offset_key_sequence(full, crop_context) : full;
+    if (L < 0) L = int64_t(s.tokens.size()), Q = int64_t(s.answer_positions.size());
+    if (int64_t(s.tokens.size()) != L || int64_t(s.answer_positions.size()) != Q)
+      fail("offset-key: the sequences of one batch must have the same length and number of queries");
+    ids.insert(ids.end(), s.tokens.begin(), s.tokens.end());
+    pos.insert(pos.end(), s.answer_positions.begin(), s.answer_positions.end());
+  }
+  torch::NoGradGuard no_grad;
+  auto h = model->hidden(torch::tensor(ids, torch::kLong).view({B, L}));  // (B, L, C)
+  auto at = torch::tensor(pos, torch::kLong).view({B, Q, 1}).expand({B, Q, h.size(2)});
+  return torch::matmul(h.gather(1, at), model->lm_head_weight().t());  // (B, Q, V)
+}
+
 double offset_key_answer_nll(DecoderLM& model, uint64_t seed, int64_t length, int64_t sequences, int64_t batch) {
   if (sequences <= 0 || batch <= 0)
     fail("offset-key: need sequences > 0 and batch > 0, got {} and {}", sequences, batch);
@@ -63,18 +72,15 @@ double offset_key_answer_nll(DecoderLM& model, uint64_t seed, int64_t length, in
   int64_t answers = 0;
   for (int64_t first = 0; first < sequences; first += batch) {
     const int64_t B = std::min(batch, sequences - first);
-    std::vector<int64_t> ids, pos, target;
+    std::vector<tasks::OffsetKeySequence> seqs;
+    std::vector<int64_t> target;
     for (int64_t i = 0; i < B; ++i) {
-      const auto s = tasks::make_offset_key_sequence(
-          seed, tasks::offset_key_index(tasks::OffsetKeySplit::heldout, uint64_t(first + i)), length);
-      ids.insert(ids.end(), s.tokens.begin(), s.tokens.end());
-      pos.insert(pos.end(), s.answer_positions.begin(), s.answer_positions.end());
-      target.insert(target.end(), s.answers.begin(), s.answers.end());
+      seqs.push_back(tasks::make_offset_key_sequence(
+          seed, tasks::offset_key_index(tasks::OffsetKeySplit::heldout, uint64_t(first + i)), length));
+      target.insert(target.end(), seqs.back().answers.begin(), seqs.back().answers.end());
     }
-    const int64_t Q = int64_t(pos.size()) / B;
-    auto h = model->hidden(torch::tensor(ids, torch::kLong).view({B, length}));  // (B, L, C)
-    auto at = torch::tensor(pos, torch::kLong).view({B, Q, 1}).expand({B, Q, h.size(2)});
-    auto logits = torch::matmul(h.gather(1, at), model->lm_head_weight().t()).to(torch::kDouble).view({B * Q, -1});
+    const int64_t Q = int64_t(target.size()) / B;
+    auto logits = offset_key_answer_logits(model, seqs).to(torch::kDouble).view({B * Q, -1});
     nll += torch::nn::functional::cross_entropy(logits, torch::tensor(target, torch::kLong),
                                                 torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                .item<double>();
@@ -91,20 +97,31 @@ void run_offset_key(const OffsetKeyRun& r) {
   if (r.far_threshold < 0) fail("--far-threshold must be >= 0 (0 = the training length), got {}", r.far_threshold);
   const tasks::OffsetKeySplit split = parse_split(r.split);
   for (auto L : r.lengths) tasks::check_offset_key_length(L, "--lengths");
+  const Variant& v = r.method.variant;
+  if (r.crop && (v.scaling != RopeScalingType::kNone || v.set_temperature || v.drop))
+    fail("--crop: the cropped-context baseline is the model as it is; it takes no --rope-scaling, --factor, "
+         "--temperature or DroPE (method {})",
+         v.str());
   auto em = load_eval_model(r.method, false);
+  if (r.crop && r.method.label.empty()) em.label += "+crop";
   tasks::check_offset_key_vocab(em.model->config().vocab_size, "--model " + r.method.model_dir);
   const auto lengths = resolve_lengths(r.lengths, r.multipliers, em.train_length);
   for (auto L : lengths) tasks::check_offset_key_length(L, r.lengths.empty() ? "--multipliers" : "--lengths");
   const int64_t far = r.far_threshold > 0 ? r.far_threshold : em.train_length;
   const int64_t per_seq = tasks::OffsetKeyVocab::kColours;
   const int64_t sequences = (r.queries + per_seq - 1) / per_seq;
-  for (auto L : lengths)
-    check_fits_in_memory(em.model->config(), L, L, std::min(r.batch, sequences),
+  const int64_t crop_context = r.crop ? em.train_length : 0;  // the crop's window: C tokens
+  if (r.crop) tasks::check_offset_key_length(crop_context, "--crop at the training length");
+  for (auto L : lengths) {
+    const int64_t read = r.crop ? std::min(L, crop_context) : L;
+    check_fits_in_memory(em.model->config(), read, read, std::min(r.batch, sequences),
                          fmt::format("offset-key at length {}", L));
+  }
 
   nlohmann::json results = nlohmann::json::array(), summary = nlohmann::json::object();
   tasks::Table table;
-  table.title = fmt::format("Offset-key retrieval — {} (far: distance > {})", em.label, far);
+  table.title = fmt::format("Offset-key retrieval — {}{} (far: distance > {})", em.label,
+                            r.crop ? fmt::format(", reading BOS + the last {} tokens", crop_context - 1) : "", far);
   table.columns = {"method", "length", "x train", "accuracy %", "far accuracy %", "queries", "far queries"};
   plot::Series all, far_curve;
   all.label = "all needles";
@@ -116,7 +133,7 @@ void run_offset_key(const OffsetKeyRun& r) {
       std::vector<tasks::OffsetKeySequence> seqs;
       for (int64_t i = 0; i < n; ++i)
         seqs.push_back(tasks::make_offset_key_sequence(r.seed, tasks::offset_key_index(split, uint64_t(first + i)), L));
-      const auto preds = predict(em.model, seqs);
+      const auto preds = predict(em.model, seqs, crop_context);
       for (int64_t i = 0; i < n; ++i) score += tasks::score_offset_key(seqs[size_t(i)], preds[size_t(i)], far);
     }
     const double acc = percent(score.accuracy()), far_acc = percent(score.far_accuracy());
@@ -145,6 +162,7 @@ void run_offset_key(const OffsetKeyRun& r) {
               {"far_threshold", far},
               {"train_length", em.train_length},
               {"index_split", r.split},
+              {"crop", r.crop},
               {"results", results},
               {"summary", summary}});
   plot::Figure fig;

@@ -74,6 +74,19 @@ OffsetKeySequence make_offset_key_sequence(uint64_t seed, uint64_t index, int64_
   return s;
 }
 
+OffsetKeySequence crop_offset_key_sequence(const OffsetKeySequence& s, int64_t context) {
+  check_offset_key_length(context, "offset-key crop context");
+  const int64_t length = int64_t(s.tokens.size());
+  if (length <= context) return s;
+  const int64_t shift = length - context;  // position p > shift becomes p − shift
+  OffsetKeySequence c = s;
+  c.tokens.assign(1, V::bos);
+  c.tokens.insert(c.tokens.end(), s.tokens.begin() + shift + 1, s.tokens.end());
+  for (auto& p : c.answer_positions) p -= shift;
+  for (auto& p : c.needle_positions) p = p > shift ? p - shift : -1;
+  return c;
+}
+
 std::vector<uint8_t> offset_key_loss_mask(const OffsetKeySequence& s) {
   std::vector<uint8_t> mask(s.tokens.size(), 0);
   for (int64_t p : s.answer_positions) mask[size_t(p + 1)] = 1;

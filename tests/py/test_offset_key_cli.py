@@ -73,6 +73,35 @@ def test_multipliers_and_variant(model, tmp):
     assert "yarn" in doc["method"]["label"]
 
 
+def test_crop(model, tmp):
+    """--crop: at L ≤ C the plain evaluation, count for count; beyond C the same queries (and far split) read through
+    BOS + the last C − 1 tokens, so far accuracy stays near chance (at most 1/16 in expectation, for any model).
+    The window itself is checked against an input cropped by hand in tests/test_eval.cpp (OffsetKeyCrop)."""
+    args = ("--lengths", "40,64,128,512", "--queries", 400, "--batch-size", 25)
+    plain = run_ok(model, tmp / "plain", *args)
+    crop = run_ok(model, tmp / "crop", *args, "--crop")
+    assert crop["crop"] is True and plain["crop"] is False
+    assert crop["method"]["label"] == "m+crop"
+    assert run_ok(model, tmp / "named", "--lengths", 64, "--queries", 4, "--crop", "--label", "RoPE crop")[
+        "method"]["label"] == "RoPE crop"
+    assert crop["results"][:2] == plain["results"][:2]  # L = 40, 64 ≤ C = 64
+    for p, c in zip(plain["results"][2:], crop["results"][2:]):
+        assert (c["length"], c["queries"], c["far_queries"]) == (p["length"], p["queries"], p["far_queries"])
+        assert c["far_queries"] > 100
+        assert c["far_accuracy"] <= 100 / 16 + 5
+    assert "reading BOS + the last 63 tokens" in (tmp / "crop.md").read_text()
+
+
+def test_crop_refuses_method_flags(model, tmp):
+    base = ["drope-eval", "offset-key", "--model", model / "m", "--out", tmp / "x", "--lengths", 64, "--crop"]
+    for extra in (("--rope-scaling", "yarn", "--factor", 2), ("--factor", 2), ("--temperature", 0),
+                  ("--temperature", "auto")):
+        r = run_cli(*base, *extra, check=False)
+        expect_error(r, "--crop is plain RoPE", "no --rope-scaling, --factor or --temperature")
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp / "x.json").exists()
+
+
 def test_bad_flags(model, tmp):
     base = ["drope-eval", "offset-key", "--model", model / "m", "--out", tmp / "x"]
     expect_error(run_cli(*base, "--lengths", 10, check=False), "--lengths", "at least 17 tokens", "got 10")

@@ -293,5 +293,48 @@ TEST(OffsetKeyScore, GeneratedSequencesAndBadInput) {
   expect_error([&] { (void)score_offset_key(s, s.answers, -1); }, {"far threshold", ">= 0"});
 }
 
+// The cropped baseline's window: BOS then the last C − 1 tokens, positions renumbered; every far needle is outside
+// it, every near needle inside at its renumbered position; at L ≤ C the sequence is unchanged.
+TEST(OffsetKeyCrop, WindowRenumberingAndFarNeedlesOutside) {
+  const int64_t C = 64;
+  int64_t far_seen = 0, near_seen = 0;
+  for (int64_t L : {C + 1, 2 * C, 8 * C + 5}) {
+    for (uint64_t i = 0; i < 20; ++i) {
+      const auto s = make_offset_key_sequence(7, i, L);
+      const auto c = crop_offset_key_sequence(s, C);
+      ASSERT_EQ(int64_t(c.tokens.size()), C);
+      EXPECT_EQ(c.tokens[0], V::bos);
+      for (int64_t p = 1; p < C; ++p) ASSERT_EQ(c.tokens[size_t(p)], s.tokens[size_t(L - C + p)]) << L << " " << p;
+      EXPECT_EQ(c.answers, s.answers);
+      EXPECT_EQ(c.distances, s.distances);
+      EXPECT_EQ(c.colours, s.colours);
+      for (size_t q = 0; q < s.answers.size(); ++q) {
+        EXPECT_EQ(c.answer_positions[q], s.answer_positions[q] - (L - C));
+        EXPECT_EQ(c.tokens[size_t(c.answer_positions[q])], V::sep);
+        EXPECT_EQ(c.tokens[size_t(c.answer_positions[q] + 1)], s.answers[q]);
+        if (s.distances[q] > C) {
+          ++far_seen;
+          EXPECT_EQ(c.needle_positions[q], -1);
+        } else if (c.needle_positions[q] >= 0) {
+          ++near_seen;
+          EXPECT_EQ(c.tokens[size_t(c.needle_positions[q])], s.answers[q]);
+          EXPECT_EQ(c.needle_positions[q], s.needle_positions[q] - (L - C));
+        }
+      }
+    }
+  }
+  EXPECT_GT(far_seen, 0);
+  EXPECT_GT(near_seen, 0);
+  for (int64_t L : {kOffsetKeyMinLength, int64_t(40), C}) {
+    const auto s = make_offset_key_sequence(7, 3, L);
+    const auto c = crop_offset_key_sequence(s, C);
+    EXPECT_EQ(c.tokens, s.tokens);
+    EXPECT_EQ(c.answer_positions, s.answer_positions);
+    EXPECT_EQ(c.needle_positions, s.needle_positions);
+  }
+  expect_error([] { (void)crop_offset_key_sequence(make_offset_key_sequence(1, 0, 100), 10); },
+               {"crop context", "at least 17 tokens", "got 10"});
+}
+
 }  // namespace
 }  // namespace drope::tasks

@@ -83,6 +83,13 @@ struct OffsetKeySequence {
 // Sequence `index` of length `length` for `seed`. Fails (naming --lengths) when length < kOffsetKeyMinLength.
 OffsetKeySequence make_offset_key_sequence(uint64_t seed, uint64_t index, int64_t length);
 
+// The sequence the cropped-context baseline reads (docs/design.md#statistics-protocol): for L > context, BOS
+// followed by the last context − 1 tokens of s (positions L − context + 1 … L − 1, renumbered 1 … context − 1),
+// its answer and needle positions renumbered alike (a needle outside the window gets −1); answers, colours and
+// distances stay those of s, so a query is far by its distance in s. For L ≤ context, s itself. Fails unless the
+// window holds BOS, the query block and one needle position per colour (context ≥ kOffsetKeyMinLength).
+OffsetKeySequence crop_offset_key_sequence(const OffsetKeySequence& s, int64_t context);
+
 // Which target tokens carry loss: mask[t] = 1 iff tokens[t] is an answer (t = answer_position + 1), i.e.
 // the prediction made at position t − 1 counts. Length L, parallel to tokens (a trainer that feeds
 // tokens[0, L−1) and predicts tokens[1, L) uses mask[1, L)).
