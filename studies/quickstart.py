@@ -6,7 +6,7 @@ with QK-norm for the remaining 100 steps (drope-train, phase drope: the same bud
 evaluates RoPE, RoPE+PI, RoPE+NTK, RoPE+YaRN (eval-time, factor 2) and DroPE on perplexity at C and 2C
 (drope-eval ppl); then the offset-key retrieval experiment (offset_key.py) with one
 seed: RoPE at C = 128 for 800 steps, DroPE from its step 400 for 400 steps, the fitted temperature, accuracy
-at C–8C for RoPE, RoPE+PI / NTK / YaRN (factor L/C), DroPE with and without the temperature, and the claim
+at C–8C for RoPE, RoPE+PI / NTK / YaRN (factor L/C), RoPE crop, DroPE with and without the temperature, and the claim
 verdicts; prints the side-by-side tables (drope-eval compare) and the offset-key table.
 
 Outputs in runs/quickstart/ (DROPE_RUN_DIR): rope/ and drope/ (run dirs: log.jsonl, checkpoints that

@@ -6,7 +6,7 @@
   3. Table 1  NIAH multi-query / multi-key / multi-value at 2× the training context for RoPE, RoPE+PI,
               RoPE+NTK, RoPE+YaRN (eval-time, factor 2), NoPE, ALiBi, RNoPE-SWA, DroPE
   4.          perplexity vs length up to 8× for the same models; the fitted temperature c (DroPE, NoPE)
-  5.          offset-key retrieval (offset_key.py): RoPE, RoPE+PI/NTK/YaRN (factor L/C), NoPE and
+  5.          offset-key retrieval (offset_key.py): RoPE, RoPE+PI/NTK/YaRN (factor L/C), RoPE crop, NoPE and
               DroPE (fitted temperature, and c = 0) at C–8C over DROPE_REPRO_OK_SEEDS seeds (NoPE: the first seed;
               mean and an interval inside [0, 100]), far accuracy vs length, and the verdicts on claims (a)–(f),
               each with its test and p-value (docs/design.md#statistics-protocol)

@@ -6,8 +6,9 @@ with model.positional.type=nope); fit the temperature c of β = 1 + c·ln s on h
 accuracy overall, and on "far" needles, farther than C from the query); aggregate over seeds (mean and an
 interval inside [0, 100]: stats.py); decide the experiment's claims (a)–(f) by the tests of the statistics
 protocol (offset_key_report.py, docs/design.md#statistics-protocol); draw far accuracy vs length per method
-(drope-eval compare --plot far). The cropped baseline and PI / NTK / YaRN with their own fitted temperature, which
-claims (c) and (d) read, are not run here yet: those claims stay inconclusive (or disagree) without them.
+(drope-eval compare --plot far). The cropped baseline RoPE crop (drope-eval offset-key --crop on the RoPE run:
+beyond C it reads BOS and the last C − 1 tokens) is claim (c)'s reference. PI / NTK / YaRN with their own fitted
+temperature, which claim (d) reads, are not run here: (d) stays inconclusive (or disagrees) without them.
 
 Layout of the experiment directory (quickstart and reproduce: <run>/offset-key/):
   train/{rope,drope,nope}-s<seed>/   drope-train runs; the DroPE/NoPE final checkpoints hold temperature.json
@@ -30,6 +31,7 @@ from . import results
 from .atomic import write_atomic
 from .driver import ALL, Driver, Method, Show, checkpoint, config_int, config_steps, train_state
 from .offset_key_report import (
+    CROP,
     DROPE_0,
     DROPE_T,
     KIND,
@@ -60,10 +62,12 @@ class Spec:
     model: str  # rope | nope | drope (the training run)
     scaling: str | None = None  # eval-time RoPE scaling, factor L/C, evaluated per length beyond C
     temperature: str | None = None  # --temperature: auto (the fitted c) or a number
+    crop: bool = False  # --crop: the cropped-context baseline (plain RoPE reading BOS + the last C − 1 tokens)
 
 
 SPECS = (Spec(ROPE, "rope", "rope"), Spec(PI, "rope-pi", "rope", "pi"), Spec(NTK, "rope-ntk", "rope", "ntk"),
-         Spec(YARN, "rope-yarn", "rope", "yarn"), Spec(NOPE_T, "nope-temp", "nope", temperature="auto"),
+         Spec(YARN, "rope-yarn", "rope", "yarn"), Spec(CROP, "rope-crop", "rope", crop=True),
+         Spec(NOPE_T, "nope-temp", "nope", temperature="auto"),
          Spec(DROPE_T, "drope-temp", "drope", temperature="auto"), Spec(DROPE_0, "drope-c0", "drope", temperature="0"))
 
 @dataclass(frozen=True)
@@ -232,7 +236,7 @@ def run(d: Driver, out: pathlib.Path, plan: Plan, mark: Callable[[str, bool], No
         prefix = out / "eval" / f"{spec.slug}-s{seed}"
         common = ("--queries", plan.queries, "--seed", seed)
         if spec.scaling is None:
-            options = ("--temperature", spec.temperature) if spec.temperature else ()
+            options = ("--temperature", spec.temperature) if spec.temperature else ("--crop",) if spec.crop else ()
             doc, now = d.evaluate(KIND, Method(spec.label, model, options), prefix,
                                   ("--lengths", ",".join(map(str, lengths)), *common), KIND)
             computed |= now

@@ -271,6 +271,21 @@ def welch_t_from_summary(mean1: float, sd1: float, n1: int, mean2: float, sd2: f
                       diff)
 
 
+def tost_welch_from_summary(mean1: float, sd1: float, n1: int, mean2: float, sd2: float, n2: int,
+                            margin: float) -> tuple[TestResult, TestResult, TestResult]:
+    """TOST equivalence of two summaries within ±margin by Welch's unpaired t (for committed tables without
+    per-seed values): H1: mean1 − mean2 > −margin (lower) and H1: mean1 − mean2 < margin (upper); returns (TOST,
+    lower, upper), TOST's p the larger of the two, as tost_paired."""
+    if margin <= 0:
+        raise ValueError(f"tost_welch_from_summary: the margin must be > 0, got {margin}")
+    lower = welch_t_from_summary(mean1, sd1, n1, mean2, sd2, n2, "greater", -margin)
+    upper = welch_t_from_summary(mean1, sd1, n1, mean2, sd2, n2, "less", margin)
+    worst = lower if lower.p >= upper.p else upper
+    tost = TestResult("TOST (Welch t, from summaries)", "equivalence", margin, worst.statistic,
+                      max(lower.p, upper.p), worst.df, worst.n, worst.estimate)
+    return tost, lower, upper
+
+
 def fisher_exact(k1: int, n1: int, k2: int, n2: int, alternative: str = "two-sided") -> TestResult:
     """Fisher's exact test of the 2 × 2 table [[k1, n1 − k1], [k2, n2 − k2]] (successes / failures of two
     groups), computed exactly with integer binomials (scipy.stats.fisher_exact). 'greater': group 1's odds are

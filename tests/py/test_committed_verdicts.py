@@ -37,6 +37,45 @@ def test_reproduction_claims_from_the_committed_summaries(text):
     assert "**agrees**" in rows["(f) the temperature matters at 4C and 8C"]
 
 
+def synthetic_report(far: dict[str, tuple[str, str, str]]) -> str:
+    """A reproduction table (mean ± half-width over 5 seeds) with the given far cells at 2C, 4C, 8C."""
+    rows = {"RoPE": ("100.0 ± 0.0", "95.1 ± 5.8", "23.3 ± 22.2", "2.3 ± 1.4"),
+            "RoPE+PI": ("–", "97.2 ± 7.5", "78.2 ± 21.3", "49.2 ± 22.5"),
+            "DroPE+temp": ("99.9 ± 0.2", "99.0 ± 1.0", "98.0 ± 1.0", "97.0 ± 1.0"),
+            "DroPE c=0": ("99.9 ± 0.2", "90.0 ± 2.0", "60.0 ± 5.0", "40.0 ± 5.0")}
+    rows.update({label: ("–", *cells) for label, cells in far.items()})
+    return "\n".join(["| method | C | 2C | 4C | 8C |", "|---|---:|---:|---:|---:|"] +
+                     [f"| {label} | {' | '.join(cells)} |" for label, cells in rows.items()]) + "\n"
+
+
+def claim_c(report: str) -> str:
+    return next(line for line in cv.reproduction(report) if line.startswith("| (c) "))
+
+
+CROP_LIKE = ("6.4 ± 1.2", "6.0 ± 1.0", "6.2 ± 1.1")
+
+
+def test_c_reads_a_measured_crop_by_welch_tost():
+    crop = {"RoPE crop": ("6.1 ± 1.0", "6.3 ± 1.3", "5.9 ± 0.9")}
+    line = claim_c(synthetic_report({"RoPE+NTK": CROP_LIKE, "RoPE+YaRN": CROP_LIKE, **crop}))
+    assert "**agrees**" in line and "not measured" not in line
+    assert "RoPE+NTK − crop at 4C: TOST (Welch t, from summaries), H1: |far(RoPE+NTK) − far(crop)| < 5" in line
+    # YaRN retrieves far needles at 2C: 84 points above the crop, outside the margin
+    far_yarn = ("90.0 ± 3.0", *CROP_LIKE[1:])
+    line = claim_c(synthetic_report({"RoPE+NTK": CROP_LIKE, "RoPE+YaRN": far_yarn, **crop}))
+    assert "**disagrees**" in line and "RoPE+YaRN − crop at 2C" in line and "H1: far(RoPE+YaRN) − far(crop) > 5" in line
+    # noisy cells 5 points above the crop: neither within nor outside the margin
+    noisy = ("11.0 ± 8.0", *CROP_LIKE[1:])
+    assert "**inconclusive**" in claim_c(synthetic_report({"RoPE+NTK": noisy, "RoPE+YaRN": CROP_LIKE, **crop}))
+
+
+def test_c_without_the_crop_keeps_the_bound():
+    line = claim_c(synthetic_report({"RoPE+NTK": CROP_LIKE, "RoPE+YaRN": CROP_LIKE}))
+    assert "**inconclusive**" in line and "crop not measured: can disagree, not agree" in line
+    line = claim_c(synthetic_report({"RoPE+NTK": CROP_LIKE, "RoPE+YaRN": ("90.0 ± 3.0", *CROP_LIKE[1:])}))
+    assert "**disagrees**" in line and "one-sample t (from summary), H1: mean far(RoPE+YaRN) > 11.2" in line
+
+
 @pytest.mark.parametrize("statement, verdict, p", [
     ("higher lr helps at 200 steps (drop at 600)", "inconclusive", "p = 0.35"),
     ("a short warm-up hurts QK-norm at 200 steps (lr 3e-3)", "inconclusive", "p = 0.141"),

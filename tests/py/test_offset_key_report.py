@@ -356,11 +356,11 @@ def test_write_atomic_keeps_the_old_file_on_failure(tmp_path):
 
 def test_plans(monkeypatch):
     monkeypatch.chdir(ROOT)  # the configs are named relative to the repository root, as the pipelines run
-    assert [s.label for s in quickstart.OFFSET_KEY.specs()] == [okr.ROPE, okr.PI, okr.NTK, okr.YARN, okr.DROPE_T,
-                                                                okr.DROPE_0]
+    assert [s.label for s in quickstart.OFFSET_KEY.specs()] == [okr.ROPE, okr.PI, okr.NTK, okr.YARN, okr.CROP,
+                                                                okr.DROPE_T, okr.DROPE_0]
     assert quickstart.OFFSET_KEY.seeds == (0,) and quickstart.OFFSET_KEY.queries >= 1000
     assert [s.label for s in ok.Plan((0,), nope=True, drope_c0=False).specs()] == [
-        okr.ROPE, okr.PI, okr.NTK, okr.YARN, okr.NOPE_T, okr.DROPE_T]
+        okr.ROPE, okr.PI, okr.NTK, okr.YARN, okr.CROP, okr.NOPE_T, okr.DROPE_T]
     assert ok.context(ok.ROPE_CONFIG) == C
 
 

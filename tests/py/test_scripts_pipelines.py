@@ -118,8 +118,8 @@ def test_quickstart(fake, capsys):
                      f"--set run.init={ok}/train/rope-s0/checkpoints/step-00000400"]
     evals = tool_calls(calls, "drope-eval")
     # ppl per method, the plot (no NIAH: the prose models retrieve nothing); offset-key: the temperature fit, RoPE,
-    # PI / NTK / YaRN at 2C, 4C, 8C, DroPE with and without the temperature, the plot; the ppl table
-    assert len(evals) == 5 + 1 + (1 + 1 + 9 + 2 + 1) + 1
+    # PI / NTK / YaRN at 2C, 4C, 8C, the crop, DroPE with and without the temperature, the plot; the ppl table
+    assert len(evals) == 5 + 1 + (1 + 1 + 9 + 1 + 2 + 1) + 1
     ok_evals = [e for e in evals if "offset-key" in e]
     assert ok_evals[0] == (f"drope-eval fit-temperature --model {ok}/train/drope-s0/checkpoints/step-00000400 "
                            "--task offset-key --multipliers 2,4,8 --queries 256")
@@ -128,12 +128,16 @@ def test_quickstart(fake, capsys):
     assert ok_evals[4] == (f"drope-eval offset-key --model {ok}/train/rope-s0/checkpoints/step-00000800 --rope-scaling "
                            f"pi --factor 8 --label RoPE+PI --lengths 1024 --queries 1000 --seed 0 "
                            f"--out {ok}/eval/rope-pi-s0-L1024")
-    assert "--temperature auto --label DroPE+temp" in ok_evals[11]
-    assert "--temperature 0 --label DroPE c=0" in ok_evals[12]
-    assert ok_evals[13].startswith(f"drope-eval compare {ok}/eval/rope-s0.json {ok}/eval/rope-pi-s0.json ") and \
-        f"drope-c0-s0.json --plot far --out {ok}/far --title" in ok_evals[13]
+    assert ok_evals[11] == (f"drope-eval offset-key --model {ok}/train/rope-s0/checkpoints/step-00000800 --crop "
+                            f"--label RoPE crop --lengths 128,256,512,1024 --queries 1000 --seed 0 "
+                            f"--out {ok}/eval/rope-crop-s0")
+    assert "--temperature auto --label DroPE+temp" in ok_evals[12]
+    assert "--temperature 0 --label DroPE c=0" in ok_evals[13]
+    assert ok_evals[14].startswith(f"drope-eval compare {ok}/eval/rope-s0.json {ok}/eval/rope-pi-s0.json ") and \
+        f"drope-c0-s0.json --plot far --out {ok}/far --title" in ok_evals[14]
     assert {p.name for p in (ok / "eval").glob("*-s0.json")} == {
-        f"{slug}-s0.json" for slug in ("rope", "rope-pi", "rope-ntk", "rope-yarn", "drope-temp", "drope-c0")}
+        f"{slug}-s0.json" for slug in ("rope", "rope-pi", "rope-ntk", "rope-yarn", "rope-crop", "drope-temp",
+                                       "drope-c0")}
     assert {p.name for p in (run / "eval").glob("*.json")} == {"ppl.json"} | {
         f"{kind}-{slug}{tag}.json" for slug in ("rope", "rope-pi", "rope-ntk", "rope-yarn", "drope")
         for kind, tag in (("ppl", ""),)}

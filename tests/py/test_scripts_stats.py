@@ -202,6 +202,21 @@ def test_tests_from_summaries_equal_the_tests_on_values(x, y):
         assert got.p == pytest.approx(float(ref.pvalue), abs=EXACT)
 
 
+@pytest.mark.parametrize("x, y", SAMPLES)
+def test_welch_tost_from_summaries_is_two_one_sided_scipy_tests(x, y):
+    margin = 5.0
+    m1, s1, m2, s2 = np.mean(x), np.std(x, ddof=1), np.mean(y), np.std(y, ddof=1)
+    lower = sps.ttest_ind_from_stats(m1 + margin, s1, len(x), m2, s2, len(y), equal_var=False, alternative="greater")
+    upper = sps.ttest_ind_from_stats(m1 - margin, s1, len(x), m2, s2, len(y), equal_var=False, alternative="less")
+    tost, lo, up = stats.tost_welch_from_summary(m1, s1, len(x), m2, s2, len(y), margin)
+    assert lo.p == pytest.approx(float(lower.pvalue), abs=EXACT) and up.p == pytest.approx(float(upper.pvalue),
+                                                                                          abs=EXACT)
+    assert tost.p == pytest.approx(max(float(lower.pvalue), float(upper.pvalue)), abs=EXACT)
+    assert tost.alternative == "equivalence" and tost.null == margin
+    with pytest.raises(ValueError, match="margin must be > 0"):
+        stats.tost_welch_from_summary(m1, s1, len(x), m2, s2, len(y), 0.0)
+
+
 TABLES = [(5, 10, 2, 10), (1, 10, 5, 10), (10, 10, 6, 10), (6, 10, 10, 10), (0, 10, 10, 10), (10, 10, 9, 10),
           (3, 7, 4, 9), (0, 5, 0, 5), (10, 10, 10, 10), (12, 40, 30, 41), (1, 1, 0, 1)]
 
