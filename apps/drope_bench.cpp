@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   att->add_flag("--forward-only", ar.forward_only, "Skip forward+backward");
   att->add_option("--json", ar.json, "Also write all numbers as JSON to this file (atomic)");
 
-  // `generate`: one context length per process (peak RSS is per process). scripts/bench_generate.py runs it
+  // `generate`: one context length per process (peak RSS is per process). bench/generate.py runs it
   // beside HF generate.
   drope::bench::GenerateRun g;
   auto* gen = cli.add_subcommand("generate", "Prefill and decode tokens/s of greedy generation (KV cache)");

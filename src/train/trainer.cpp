@@ -172,8 +172,8 @@ void install_stop_handlers() {
   // SIGTERM / SIGINT are blocked in this thread and every thread it starts later (LibTorch's OpenMP team,
   // oneDNN's), and a dedicated thread takes them with sigwait. A handler would run on whichever compute
   // thread the kernel picks, on that thread's current stack; with oneDNN's GEMMs, valgrind sees threads
-  // switch to stacks in heap memory, and handled SIGTERMs aborted with heap corruption in about one run in
-  // seven (none in 30 with sigwait). Call this before any other thread exists.
+  // switch to stacks in heap memory, and handled SIGTERMs aborted with heap corruption (sigwait never did:
+  // docs/benchmarks.md#defaults-chosen-by-measurement). Call this before any other thread exists.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);

@@ -1,6 +1,6 @@
-// NIAH prompts (SPEC.md §5.2): RULER's text facts, determinism, needle placement, sizing by search,
-// the Kamradt grid's snapping, scoring and bad input. Tokens are counted as whitespace-separated words
-// so every size is exactly predictable.
+// NIAH prompts (docs/design.md#needle-in-a-haystack): RULER's text facts, determinism, needle placement,
+// sizing by search, the Kamradt grid's snapping, scoring and bad input. Tokens are counted as
+// whitespace-separated words so every size is exactly predictable.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>

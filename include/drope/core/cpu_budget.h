@@ -29,7 +29,7 @@ int threads_for(int affinity, double quota);
 
 // Sets OMP_NUM_THREADS to cpu_budget().threads and OMP_WAIT_POLICY=PASSIVE (idle workers sleep instead of
 // spinning: a little slower idle, much faster beside busy processes, where a lower spin count does not help;
-// scripts/bench_busy.py, docs/benchmarks.md#shared-cpu), each only when the user has not set it (nor GOMP_SPINCOUNT,
+// bench/busy.py, docs/benchmarks.md#shared-cpu), each only when the user has not set it (nor GOMP_SPINCOUNT,
 // for the wait policy), and not at all with DROPE_OMP_DEFAULTS=0. Returns whether it changed the environment. libgomp
 // reads these once, when it is loaded, so the tools call this before that and re-execute themselves when it returns
 // true (apps/app_common.cpp).

@@ -6,7 +6,7 @@
 // outputs (4C), RoPE'd queries, keys, values, the attention output and its o_proj copy (3·H·D + 2·Hkv·D),
 // the log-sum-exp (H), and SwiGLU's gate, up, silu(gate) and product (4F). A recomputed block keeps only its
 // input (C) and, during its backward, one block's worth. Checked against the tensor bytes a run really holds
-// (DROPE_TRACK_TENSOR_MEMORY, tests/py/test_memory_plan.py, scripts/check_memory_plan.py, docs/training.md).
+// (DROPE_TRACK_TENSOR_MEMORY, tests/py/test_memory_plan.py, bench/memory_plan.py, docs/training.md).
 #pragma once
 
 #include <algorithm>
