@@ -70,10 +70,11 @@ class Recipe:
     what: str
     qk_norm: str = "qk"  # drope.qk_norm of the recalibration
     follow_up: bool = False  # added after the 12 pre-registered cells: tested on its own, outside their Holm family
+    scratch: bool = False  # not a DroPE run: NoPE trained from scratch for the whole budget (share 100)
 
     @property
     def continued(self) -> bool:
-        return self.lr is None
+        return self.lr is None and not self.scratch
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,8 @@ def recipes(pretrain_lr: float, drope_lr: float) -> dict[str, Recipe]:
         Recipe("continued", 25, None, "25 %, pretraining schedule continued"),
         Recipe("noqk", 25, drope_lr, f"25 %, lr {drope_lr:g}, restarted, no QK-norm", qk_norm="none",
                follow_up=True),
+        Recipe("nope", 100, pretrain_lr, "NoPE from scratch, the whole budget (pretraining's recipe)",
+               qk_norm="none", follow_up=True, scratch=True),
     )}
 
 
@@ -117,7 +120,7 @@ def make_cells(budgets: Sequence[int], rs: dict[str, Recipe], axis_budgets: int 
     big = set(budgets[-axis_budgets:]) if axis_budgets else set()
     cells = [Cell(b, r) for b in budgets for r in rs.values() if r.name == "quickstart" or b in big]
     for c in cells:
-        if not 1 <= c.steps < c.budget:
+        if not 1 <= c.steps < c.budget + c.recipe.scratch:
             raise ValueError(f"{c.id}: {c.recipe.share:g} % of {c.budget} steps is {c.steps} recalibration steps")
     return cells
 
@@ -289,13 +292,13 @@ def trend(rows: Sequence[dict], recipe: str = "quickstart") -> dict | None:
     return {"slope": fit.slope, "low": fit.slope - half, "high": fit.slope + half, "n": len(pts), "p": fit.pvalue}
 
 
-def comparisons(cells: Sequence[Cell], rows: Sequence[dict], follow_up: bool = False) -> list[dict]:
+def comparisons(cells: Sequence[Cell], rows: Sequence[dict], family: str | None = None) -> list[dict]:
     """Each non-quickstart cell against the quickstart cell of its budget on their common seeds: the paired t-test
     of the gap difference, Holm-adjusted over all comparisons with at least two common seeds. The pre-registered
-    recipes form one Holm family; follow_up=True gives the follow-up recipes' comparisons, a family of their own."""
+    recipes form one Holm family (family None); each follow-up recipe is a family of its own (family = its name)."""
     out = []
     for c in cells:
-        if c.recipe.name == "quickstart" or c.recipe.follow_up != follow_up:
+        if c.recipe.name == "quickstart" or (c.recipe.name != family if family else c.recipe.follow_up):
             continue
         mine, base = cell_gaps(rows, c.id), cell_gaps(rows, f"b{c.budget}-quickstart")
         common = sorted(set(mine) & set(base))
@@ -311,10 +314,19 @@ def comparisons(cells: Sequence[Cell], rows: Sequence[dict], follow_up: bool = F
 FOLLOW_UP_MARGIN = 5.0  # points: "not the cause" when the difference's 95 % interval lies within ±this
 
 
+READINGS = {  # recipe: (lower gap at Holm p < 0.05, ... and the cell closed, within ±5 points, higher gap)
+    "noqk": ("QK-norm explains part of the gap", "QK-norm explains the gap", "QK-norm is not the cause",
+             "inconclusive"),
+    "nope": ("recalibration falls short of NoPE trained from scratch", "NoPE from scratch matches RoPE",
+             "DroPE is at NoPE's level: the gap is the cost of attention without positions at this scale",
+             "DroPE beats NoPE from scratch"),
+}
+
+
 def follow_up_reading(o: dict, rows: Sequence[dict]) -> str:
-    """The follow-up protocol's reading of one comparison (docs/results/prose-sweep.md): explains the gap / part of
-    it (lower gap at Holm p < 0.05; the whole when the cell is also closed), not the cause (95 % interval of the
-    difference within ±5 points), else inconclusive."""
+    """The follow-up protocol's reading of one comparison (docs/results/prose-sweep.md, READINGS): the 95 % interval
+    of the difference within ±5 points (first), a lower gap at Holm p < 0.05 (and the cell closed, for the second
+    reading), a higher gap at Holm p < 0.05, else inconclusive."""
     what = f"{o['cell']}: {o['diff']:+.1f} points over {o['n']} seed{'s' * (o['n'] != 1)}"
     if o["n"] < 2:
         return f"{what}, inconclusive (one seed)"
@@ -322,11 +334,13 @@ def follow_up_reading(o: dict, rows: Sequence[dict]) -> str:
     mine = cell_gaps(rows, o["cell"])
     s = stats.summarize([mine[k] - base[k] for k in sorted(set(mine) & set(base))], 0.95)
     ci = f"95 % CI {s.ci_low:+.1f} to {s.ci_high:+.1f}, Holm p = {_p(o['p_holm'])}"
+    part, whole, same, higher = READINGS[o["recipe"]]
+    if max(abs(s.ci_low), abs(s.ci_high)) < FOLLOW_UP_MARGIN:  # inside the margin: too small to matter, first
+        return f"{what} ({ci}): {same}"
     if o["p_holm"] < 0.05 and o["diff"] < 0:
-        whole = verdict(list(mine.values()))["verdict"] == "closed"
-        return f"{what} ({ci}): QK-norm explains {'the' if whole else 'part of the'} gap"
-    if max(abs(s.ci_low), abs(s.ci_high)) < FOLLOW_UP_MARGIN:
-        return f"{what} ({ci}): QK-norm is not the cause"
+        return f"{what} ({ci}): {whole if verdict(list(mine.values()))['verdict'] == 'closed' else part}"
+    if o["p_holm"] < 0.05 and o["diff"] > 0:
+        return f"{what} ({ci}): {higher}"
     return f"{what} ({ci}): inconclusive"
 
 
@@ -360,6 +374,8 @@ def results_md(cells: Sequence[Cell], rows: Sequence[dict], min_seeds: int = MIN
             continue
         v = verdict([r["gap_pct"] for r in rs])
         state = v["verdict"] if v["n"] >= 2 else "one seed"
+        if c.recipe.scratch:  # the gap of NoPE from scratch, not of a DroPE run
+            state = state.replace("DroPE", "NoPE")
         if v["n"] < min_seeds:
             state += f" (running: {v['n']} of {min_seeds} seeds)"
         elif v["verdict"] != "inconclusive":
@@ -382,13 +398,15 @@ def results_md(cells: Sequence[Cell], rows: Sequence[dict], min_seeds: int = MIN
                   "comparisons with ≥ 2 seeds):", "", "| cell | seeds | gap − quickstart's gap (points) | p | "
                   "p Holm |", "|---|---:|---:|---:|---:|"]
         lines += [f"| {o['cell']} | {o['n']} | {o['diff']:+.1f} | {_p(o['p'])} | {_p(o['p_holm'])} |" for o in cmp]
-    fup = [o for o in comparisons(cells, rows, follow_up=True) if o["n"] >= 1]
-    if fup:
-        lines += ["", "Follow-up (its own protocol, below the pre-registered cells): against the quickstart recipe, "
-                  "paired over common seeds, Holm over the follow-up's comparisons only:", "",
+    for family in dict.fromkeys(c.recipe.name for c in cells if c.recipe.follow_up):
+        fup = [o for o in comparisons(cells, rows, family) if o["n"] >= 1]
+        if not fup:
+            continue
+        lines += ["", f"Follow-up `{family}` (its own protocol, below): against the quickstart recipe, paired over "
+                  "common seeds, Holm over this follow-up's comparisons only:", "",
                   "| cell | seeds | gap − quickstart's gap (points) | p | p Holm |", "|---|---:|---:|---:|---:|"]
         lines += [f"| {o['cell']} | {o['n']} | {o['diff']:+.1f} | {_p(o['p'])} | {_p(o['p_holm'])} |" for o in fup]
-        lines += ["", "Follow-up reading: " + "; ".join(follow_up_reading(o, rows) for o in fup) + "."]
+        lines += ["", f"Follow-up `{family}` reading: " + "; ".join(follow_up_reading(o, rows) for o in fup) + "."]
     lines += ["", paragraph(cells, rows, verdicts, tr, cmp)]
     return "\n".join(lines)
 
@@ -410,7 +428,9 @@ def paragraph(cells: Sequence[Cell], rows: Sequence[dict], verdicts: dict, tr: d
             how = "does not change detectably with budget"
         out.append(f"Per doubling of the budget it moves by {tr['slope']:+.1f} points (95 % CI {tr['low']:+.1f} to "
                    f"{tr['high']:+.1f}, {tr['n']} runs): the gap {how}.")
-    dec = {cid: v for cid, (v, _) in verdicts.items() if v["n"] >= MIN_SEEDS and v["verdict"] != "inconclusive"}
+    scratch = {c.id for c in cells if c.recipe.scratch}
+    dec = {cid: v for cid, (v, _) in verdicts.items()
+           if v["n"] >= MIN_SEEDS and v["verdict"] != "inconclusive" and cid not in scratch}
     for kind in ("closed", "DroPE better", "DroPE worse"):
         ids = [cid for cid, v in dec.items() if v["verdict"] == kind]
         if ids:
@@ -528,7 +548,7 @@ class Runs:
         return float(doc["summary"][f"ppl@{C}"])
 
     def _rope_overrides(self, budget: int, seed: int) -> list[str]:
-        drops = [c.drop_step for c in self.cells if c.budget == budget]
+        drops = [c.drop_step for c in self.cells if c.budget == budget and not c.recipe.scratch]
         every = math.gcd(budget, *drops)
         return [f"run.seed={seed}", f"train.steps={budget}", f"train.checkpoint_every={every}",
                 f"train.keep_last={budget // every + 1}", f"train.log_every={max(1, budget // 8)}",
@@ -546,6 +566,15 @@ class Runs:
         src = checkpoint(self.rope_dir(cell.budget, seed), cell.drop_step)
         dst = self.out / "train" / f"drope-{cell.id}-s{seed}"
         r = cell.recipe
+        if r.scratch:  # NoPE of the same seed and data order as RoPE, trained from scratch for the whole budget
+            dst = self.out / "train" / f"{cell.id}-s{seed}"
+            b = cell.budget
+            self.d.train(PRETRAIN, dst, b, [f"run.name=prose-sweep-{cell.id}-s{seed}", f"run.seed={seed}",
+                                            f"train.steps={b}", "model.positional.type=nope",
+                                            f"train.log_every={max(1, b // 8)}", f"train.eval_every={max(1, b // 4)}",
+                                            f"train.checkpoint_every={max(1, b // 4)}", "train.keep_last=1"],
+                         show=NONE)
+            return self._ppl(checkpoint(dst, b), dst.name)
         if r.continued:
             seed_from_checkpoint(src, dst)  # drope-train --resume continues it (a fresh run repeats RoPE's steps)
             self.d.train(PRETRAIN, dst, cell.budget,

@@ -49,8 +49,9 @@ def test_cells_recipes_and_steps():
     assert [c.id for c in cs] == [
         "b400-quickstart", "b800-quickstart",
         "b1600-quickstart", "b1600-share12.5", "b1600-lr1x", "b1600-lr3x", "b1600-continued",
-        "b1600-noqk",
-        "b3200-quickstart", "b3200-share12.5", "b3200-lr1x", "b3200-lr3x", "b3200-continued", "b3200-noqk"]
+        "b1600-noqk", "b1600-nope",
+        "b3200-quickstart", "b3200-share12.5", "b3200-lr1x", "b3200-lr3x", "b3200-continued", "b3200-noqk",
+        "b3200-nope"]
     by = {c.id: c for c in cs}
     assert (by["b400-quickstart"].steps, by["b400-quickstart"].drop_step) == (100, 300)  # the quickstart itself
     assert (by["b3200-share12.5"].steps, by["b3200-share12.5"].drop_step) == (400, 2800)
@@ -91,13 +92,13 @@ def test_plan_of_a_fresh_sweep():
     assert [(s, b) for s, b, _, k in units if k == "sure"] == [(s, b) for s in range(3) for b in ps.BUDGETS]
     assert {k for s, _, _, k in units if s >= 3} == {"if undecided"}
     # per seed: RoPE 400+800+1600+3200 steps, DroPE 100+200+400+800 (quickstart) + 4200 (the axes); 16 evaluations
-    assert sure == pytest.approx(3 * (12900 * 0.5 + 18 * 10.0))
-    assert most == pytest.approx(5 * (12900 * 0.5 + 18 * 10.0))
+    assert sure == pytest.approx(3 * (17700 * 0.5 + 20 * 10.0))
+    assert most == pytest.approx(5 * (17700 * 0.5 + 20 * 10.0))
     text = ps.plan_text(cs, [], 3, 5, 0.5, 10.0)
     assert ("seed 0, B = 3200: b3200-quickstart, b3200-share12.5, b3200-lr1x, b3200-lr3x, b3200-continued, "
-            "b3200-noqk") in text
+            "b3200-noqk, b3200-nope") in text
     assert "seed 4, B = 400: b400-quickstart  (only if still undecided)" in text
-    assert "estimated 5.5 h for the first 3 seeds, at most 9.2 h" in text
+    assert "estimated 7.5 h for the first 3 seeds, at most 12.6 h" in text
 
 
 def test_rows_csv_and_resume_skip(tmp):
@@ -156,7 +157,7 @@ def test_cli_plan_and_argument_errors(tmp, capsys):
     rows = tmp / "rows.csv"
     assert ps.study(["--plan", "--csv", str(rows)]) == 0
     out = capsys.readouterr().out
-    assert "14 cells; seeds 0..2 for each, up to 5" in out and "b3200-continued" in out
+    assert "16 cells; seeds 0..2 for each, up to 5" in out and "b3200-continued" in out
     for bad in (["--budgets", "4x"], ["--min-seeds", "4", "--max-seeds", "3"], ["--jobs", "3"], ["--budgets", "4"]):
         with pytest.raises(SystemExit) as e:
             ps.study(["--plan", "--csv", str(rows), *bad])
@@ -230,8 +231,9 @@ def test_the_follow_up_recipe_is_its_own_holm_family():
                          "ppl_rope": 36.0, "ppl_drope": 36.0 * (1 + gap / 100), "gap_pct": gap, "commit": "abc1234",
                          "cpu": "test cpu"})
     pre = ps.comparisons(cs, rows)
-    fup = ps.comparisons(cs, rows, follow_up=True)
+    fup = ps.comparisons(cs, rows, "noqk")
     assert [o["cell"] for o in fup] == ["b1600-noqk", "b3200-noqk"]
+    assert [o["cell"] for o in ps.comparisons(cs, rows, "nope")] == ["b1600-nope", "b3200-nope"]
     assert "b1600-noqk" not in [o["cell"] for o in pre]
     by = {o["cell"]: o for o in pre}
     share = by["b1600-share12.5"]
@@ -243,3 +245,17 @@ def test_the_follow_up_recipe_is_its_own_holm_family():
     assert "QK-norm is not the cause" in ps.results_md(cs, same)
     one = [r for r in rows if not (r["cell"] == "b1600-noqk" and r["seed"] > 0)]
     assert "b1600-noqk: -30.0 points over 1 seed, inconclusive (one seed)" in ps.results_md(cs, one)
+
+
+def test_nope_from_scratch_is_a_whole_budget_cell():
+    by = {c.id: c for c in cells()}
+    nope = by["b1600-nope"]
+    assert nope.recipe.scratch and not nope.recipe.continued and (nope.steps, nope.drop_step) == (1600, 0)
+    # the RoPE runs keep their checkpoints at the DroPE drop steps only (unchanged by the scratch cells)
+    runs = ps.Runs.__new__(ps.Runs)
+    runs.cells = cells()
+    assert "train.checkpoint_every=200" in runs._rope_overrides(1600, 0)
+    rows = [{"cell": f"b1600-{r}", "budget": 1600, "recipe": r, "seed": k, "ppl_rope": 36.0,
+             "ppl_drope": 36.0 * (1 + g / 100), "gap_pct": g, "commit": "abc1234", "cpu": "test cpu"}
+            for k in range(3) for r, g in (("quickstart", 55.0 + k), ("nope", 54.0 + 0.5 * k))]
+    assert "DroPE is at NoPE's level" in ps.results_md(cells(), rows)
