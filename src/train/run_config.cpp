@@ -294,4 +294,13 @@ std::string run_config_to_yaml(const RunConfig& c) {
   return std::string(e.c_str()) + "\n";
 }
 
+int64_t micro_batch_size(const RunConfig& c, int64_t world) {
+  const int64_t B = c.data.batch_size;
+  if (B % world != 0) fail("{}: data.batch_size {} is not a multiple of the world size {}", c.source, B, world);
+  const int64_t micro = c.data.micro_batch > 0 ? c.data.micro_batch : B / world;
+  if (micro < 1 || B % (micro * world) != 0)
+    fail("{}: data.batch_size {} is not a multiple of micro_batch ({}) x world size ({})", c.source, B, micro, world);
+  return micro;
+}
+
 }  // namespace drope::train

@@ -255,9 +255,7 @@ void Trainer::build_device() {
 void Trainer::build_data() {
   // Batch geometry: batch = accum · micro · world.
   const int64_t B = cfg_.data.batch_size, T = cfg_.data.seq_len, W = world_;
-  const int64_t micro = cfg_.data.micro_batch > 0 ? cfg_.data.micro_batch : B / W;
-  if (micro < 1 || B % (micro * W) != 0)
-    fail("{}: data.batch_size {} is not a multiple of micro_batch ({}) x world size ({})", cfg_.source, B, micro, W);
+  const int64_t micro = micro_batch_size(cfg_, W);
   batch_ = B;
   seq_len_ = T;
   micro_ = micro;

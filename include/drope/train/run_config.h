@@ -76,4 +76,9 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 // YAML that parse_run_config reads back to the same config.
 std::string run_config_to_yaml(const RunConfig& c);
 
+// Sequences per rank per forward for `world` ranks: data.micro_batch, or data.batch_size / world. Fails naming
+// the config when data.batch_size is not a multiple of the world size, or of micro_batch x world size
+// (batch = accumulation x micro x world). The trainer and `drope-train --plan` both size batches with it.
+int64_t micro_batch_size(const RunConfig& c, int64_t world);
+
 }  // namespace drope::train
