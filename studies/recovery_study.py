@@ -10,8 +10,10 @@ scored by drope-eval offset-key at C, 2C, 4C, 8C; the seed's RoPE model (step T)
 
   recovered      DroPE's accuracy at C >= the same seed's RoPE accuracy at C (same split, same sequences)
                  minus the tolerance (2 points)
-  recovery rate  recovered seeds / seeds, with a Wilson 95 % interval
-  far accuracy   DroPE's accuracy on needles farther than C at 2C, 4C, 8C: mean and 95 % t interval (stats.py)
+  recovery rate  recovered seeds / seeds, with a Wilson 95 % interval (stats.wilson)
+  accuracy       RoPE's and DroPE's accuracy at C, DroPE's on needles farther than C at 2C, 4C, 8C: mean over seeds
+                 and the protocol's interval inside [0, 100] (stats.accuracy_interval: the bootstrap over seeds
+                 widened to the Wilson interval of the queries pooled over seeds)
 
 Selection and confirmation:
   1. every recipe on the selection seeds (0..N−1), scored on the held-out split only (--split heldout);
@@ -68,13 +70,13 @@ from drope_scripts.driver import (
     train_state,
 )
 from drope_scripts.offset_key import DROPE_CONFIG, ROPE_CONFIG, TEMPERATURE_QUERIES, context, dump
-from drope_scripts.offset_key_report import KIND, summarize
+from drope_scripts.offset_key_report import KIND, Cell, cell
+from drope_scripts.stats import wilson
 
 HELDOUT, TEST = "heldout", "test"
 STUDY_KIND = "offset-key-recovery-study"
 TOLERANCE = 2.0  # points: "within 2 points of RoPE"
 ROPE_LEARNED = 90.0  # below this accuracy at C (%), the report notes that RoPE itself has not learned the task
-Z95 = 1.959963984540054  # the 0.975 quantile of the standard normal (Wilson 95 % interval)
 CONFIRM_START = 1000
 QK_NORMS = ("qk", "q", "k", "none")
 # The default grid: the config's recipe (lr 1e-3, warm-up 10 % of the steps, QK-norm, 25 %) and the paper's
@@ -156,17 +158,6 @@ def confirmation_seeds(selection: Sequence[int], n: int, start: int = CONFIRM_ST
 
 # ---- statistics, the decision, the selection -----------------------------------------------------------------
 
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a proportion k/n (default 95 %)."""
-    if n < 1 or not 0 <= k <= n:
-        raise ValueError(f"wilson: need 0 <= k <= n and n >= 1, got k={k}, n={n}")
-    p, z2 = k / n, z * z
-    denom = 1 + z2 / n
-    centre = (p + z2 / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def recovered(drope_acc: float, rope_acc: float, tolerance: float = TOLERANCE) -> bool:
     """DroPE's accuracy at C reaches RoPE's (same seed, same sequences) within `tolerance` points."""
     return drope_acc >= rope_acc - tolerance
@@ -183,22 +174,39 @@ class SeedResult:
     drope_acc: float
     far: dict[int, float]  # multiplier (> 1) → far accuracy (%)
     temperature: float | None = None  # the fitted c, where fitted
+    # Query counts (correct, queries) behind rope_acc, drope_acc and far, where the results files carry them.
+    rope_counts: tuple[int, int] | None = None
+    drope_counts: tuple[int, int] | None = None
+    far_counts: dict[int, tuple[int, int]] | None = None
 
     def recovered(self, tolerance: float = TOLERANCE) -> bool:
         return recovered(self.drope_acc, self.rope_acc, tolerance)
 
 
+def _pooled(counts: Sequence[tuple[int, int] | None]) -> tuple[int, int] | None:
+    """Counts summed over seeds; None when a seed has none."""
+    if any(c is None for c in counts):
+        return None
+    return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
+
 def recipe_summary(rows: Sequence[SeedResult], multipliers: Sequence[int], tolerance: float = TOLERANCE) -> dict:
-    """Recovery count, rate and Wilson interval; accuracy at C (DroPE, RoPE) and far accuracy per length over
-    seeds (offset_key_report.summarize: mean, t interval)."""
+    """Recovery count, rate and Wilson interval (stats.wilson); accuracy at C (DroPE, RoPE) and far accuracy per
+    length over seeds (offset_key_report.cell: mean, the t interval's half-width, and the protocol's interval inside
+    [0, 100], widened to the Wilson interval of the pooled query counts where the rows carry them)."""
     if not rows:
         raise ValueError("recipe_summary: no seeds")
     k, n = sum(r.recovered(tolerance) for r in rows), len(rows)
     lo, hi = wilson(k, n)
+    seeds = [r.seed for r in rows]
+    far = {str(m): cell([r.far[m] for r in rows], seeds,
+                        _pooled([None if r.far_counts is None else r.far_counts.get(m) for r in rows]))
+           for m in multipliers if m > 1}
     return {"n": n, "recovered": k, "rate": k / n, "wilson_low": lo, "wilson_high": hi,
-            "seeds": [r.seed for r in rows], "recovered_seeds": [r.seed for r in rows if r.recovered(tolerance)],
-            "accuracy": summarize([r.drope_acc for r in rows]), "rope_accuracy": summarize([r.rope_acc for r in rows]),
-            "far": {str(m): summarize([r.far[m] for r in rows]) for m in multipliers if m > 1}}
+            "seeds": seeds, "recovered_seeds": [r.seed for r in rows if r.recovered(tolerance)],
+            "accuracy": cell([r.drope_acc for r in rows], seeds, _pooled([r.drope_counts for r in rows])),
+            "rope_accuracy": cell([r.rope_acc for r in rows], seeds, _pooled([r.rope_counts for r in rows])),
+            "far": far}
 
 
 def mean_far(summary: dict) -> float:
@@ -377,14 +385,14 @@ class Runner:
         rope = read_eval(json_of(self.rope_eval(seed, split)), seed, split)
         drope = read_eval(json_of(self.drope_eval(recipe, seed, split)), seed, split)
         where = json_of(self.drope_eval(recipe, seed, split))
-        far = {}
+        far, far_counts = {}, {}
         for m in st.multipliers:
             if m == 1:
                 continue
             row = drope.get(m * st.c)
             if row is None or row.get("far_accuracy") is None:
                 raise results.ResultsError(f"{where}: no far accuracy at length {m * st.c}")
-            far[m] = row["far_accuracy"]
+            far[m], far_counts[m] = row["far_accuracy"], counts_of(row, "far_correct", "far_queries")
         for rows, path in ((rope, self.rope_eval(seed, split)), (drope, where)):
             if st.c not in rows:
                 raise results.ResultsError(f"{json_of(path)}: no result at C = {st.c}")
@@ -394,11 +402,20 @@ class Runner:
             c = results.load(fit, "temperature")["c"]
         elif st.temperature != "auto":
             c = float(st.temperature)
-        return SeedResult(recipe.slug, seed, split, rope[st.c]["accuracy"], drope[st.c]["accuracy"], far, c)
+        return SeedResult(recipe.slug, seed, split, rope[st.c]["accuracy"], drope[st.c]["accuracy"], far, c,
+                          counts_of(rope[st.c], "correct", "queries"), counts_of(drope[st.c], "correct", "queries"),
+                          far_counts)
 
 
 def json_of(prefix: pathlib.Path) -> pathlib.Path:
     return prefix.with_name(prefix.name + ".json")
+
+
+def counts_of(row: dict, correct: str, total: str) -> tuple[int, int] | None:
+    """(correct, queries) of an offset-key results row, or None when it has no counts."""
+    if row.get(correct) is None or row.get(total) is None:
+        return None
+    return int(row[correct]), int(row[total])
 
 
 def read_eval(path: pathlib.Path, seed: int, split: str) -> dict[int, dict]:
@@ -413,9 +430,7 @@ def read_eval(path: pathlib.Path, seed: int, split: str) -> dict[int, dict]:
 # ---- the report ----------------------------------------------------------------------------------------------
 
 def _cell(d: dict | None) -> str:
-    if d is None:
-        return "–"
-    return f"{d['mean']:.1f}" if d["half_width"] is None else f"{d['mean']:.1f} ± {d['half_width']:.1f}"
+    return "–" if d is None else Cell.of(d).text()
 
 
 def _rate(s: dict) -> str:
@@ -490,8 +505,9 @@ def markdown(st: Study, doc: dict) -> str:
         f"length and seed; DroPE scored with {temp}.",
         f"**Recovered**: DroPE's accuracy at C ≥ the same seed's RoPE accuracy at C (step {T}, same split and "
         f"sequences) − {st.tolerance:g} points. **Rate**: recovered / seeds, Wilson 95 % interval. **Far**: DroPE's "
-        "accuracy (%) on needles farther than C from their query, mean ± half-width of the 95 % t interval over "
-        "seeds.", "",
+        "accuracy (%) on needles farther than C from their query. Accuracies: mean over seeds [95 % interval: the "
+        "bootstrap over seeds widened to the Wilson interval of the queries pooled over seeds, inside 0–100; with "
+        "one seed the Wilson interval alone].", "",
         "## Selection protocol", "",
         f"1. Every recipe of the grid ({len(st.recipes)}) runs on the selection seeds {_seeds(st.seeds)} and is "
         "scored on the **held-out** split of the offset-key index space only (`drope-eval offset-key --split "

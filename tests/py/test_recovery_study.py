@@ -4,6 +4,7 @@ test_recovery_study_e2e.py; its task runner (claims, dependencies, workers): tes
 import pytest
 
 from conftest import BIN, ROOT
+from drope_scripts import stats
 from studies import recovery_study as rs
 from studies.recovery_study import HELDOUT, TEST, Recipe, SeedResult
 
@@ -91,6 +92,31 @@ def test_recipe_summary_intervals():
     assert (s["wilson_low"], s["wilson_high"]) == pytest.approx(rs.wilson(3, 4))
     assert s["far"]["2"]["mean"] == 80.0 and s["far"]["2"]["half_width"] == 0.0 and set(s["far"]) == {"2", "4"}
     assert s["accuracy"]["mean"] == pytest.approx(87.25) and s["accuracy"]["half_width"] > 0
+    # the protocol's interval (stats.accuracy_interval), inside [0, 100] where the t interval is not
+    acc = s["accuracy"]
+    assert acc["mean"] + acc["half_width"] > 100 and 0 <= acc["interval_low"] <= 87.25 <= acc["interval_high"] <= 100
+    assert (acc["interval_low"], acc["interval_high"]) == pytest.approx(
+        stats.accuracy_interval([100, 99, 50, 100], None))
+    assert (s["far"]["2"]["interval_low"], s["far"]["2"]["interval_high"]) == (80.0, 80.0)
+    assert rs._cell(acc) == f"87.2 [{acc['interval_low']:.1f}, {acc['interval_high']:.1f}]"
+
+
+def test_recipe_summary_widens_to_the_pooled_query_counts():
+    """With the files' query counts the interval contains the Wilson interval of the pooled counts: a seed set at
+    100 % in every seed still shows the noise of its queries, and never leaves [0, 100]."""
+    a = Recipe(1e-3, 0.1, "qk", 25.0)
+    rows_ = [SeedResult(a.slug, s, TEST, 100.0, 100.0, {2: 0.0}, None, (1000, 1000), (1000, 1000),
+                        {2: (0, 500)}) for s in range(3)]
+    s = rs.recipe_summary(rows_, (1, 2))
+    acc, far = s["accuracy"], s["far"]["2"]
+    assert (acc["interval_low"], acc["interval_high"]) == pytest.approx(
+        (stats.wilson_percent(3000, 3000)[0], 100.0)) and acc["interval_low"] < 100
+    assert (acc["correct"], acc["count"]) == (3000, 3000) and s["rope_accuracy"]["count"] == 3000
+    assert (far["interval_low"], far["interval_high"]) == pytest.approx((0.0, stats.wilson_percent(0, 1500)[1]))
+    assert rs._cell(acc).startswith("100.0 [99.9, 100.0]")
+    # a seed without counts: the bootstrap over seeds alone
+    mixed = rows_[:2] + [SeedResult(a.slug, 2, TEST, 100.0, 100.0, {2: 0.0})]
+    assert rs.recipe_summary(mixed, (1, 2))["accuracy"]["interval_low"] == 100.0
 
 
 def study(recipes, steps=8, **kw):
