@@ -379,7 +379,8 @@ def markdown(doc: dict, where: str) -> str:
                 "widened to the Wilson interval of the queries pooled over seeds, inside 0–100]")
     lines = [f"### Offset-key retrieval at C = {c}: accuracy at C, far-needle accuracy beyond C (%)\n",
              f"Far = the needle is more than C tokens before its query. {over}. Eval-time scaling uses factor L/C "
-             "(at C it is plain RoPE: –). +temp: a fitted temperature β = 1 + c·ln(L/C); c=0: none.\n",
+             "(at C it is plain RoPE: –). RoPE crop: RoPE reading only BOS and the last C − 1 tokens (at C, plain "
+             "RoPE). +temp: a fitted temperature β = 1 + c·ln(L/C); c=0: none.\n",
              "| method | " + " | ".join(column(m, c) for m in mults) + " |",
              "|---|" + "---:|" * len(mults)]
     for m in doc["methods"]:
