@@ -2,7 +2,7 @@
 // and with a dense additive mask) and the plain-ATen reference, side by side in one process on one device.
 // On CUDA also each backend of the attention plan (docs/gpu.md) forced through ops::ForceAttentionBackend:
 // flash, mem_efficient, cudnn, own_cuda.
-// Library code so that a test can run a tiny configuration; the CLI in apps/drope_bench.cpp is thin.
+// Library code so that a test can run a tiny configuration; the CLI in apps/bench/ is thin.
 #pragma once
 
 #include <cstdint>
