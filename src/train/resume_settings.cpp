@@ -21,8 +21,9 @@ namespace drope::train {
 namespace {
 
 // How a run executes and reports, not what its steps compute: free to change on resume. (The data-parallel
-// layout, micro-batching, recomputation and the chunked loss give the same steps up to float rounding, as the
-// resume tests across world sizes and shard modes check.)
+// layout, micro-batching, recomputation, the chunked and fused loss, the fused optimizer kernel and CUDA graph
+// capture give the same steps up to float rounding, as the resume tests across world sizes and shard modes
+// check.)
 constexpr std::string_view kFree[] = {"run.name",
                                       "run.out_dir",
                                       "train.steps",
@@ -37,10 +38,13 @@ constexpr std::string_view kFree[] = {"run.name",
                                       "train.allreduce_bucket_mb",
                                       "train.max_bad_steps",
                                       "train.chunked_loss",
+                                      "train.fused_loss",
+                                      "train.cuda_graphs",
                                       "train.shard",
                                       "train.activation_checkpointing",
                                       "train.tensorboard",
-                                      "data.micro_batch"};
+                                      "data.micro_batch",
+                                      "optim.fused"};
 
 // Files named by path: the same spelling or the same file.
 constexpr std::string_view kPaths[] = {"run.init", "data.dataset", "data.text"};

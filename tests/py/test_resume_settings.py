@@ -86,10 +86,12 @@ def test_resume_accepts_what_only_changes_the_steps_ahead(tmp):
     cfg, run = make_run(tmp, "run")
     ok = train(cfg, "--resume", "--set", "train.steps=4", "--set", "train.log_every=2", "--set", "data.micro_batch=2",
                "--set", "run.name=renamed", "--set", "drope.drop_at_step=3", "--set", "drope.qk_norm=qk",
-               "--set", "data.text=/usr/share/common-licenses/../common-licenses/GPL-3")
+               "--set", "data.text=/usr/share/common-licenses/../common-licenses/GPL-3",
+               "--set", "train.fused_loss=false", "--set", "optim.fused=false")
     assert ok.returncode == 0, ok.stderr
     recorded = (run / "config.yaml").read_text()
     assert "steps: 4" in recorded and "drop_at_step: 3" in recorded and "name: renamed" in recorded
+    assert "fused_loss: false" in recorded and "fused: false" in recorded
     # The drop (after step 3) now lies behind the step-4 checkpoint: its settings are fixed from here on.
     r = train(cfg, "--resume", "--set", "train.steps=5", "--set", "run.name=renamed", "--set", "drope.drop_at_step=3",
               "--set", "drope.qk_norm=q")
