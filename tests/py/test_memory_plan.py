@@ -92,7 +92,8 @@ def test_flags_and_settings_that_would_be_ignored_are_refused(tmp_path):
     # A micro-batch that, times the world, exceeds the batch.
     refused(run(["--plan", "--world", "4"], batch=4, micro=2), "data.batch_size 4", "micro_batch (2) x world size (4)")
     # A batch the world cannot split (the trainer's check, train::micro_batch_size).
-    refused(run(["--plan", "--world", "3"], batch=4, micro=1), "data.batch_size 4", "not a multiple of the world size 3")
+    refused(run(["--plan", "--world", "3"], batch=4, micro=1), "data.batch_size 4",
+            "not a multiple of the world size 3")
     # Activation checkpointing of every 3rd block in a 2-layer model recomputes none.
     refused(run(["--plan"], ac="3"), "train.activation_checkpointing 3", "2 layers")
     refused(run(["--quiet"], ac="3"), "train.activation_checkpointing 3", "2 layers")
