@@ -1,5 +1,5 @@
 // A training checkpoint's state.json, and its round trip.
-#include "drope/train/checkpoint_state.h"
+#include "drope/formats/checkpoint_state.h"
 #include "fuzz_util.h"
 
 DROPE_FUZZ_TARGET(checkpoint_state)(const uint8_t* data, size_t size) {

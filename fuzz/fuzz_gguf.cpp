@@ -1,7 +1,7 @@
 // GGUF: header, metadata and tensor infos against the file size, then every tensor dequantised.
 #include <vector>
 
-#include "drope/core/gguf.h"
+#include "drope/formats/gguf.h"
 #include "fuzz_util.h"
 
 DROPE_FUZZ_TARGET(gguf)(const uint8_t* data, size_t size) {

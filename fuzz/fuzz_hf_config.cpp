@@ -1,5 +1,5 @@
 // HF config.json (Llama / Qwen2, rope_parameters / rope_scaling) and, when expressible, its export.
-#include "drope/io/hf_config.h"
+#include "drope/formats/hf_config.h"
 #include "fuzz_util.h"
 
 DROPE_FUZZ_TARGET(hf_config)(const uint8_t* data, size_t size) {

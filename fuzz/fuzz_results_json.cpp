@@ -1,6 +1,6 @@
 // Evaluation results documents (drope-eval compare, ppl --with, offset-key tables): the schema keys, the kind,
 // the summary and results, and the method label. The first input byte picks the kind a reader asks for.
-#include "drope/eval/results.h"
+#include "drope/formats/results.h"
 #include "fuzz_util.h"
 
 DROPE_FUZZ_TARGET(results_json)(const uint8_t* data, size_t size) {

@@ -1,5 +1,5 @@
 // safetensors header: size prefix, JSON, dtypes, shapes and offsets against the file size.
-#include "drope/io/safetensors_header.h"
+#include "drope/formats/safetensors_header.h"
 #include "fuzz_util.h"
 
 DROPE_FUZZ_TARGET(safetensors_header)(const uint8_t* data, size_t size) {

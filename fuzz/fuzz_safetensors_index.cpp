@@ -1,6 +1,6 @@
 // The index of a sharded safetensors checkpoint (model.safetensors.index.json): its weight_map, tensor name →
 // shard file, each file a plain name inside the model directory.
-#include "drope/io/safetensors_header.h"
+#include "drope/formats/safetensors_header.h"
 #include "fuzz_util.h"
 
 DROPE_FUZZ_TARGET(safetensors_index)(const uint8_t* data, size_t size) {

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "drope/core/files.h"
-#include "drope/train/checkpoint_state.h"
+#include "drope/formats/checkpoint_state.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;

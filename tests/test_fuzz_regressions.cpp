@@ -1,7 +1,7 @@
 // Replays the fuzzing seed corpora (fuzz/corpus/<target>/) and every input that once crashed a fuzz target
 // (tests/data/fuzz-regressions/<target>/) through the same harness code, built as plain functions: each
 // input must be parsed or rejected with a drope::Error naming the file; a harness invariant failing aborts
-// the test binary. Torch-free. The targets over drope_tasks (LongBench, NIAH, jieba, results documents) are
+// the test binary. Torch-free. The targets over drope_tasks (LongBench, NIAH, jieba) are
 // replayed where the binary links it (DROPE_FUZZ_REPLAY_TASKS: drope_tests, not the sanitizer build's
 // drope_torchfree_tests), and by scripts/fuzz.sh.
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include "../fuzz/fuzz_hf_config.cpp"
 #include "../fuzz/fuzz_json.cpp"
 #include "../fuzz/fuzz_model_config.cpp"
+#include "../fuzz/fuzz_results_json.cpp"
 #include "../fuzz/fuzz_safetensors_header.cpp"
 #include "../fuzz/fuzz_safetensors_index.cpp"
 #include "../fuzz/fuzz_sentencepiece_model.cpp"
@@ -30,7 +31,6 @@
 #include "../fuzz/fuzz_jieba_dict.cpp"
 #include "../fuzz/fuzz_longbench_jsonl.cpp"
 #include "../fuzz/fuzz_niah_essay.cpp"
-#include "../fuzz/fuzz_results_json.cpp"
 #endif
 
 namespace fs = std::filesystem;
@@ -54,11 +54,11 @@ const std::vector<Target> kTargets = {
     {"sentencepiece_model", drope_fuzz_sentencepiece_model},
     {"json", drope_fuzz_json},
     {"gguf", drope_fuzz_gguf},
+    {"results_json", drope_fuzz_results_json},
 #ifdef DROPE_FUZZ_REPLAY_TASKS
     {"jieba_dict", drope_fuzz_jieba_dict},
     {"longbench_jsonl", drope_fuzz_longbench_jsonl},
     {"niah_essay", drope_fuzz_niah_essay},
-    {"results_json", drope_fuzz_results_json},
 #endif
 };
 

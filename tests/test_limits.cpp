@@ -19,12 +19,12 @@
 #include "drope/config/model_config.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
-#include "drope/io/hf_config.h"
-#include "drope/io/safetensors_header.h"
+#include "drope/formats/checkpoint_state.h"
+#include "drope/formats/hf_config.h"
+#include "drope/formats/safetensors_header.h"
 #include "drope/text/jsonl.h"
 #include "drope/text/shards.h"
 #include "drope/text/tokenizer.h"
-#include "drope/train/checkpoint_state.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;

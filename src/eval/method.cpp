@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "drope/core/error.h"
-#include "drope/core/gguf.h"
+#include "drope/formats/gguf.h"
 #include "drope/io/model_io.h"
 
 namespace drope::eval {

@@ -1,4 +1,4 @@
-#include "drope/train/checkpoint_state.h"
+#include "drope/formats/checkpoint_state.h"
 
 #include "drope/core/error.h"
 #include "drope/core/json.h"

@@ -1,6 +1,6 @@
 // GGUF reading: header, metadata and tensor infos validated against the file, and dequantisation of the
 // block formats (docs/gguf.md gives each block layout).
-#include "drope/core/gguf.h"
+#include "drope/formats/gguf.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "drope/io/hf_config.h"
+#include "drope/formats/hf_config.h"
 
 #include <array>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "drope/eval/results.h"
+#include "drope/formats/results.h"
 
 #include "drope/core/error.h"
 #include "drope/core/json.h"
@@ -7,14 +7,6 @@ namespace drope::eval {
 
 nlohmann::json new_results(const std::string& kind) {
   return {{"schema", kResultsSchema}, {"schema_version", kResultsSchemaVersion}, {"kind", kind}};
-}
-
-std::vector<std::string> write_results(const std::string& prefix, const nlohmann::json& doc,
-                                       const tasks::Table& table) {
-  if (!doc.is_object() || doc.value("schema", "") != kResultsSchema ||
-      doc.value("schema_version", -1) != kResultsSchemaVersion || !doc.contains("kind") || !doc["kind"].is_string())
-    fail("internal: results for {} lack the schema keys or the kind (build them with new_results)", prefix);
-  return tasks::write_report(prefix, doc, table);
 }
 
 nlohmann::json read_results(const std::string& path, const std::string& what, const std::string& kind) {

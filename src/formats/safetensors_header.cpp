@@ -1,4 +1,4 @@
-#include "drope/io/safetensors_header.h"
+#include "drope/formats/safetensors_header.h"
 
 #include <algorithm>
 #include <string_view>

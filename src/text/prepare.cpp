@@ -16,7 +16,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
-#include "drope/core/gguf.h"
+#include "drope/formats/gguf.h"
 #include "drope/text/documents.h"
 #include "drope/text/gguf_tokenizer.h"
 #include "drope/text/tokenizer.h"

@@ -2,8 +2,10 @@
 examples/drope-generate against the moved tree with find_package(drope), and run it on a tiny model whose
 tokenizer is a SentencePiece model (the text layer then loads its module from the package's lib/drope/). The
 installed tools run from the moved prefix too."""
+import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 
@@ -37,8 +39,16 @@ def test_package_layout(moved_prefix):
                 "lib/cmake/drope/dropeTargets.cmake", "share/drope/configs"):
         assert (p / rel).exists(), rel
     targets = (p / "lib/cmake/drope/dropeTargets.cmake").read_text()
-    for name in ("drope::drope", "drope::core", "drope::model", "drope::train", "drope::bench"):
-        assert f"add_library({name} " in targets, name
+    # drope::drope and one drope::<layer> with its library per layer of the build's table (DROPE_LAYERS)
+    layers = json.loads((BIN / "layers.json").read_text())["layers"]
+    assert "formats" in layers
+    umbrella = re.search(r'set_target_properties\(drope::drope PROPERTIES.*?INTERFACE_LINK_LIBRARIES "([^"]*)"',
+                         targets, re.S)
+    assert umbrella, "drope::drope"
+    for layer in layers:
+        assert f"add_library(drope::{layer} " in targets, layer
+        assert f"drope::{layer}" in umbrella.group(1).split(";"), layer
+        assert (p / f"lib/libdrope_{layer}.a").exists(), layer
     # relocatable: no path of the build tree or of the first prefix in the package's CMake files
     for f in (p / "lib/cmake/drope").iterdir():
         text = f.read_text()

@@ -1,4 +1,4 @@
-// The state.json of a training checkpoint, read and written without LibTorch (drope_base).
+// The state.json of a training checkpoint (the resume metadata), read and written without LibTorch.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // HF config.json for Llama/Qwen2 models, the DroPE authors' llama_drope / qwen2_drope configs and SmolLM3's
-// per-layer NoPE, read and written without LibTorch (drope_base).
+// per-layer NoPE, read and written without LibTorch.
 #pragma once
 
 #include <cstdint>

@@ -4,15 +4,13 @@
 //    "offset-key" | "longbench" | "longbench_e" | "compare/<kind>", "method": {"label": ..., ...}, "results": [...],
 //    "summary": {"<column>": number, ...}, ...kind-specific settings}
 // written with a CSV and a Markdown table beside it, and read back by every reader (compare, ppl --with,
-// scripts/drope_scripts/results.py). docs/formats.md lists each kind's fields.
+// scripts/drope_scripts/results.py). docs/formats.md lists each kind's fields. Torch-free; writing a document with
+// its tables is eval's (eval/results.h).
 #pragma once
 
 #include <string>
-#include <vector>
 
 #include <nlohmann/json.hpp>
-
-#include "drope/tasks/report.h"
 
 namespace drope::eval {
 
@@ -21,10 +19,6 @@ inline constexpr int kResultsSchemaVersion = 1;
 
 // A new document of `kind` with the schema keys.
 nlohmann::json new_results(const std::string& kind);
-
-// Writes <prefix>.json (doc, which must carry the schema keys and a kind), <prefix>.csv and <prefix>.md, each
-// atomically. Returns the three paths.
-std::vector<std::string> write_results(const std::string& prefix, const nlohmann::json& doc, const tasks::Table& table);
 
 // Reads a results document; `what` (a flag or a file role) prefixes errors. Refuses a document that is not
 // an object, has another schema or a newer version, lacks a string kind, or (when `kind` is not empty) has

@@ -1,4 +1,4 @@
-// The safetensors header, parsed and validated without LibTorch (drope_base): 8-byte little-endian
+// The safetensors header, parsed and validated without LibTorch: 8-byte little-endian
 // header size, a JSON object {name: {dtype, shape, data_offsets}, "__metadata__": {...}}. Every field
 // is checked against the file size before anything is allocated.
 #pragma once

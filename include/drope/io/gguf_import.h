@@ -8,8 +8,8 @@
 
 #include <ATen/ATen.h>
 
-#include "drope/core/gguf.h"
-#include "drope/io/hf_config.h"
+#include "drope/formats/gguf.h"
+#include "drope/formats/hf_config.h"
 
 namespace drope::io {
 

@@ -11,7 +11,7 @@
 #include <ATen/ATen.h>
 
 #include "drope/config/model_config.h"
-#include "drope/io/hf_config.h"
+#include "drope/formats/hf_config.h"
 #include "drope/model/transformer.h"
 
 namespace drope::io {

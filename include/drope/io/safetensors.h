@@ -12,7 +12,7 @@
 #include <ATen/ATen.h>
 
 #include "drope/core/files.h"
-#include "drope/io/safetensors_header.h"
+#include "drope/formats/safetensors_header.h"
 
 namespace drope::io {
 

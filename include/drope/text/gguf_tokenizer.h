@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "drope/core/gguf.h"
+#include "drope/formats/gguf.h"
 #include "drope/text/tokenizer.h"
 
 namespace drope::text {

@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "drope/core/files.h"
+#include "drope/formats/checkpoint_state.h"
 #include "drope/model/transformer.h"
-#include "drope/train/checkpoint_state.h"
 #include "drope/train/optim.h"
 
 namespace drope::train {

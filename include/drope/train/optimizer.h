@@ -14,8 +14,8 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "drope/formats/checkpoint_state.h"
 #include "drope/model/transformer.h"
-#include "drope/train/checkpoint_state.h"
 #include "drope/train/distributed.h"
 #include "drope/train/optim.h"
 #include "drope/train/run_config.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "drope/config/model_config.h"
-#include "drope/train/checkpoint_state.h"
+#include "drope/formats/checkpoint_state.h"
 #include "drope/train/run_config.h"
 
 namespace drope::train {
