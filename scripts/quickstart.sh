@@ -8,7 +8,8 @@
 #
 # Outputs in runs/quickstart/ (DROPE_RUN_DIR): rope/, drope/, eval/, offset-key/, results.md,
 # results-ppl.*, timing.txt. Re-running reuses what is finished; DROPE_FORCE=1 redoes training and evaluation;
-# DROPE_SKIP_SETUP=1 skips scripts/setup.sh; DROPE_BUILD_DIR picks the binaries (build/).
+# DROPE_SKIP_SETUP=1 skips scripts/setup.sh; DROPE_BUILD_DIR (or --build DIR) picks the binaries (build/),
+# --out DIR the run directory. Arguments and knobs are checked before the set-up and any work.
 # The steps: studies/quickstart.py (the driver it shares with reproduce.sh: scripts/drope_scripts/driver.py).
 set -euo pipefail
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../studies/run.sh" quickstart "$@"

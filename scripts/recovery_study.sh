@@ -9,7 +9,7 @@
 #   bash scripts/recovery_study.sh --help                  # every option (grid, seeds, budget, queries, ...)
 #
 # Resumable (finished runs and evaluations are reused) and safe to run in several processes on one --out.
-# Needs a build (scripts/setup.sh; DROPE_BIN or --bin to use another build directory). The steps:
+# Needs a build (scripts/setup.sh; DROPE_BIN or --build DIR to use another build directory). The steps:
 # studies/recovery_study.py.
 set -euo pipefail
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../studies/run.sh" recovery_study "$@"

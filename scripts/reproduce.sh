@@ -10,7 +10,8 @@
 #
 # Idempotent: finished training runs and evaluations are reused (DROPE_FORCE=1 redoes all). Knobs (env):
 # DROPE_REPRO_STEPS, DROPE_REPRO_SEEDS, DROPE_REPRO_TRIALS, DROPE_REPRO_OK_SEEDS (offset-key seeds), DROPE_REPRO_JOBS,
-# DROPE_RUN_DIR (runs/reproduce), DROPE_SKIP_SETUP, DROPE_BUILD_DIR. The steps:
+# DROPE_RUN_DIR (runs/reproduce; or --out DIR), DROPE_SKIP_SETUP, DROPE_BUILD_DIR (or --build DIR), each checked
+# before the set-up and any work. The steps:
 # studies/reproduce.py (offset_key.py and report.py in scripts/drope_scripts/).
 set -euo pipefail
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../studies/run.sh" reproduce "$@"

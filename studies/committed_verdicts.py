@@ -21,7 +21,6 @@ among 1,000 (far_fraction), so those intervals are approximate in the query-nois
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import pathlib
 import re
@@ -29,7 +28,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from drope_scripts import stats
+from drope_scripts import cli, stats
+from drope_scripts.atomic import write_atomic
 from drope_scripts.driver import ROOT
 
 RESULTS = ROOT / "docs" / "results"
@@ -349,13 +349,16 @@ def build() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=pathlib.Path, help="Also write the Markdown here")
+    ap = cli.Parser("committed_verdicts", prog="studies/run.sh committed_verdicts",
+                    description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=pathlib.Path, help="Also write the Markdown here (a file)")
     a = ap.parse_args(argv)
+    out = ap.check(cli.out_file, cli.caller_path(a.out), "--out") if a.out else None
     text = build()
     print(text)
-    if a.out:
-        a.out.write_text(text, encoding="utf-8")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out, text)
     return 0
 
 

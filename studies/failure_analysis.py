@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import re
 import sys
@@ -34,9 +33,9 @@ from dataclasses import dataclass
 
 import yaml
 
-from drope_scripts import results
+from drope_scripts import cli, results
 from drope_scripts.atomic import write_atomic
-from drope_scripts.driver import NONE, ROOT, Driver, ToolError
+from drope_scripts.driver import NONE, Driver, ToolError
 
 TOLERANCE = 2.0  # points, as recovery_study.TOLERANCE
 PLATEAU = (40.0, 60.0)  # accuracy at C (%) counted as NoPE's plateau
@@ -317,29 +316,30 @@ def run(d: Driver, a: argparse.Namespace) -> dict:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="studies/run.sh failure_analysis", description=__doc__.splitlines()[0])
+    ap = cli.Parser("failure_analysis", prog="studies/run.sh failure_analysis", description=__doc__.splitlines()[0])
     ap.add_argument("--study", type=pathlib.Path, default=pathlib.Path("runs/recovery-study"),
                     help="recovery study directory (default runs/recovery-study)")
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/failure-analysis"),
                     help="output directory (default runs/failure-analysis)")
     ap.add_argument("--recipe", help="the recipe's slug (default: the first with a recovered and a plateaued seed)")
-    ap.add_argument("--recovered-seed", type=int, help="the recovered seed (default: the lowest)")
-    ap.add_argument("--plateaued-seed", type=int, help="the plateaued seed (default: the lowest)")
+    ap.add_argument("--recovered-seed", type=cli.int_type(0), help="the recovered seed (default: the lowest)")
+    ap.add_argument("--plateaued-seed", type=cli.int_type(0), help="the plateaued seed (default: the lowest)")
     ap.add_argument("--split", choices=("heldout", "test"), default="heldout",
                     help="evaluations that classify the seeds, and the sequences measured (default heldout)")
-    ap.add_argument("--sequences", type=int, default=256, help="offset-key sequences per model (default 256)")
-    ap.add_argument("--task-seed", type=int, default=42, help="their generator seed (default 42)")
-    ap.add_argument("--bin", type=pathlib.Path, help="drope binaries (default $DROPE_BIN, else build/)")
+    ap.add_argument("--sequences", type=cli.int_type(), default=256,
+                    help="offset-key sequences per model, in 1..65536 (default 256)")
+    ap.add_argument("--task-seed", type=cli.int_type(0), default=42, help="their generator seed (default 42)")
+    cli.add_build_option(ap, "DROPE_BIN", dest="bin")
     a = ap.parse_args(argv)
-    cwd = pathlib.Path(os.environ.get("DROPE_CALLER_CWD", os.getcwd()))  # run_python.sh runs us from the root
-    a.study, a.out = (cwd / a.study).resolve(), (cwd / a.out).resolve()
-    a.bin = (cwd / a.bin if a.bin else cwd / os.environ.get("DROPE_BIN", ROOT / "build")).resolve()
+    a.study, a.out = cli.caller_path(a.study).resolve(), cli.caller_path(a.out).resolve()
     if not 1 <= a.sequences <= 65536:
         ap.error(f"--sequences must be in [1, 65536], got {a.sequences}")
+    ap.check(cli.out_dir, a.out, "--out")
+    ap.check(cli.in_dir, a.study, "--study")
     if not (a.study / "eval").is_dir():
         ap.error(f"--study {a.study}: no eval/ directory (a recovery study's output)")
-    if not os.access(a.bin / "drope-analyze", os.X_OK):
-        ap.error(f"--bin {a.bin}: no drope-analyze there (build first)")
+    a.bin = cli.checked_build(ap, a, "DROPE_BIN", ("drope-analyze", "drope-model"),
+                              dest="bin").resolve()
     return a
 
 

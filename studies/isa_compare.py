@@ -8,12 +8,12 @@ line.
 """
 from __future__ import annotations
 
-import argparse
 import pathlib
 import re
 import sys
 from dataclasses import dataclass
 
+from drope_scripts import cli
 from drope_scripts.atomic import write_atomic
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -96,7 +96,7 @@ def _read(spec: str) -> tuple[str, pathlib.Path, str]:
     label, sep, path = spec.partition("=")
     if not sep or not label or not path:
         raise ValueError(f"expected LABEL=FILE, got '{spec}'")
-    p = pathlib.Path(path)
+    p = cli.caller_path(path)
     if not p.is_file():
         raise ValueError(f"{p}: not a regular file")
     if p.stat().st_size > MAX_BYTES:
@@ -105,11 +105,12 @@ def _read(spec: str) -> tuple[str, pathlib.Path, str]:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="isa_compare", description=__doc__.split("\n\n")[0])
+    ap = cli.Parser("isa_compare", prog="studies/run.sh isa_compare", description=__doc__.split("\n\n")[0])
     ap.add_argument("a", help="LABEL=results.md of the first run")
     ap.add_argument("b", help="LABEL=results.md of the second run")
     ap.add_argument("--out", type=pathlib.Path, required=True, help="Markdown to write")
     args = ap.parse_args(argv)
+    args.out = ap.check(cli.out_file, cli.caller_path(args.out), "--out")
     try:
         (la, pa, ta), (lb, pb, tb) = _read(args.a), _read(args.b)
         if args.out.resolve() in (pa.resolve(), pb.resolve()):

@@ -12,7 +12,6 @@ Outputs in runs/prose-drop-study/ (--out): train/rope-s<seed>/, train/drope-r<sh
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import math
@@ -21,7 +20,7 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
-from drope_scripts import corpus, stats
+from drope_scripts import cli, corpus, stats
 from drope_scripts.atomic import write_atomic
 from drope_scripts.driver import NONE, ROOT, Driver, Method, checkpoint, config_steps, jobs_knob, run_pipeline
 
@@ -75,22 +74,24 @@ def summary(values: list[float]) -> dict:
 
 
 def study(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="prose_drop_study", description=__doc__.split("\n\n")[0])
+    ap = cli.Parser("prose_drop_study", prog="studies/run.sh prose_drop_study",
+                    description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/prose-drop-study"))
-    ap.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
-    ap.add_argument("--shares", default="12.5,25,50", help="recalibration shares of the budget, percent")
-    ap.add_argument("--jobs", help="runs side by side (default: half the CPUs)")
-    ap.add_argument("--bin", type=pathlib.Path, default=ROOT / "build", help="drope binaries (default build/)")
+    ap.add_argument("--seeds", type=cli.int_type(), default=5, help="seeds 0..N-1, N in 1..1000 (default 5)")
+    ap.add_argument("--shares", default="12.5,25,50", help="recalibration shares of the budget, percent, in (0, 100)")
+    ap.add_argument("--jobs", help="runs side by side, in 1..256 (default: half the CPUs)")
+    cli.add_build_option(ap, None)
     a = ap.parse_args(argv)
-    cwd = pathlib.Path(os.environ.get("DROPE_CALLER_CWD", os.getcwd()))  # run_python.sh runs us from the root
-    out, bin_dir = cwd / a.out, cwd / a.bin
+    out = ap.check(cli.out_dir, cli.caller_path(a.out), "--out")
     os.chdir(ROOT)  # the configs and the corpus are named from the root
     if not 1 <= a.seeds <= 1000:
         ap.error(f"--seeds must be in 1..1000, got {a.seeds}")
     try:
-        shares = [float(x) for x in a.shares.split(",")]
+        shares = [cli.to_float(x.strip(), "--shares") for x in a.shares.split(",")]
     except ValueError:
-        ap.error(f"--shares must be a comma list of numbers, got '{a.shares}'")
+        ap.error(f"--shares must be a comma list of finite numbers, got '{a.shares}'")
+    ap.check(corpus.knobs, "small")
+    bin_dir = cli.checked_build(ap, a, None, ("drope-train", "drope-eval", "drope-data"))
     total = config_steps(PRETRAIN)
     steps = drop_steps(total, shares)
     jobs = jobs_knob({"--jobs": a.jobs} if a.jobs else {}, "--jobs")

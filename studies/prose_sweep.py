@@ -19,7 +19,6 @@ a fresh clone continues where the committed rows end. Run directories in runs/pr
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import functools
 import io
@@ -34,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from drope_scripts import corpus, stats
+from drope_scripts import cli, corpus, stats
 from drope_scripts.atomic import write_atomic
 from drope_scripts.driver import NONE, ROOT, Driver, Method, ToolError, checkpoint, cpu_count, run_pipeline
 
@@ -721,31 +720,31 @@ def sweep_message(csv_path: pathlib.Path) -> Callable[[], str]:
 
 
 def study(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="prose_sweep", description=__doc__.split("\n\n")[0])
+    ap = cli.Parser("prose_sweep", prog="studies/run.sh prose_sweep", description=__doc__.split("\n\n")[0])
     ap.add_argument("--plan", action="store_true", help="print the cells still to run and an estimated time, then stop")
-    ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="total budgets in steps")
-    ap.add_argument("--min-seeds", type=int, default=MIN_SEEDS, help="seeds every cell gets (default 3)")
-    ap.add_argument("--max-seeds", type=int, default=MAX_SEEDS, help="seeds an undecided cell gets (default 5)")
-    ap.add_argument("--jobs", type=int, default=1, help="(budget, seed) units side by side (default 1)")
+    ap.add_argument("--budgets", type=cli.int_list_type(1), default=BUDGETS, help="total budgets in steps")
+    ap.add_argument("--min-seeds", type=cli.int_type(), default=MIN_SEEDS, help="seeds every cell gets (default 3)")
+    ap.add_argument("--max-seeds", type=cli.int_type(), default=MAX_SEEDS,
+                    help="seeds an undecided cell gets (default 5)")
+    ap.add_argument("--jobs", type=cli.int_type(), default=1, help="(budget, seed) units side by side: 1 or 2")
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/prose-sweep"), help="run directories")
     ap.add_argument("--csv", type=pathlib.Path, default=CSV_PATH, help="the rows (default docs/results/...)")
     ap.add_argument("--doc", type=pathlib.Path, default=DOC_PATH, help="the page whose results section is rewritten")
     ap.add_argument("--plot", type=pathlib.Path, default=PLOT_PATH, help="the plot")
-    ap.add_argument("--bin", type=pathlib.Path, default=pathlib.Path(os.environ.get("DROPE_BUILD_DIR",
-                                                                                   ROOT / "build")))
-    ap.add_argument("--sec-per-step", type=float, default=SEC_PER_STEP, help="for --plan's estimate")
-    ap.add_argument("--sec-per-eval", type=float, default=SEC_PER_EVAL, help="for --plan's estimate")
+    cli.add_build_option(ap, "DROPE_BUILD_DIR")
+    ap.add_argument("--sec-per-step", type=cli.float_type(0, lo_open=True), default=SEC_PER_STEP,
+                    help="for --plan's estimate, > 0")
+    ap.add_argument("--sec-per-eval", type=cli.float_type(0), default=SEC_PER_EVAL, help="for --plan's estimate, >= 0")
     ap.add_argument("--commit", action="store_true",
                     help="git-commit the CSV, the page and the plot (those paths only) as rows land")
-    ap.add_argument("--commit-every", type=float, default=20.0, help="minutes between commits (default 20)")
+    ap.add_argument("--commit-every", type=cli.float_type(0), default=20.0,
+                    help="minutes between commits, >= 0 (default 20)")
     a = ap.parse_args(argv)
-    cwd = pathlib.Path(os.environ.get("DROPE_CALLER_CWD", os.getcwd()))  # run_python.sh runs us from the root
-    out, bin_dir = cwd / a.out, cwd / a.bin
-    csv_path, doc, plot_path = cwd / a.csv, cwd / a.doc, cwd / a.plot
-    try:
-        budgets = [int(x) for x in a.budgets.split(",")]
-    except ValueError:
-        ap.error(f"--budgets must be a comma list of integers, got '{a.budgets}'")
+    out = ap.check(cli.out_dir, cli.caller_path(a.out), "--out")
+    csv_path = ap.check(cli.out_file, cli.caller_path(a.csv), "--csv")
+    doc = ap.check(cli.in_file, cli.caller_path(a.doc), "--doc")
+    plot_path = ap.check(cli.out_file, cli.caller_path(a.plot), "--plot")
+    budgets = list(a.budgets)
     if not 1 <= a.min_seeds <= a.max_seeds <= 100:
         ap.error(f"need 1 <= --min-seeds <= --max-seeds <= 100, got {a.min_seeds}, {a.max_seeds}")
     if not 1 <= a.jobs <= 2:
@@ -757,10 +756,15 @@ def study(argv: list[str]) -> int:
                                             config_float(ROOT / DROPE, "optim", "lr")))
     except ValueError as e:
         ap.error(str(e))
+    bin_dir, bin_what = cli.build_dir(a, "DROPE_BUILD_DIR")
+    if a.build is not None:
+        ap.check(cli.in_dir, bin_dir, bin_what)
+    ap.check(corpus.knobs, "small")
     rows = read_rows(csv_path)
     if a.plan:
         print(plan_text(cells, rows, a.min_seeds, a.max_seeds, a.sec_per_step, a.sec_per_eval))
         return 0
+    bin_dir = cli.checked_build(ap, a, "DROPE_BUILD_DIR", ("drope-train", "drope-eval", "drope-data"))
     os.chdir(ROOT)  # the configs and the corpus are named from the root
     d = Driver("prose-sweep", bin_dir, width=6, jobs=a.jobs)
     d.stage("corpus: Jane Austen (r-cran-janeaustenr), SentencePiece BPE vocab 2048, token shards")

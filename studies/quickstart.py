@@ -17,6 +17,9 @@ quickstart: these tiny prose models retrieve no needles for any method (all zero
 the offset-key task shows long-context retrieval instead; `drope-eval niah` and the reproduction run NIAH.
 Re-running reuses the corpus, finished training runs and finished evaluations; DROPE_FORCE=1 redoes
 training and evaluation. Binaries from DROPE_BUILD_DIR (build/).
+
+Usage: bash scripts/quickstart.sh [--out DIR] [--build DIR]   (--out: the run directory, default
+$DROPE_RUN_DIR, else runs/quickstart; --build: the binaries, default $DROPE_BUILD_DIR, else build/)
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import pathlib
 import re
 import sys
 
-from drope_scripts import corpus, offset_key
+from drope_scripts import cli, corpus, offset_key
 from drope_scripts.driver import (
     NONE,
     ROOT,
@@ -46,6 +49,7 @@ OUTPUTS = ("rope", "drope", "eval", "offset-key", "results.md", "results-ppl.*",
 # (results-niah.* is an earlier version's output, still removed by DROPE_FORCE.)
 # Offset-key retrieval: one seed, the RoPE-scaling methods and DroPE with and without the fitted temperature.
 OFFSET_KEY = offset_key.Plan(seeds=(0,), queries=1000)
+TOOLS = ("drope-train", "drope-eval", "drope-data")
 
 
 def methods(rope_model: pathlib.Path, drope_model: pathlib.Path) -> list[Method]:
@@ -59,12 +63,29 @@ def methods(rope_model: pathlib.Path, drope_model: pathlib.Path) -> list[Method]
     ]
 
 
-def quickstart() -> int:
+def parse(argv: list[str]) -> tuple[pathlib.Path, pathlib.Path]:
+    """The run directory and the build directory, every input checked before any work (drope_scripts.cli);
+    a pending scripts/setup.sh runs after the checks."""
+    ap = cli.Parser("quickstart", prog="scripts/quickstart.sh", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=pathlib.Path, metavar="DIR",
+                    help="run directory (default $DROPE_RUN_DIR, else runs/quickstart)")
+    cli.add_build_option(ap, "DROPE_BUILD_DIR")
+    a = ap.parse_args(argv)
+    ap.check(cli.env_switch, "DROPE_FORCE")
+    ap.check(corpus.knobs, "small")
+    run = cli.caller_path(a.out) if a.out else cli.env_path("DROPE_RUN_DIR", "runs/quickstart")
+    ap.check(cli.out_dir, run, "--out" if a.out else "DROPE_RUN_DIR")
+    return run, cli.checked_build(ap, a, "DROPE_BUILD_DIR", TOOLS)
+
+
+def quickstart(run: pathlib.Path | None = None, bin_dir: pathlib.Path | None = None) -> int:
+    """The pipeline into `run` (default $DROPE_RUN_DIR, else runs/quickstart) with the binaries of `bin_dir`
+    (default $DROPE_BUILD_DIR, else build/)."""
     os.chdir(ROOT)
     env = os.environ
-    d = Driver("quickstart", pathlib.Path(env.get("DROPE_BUILD_DIR", ROOT / "build")), width=3)
-    run = pathlib.Path(env.get("DROPE_RUN_DIR", "runs/quickstart"))
-    if env.get("DROPE_FORCE", "0") == "1":
+    d = Driver("quickstart", bin_dir or pathlib.Path(env.get("DROPE_BUILD_DIR", ROOT / "build")), width=3)
+    run = run or pathlib.Path(env.get("DROPE_RUN_DIR", "runs/quickstart"))
+    if cli.env_switch("DROPE_FORCE"):
         remove_outputs(run, OUTPUTS)
     (run / "eval").mkdir(parents=True, exist_ok=True)
     timing = run / "timing.txt"
@@ -132,5 +153,10 @@ def quickstart() -> int:
     return 0
 
 
+def main(argv: list[str]) -> int:
+    run, bin_dir = parse(argv)
+    return run_pipeline("quickstart", lambda: quickstart(run, bin_dir))
+
+
 if __name__ == "__main__":
-    sys.exit(run_pipeline("quickstart", quickstart))
+    sys.exit(main(sys.argv[1:]))

@@ -2,11 +2,12 @@
 together (scripts/lib/isa_levels.txt), and one table of how far the results move: the same seeds and data, only
 the floating-point order differs.
 
-  bash studies/run.sh quickstart_isa [LEVEL_A LEVEL_B]   # default: avx2 baseline
+  bash studies/run.sh quickstart_isa [LEVEL_A LEVEL_B] [--out FILE] [--build DIR]   # default: avx2 baseline
 
 Outputs: runs/quickstart-<level>/ (a whole quickstart each) and runs/quickstart-isa.md (both tables with every
 differing cell as "A → B", and the largest differences: isa_compare.py). Levels the CPU lacks are refused up front.
-DROPE_SKIP_SETUP=1 skips scripts/setup.sh; DROPE_BUILD_DIR picks the binaries (build/).
+DROPE_SKIP_SETUP=1 skips scripts/setup.sh; --build (or DROPE_BUILD_DIR) picks the binaries (build/); --out the
+comparison's Markdown.
 """
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ import pathlib
 import subprocess
 import sys
 
-from drope_scripts import isa_levels
+from drope_scripts import cli, isa_levels
 from drope_scripts.driver import ROOT
-from studies import isa_compare
+from studies import isa_compare, quickstart
 
 
-def check_levels(levels: list[str], bin_dir: pathlib.Path) -> tuple[str, str]:
-    """The two levels to compare; ValueError naming what is wrong with them."""
+def check_levels(levels: list[str], bin_dir: pathlib.Path | None = None) -> tuple[str, str]:
+    """The two levels to compare; ValueError naming what is wrong with them. With `bin_dir`, also that this CPU
+    runs both (drope-bench there)."""
     if len(levels) not in (0, 2):
         raise ValueError(f"expected two levels ({', '.join(isa_levels.levels())}), got {len(levels)}")
     a, b = levels or ("avx2", "baseline")
@@ -29,31 +31,44 @@ def check_levels(levels: list[str], bin_dir: pathlib.Path) -> tuple[str, str]:
         raise ValueError(f"the two levels must differ, got {a} twice")
     for level in (a, b):
         isa_levels.env(level)
-    for level in (a, b):
+    for level in (a, b) if bin_dir is not None else ():
         if isa_levels.runs(bin_dir, level) is not None:
             raise ValueError(f"this CPU cannot run level {level}")
     return a, b
 
 
+def run_dir(level: str) -> pathlib.Path:
+    return ROOT / "runs" / f"quickstart-{level}"
+
+
 def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
-    bin_dir = pathlib.Path(os.environ.get("DROPE_BUILD_DIR", ROOT / "build"))
+    ap = cli.Parser("quickstart_isa", prog="studies/run.sh quickstart_isa", description=__doc__.splitlines()[0])
+    ap.add_argument("levels", nargs="*", metavar="LEVEL", help="two levels (default: avx2 baseline)")
+    ap.add_argument("--out", type=pathlib.Path, metavar="FILE",
+                    help="the comparison's Markdown (default runs/quickstart-isa.md)")
+    cli.add_build_option(ap, "DROPE_BUILD_DIR")
+    a = ap.parse_args(argv)
     try:
-        levels = check_levels(argv, bin_dir)
+        levels = check_levels(a.levels)
     except ValueError as e:
-        print(f"quickstart_isa: {e}", file=sys.stderr)
-        return 2
+        ap.error(str(e))
+    out = ap.check(cli.out_file, cli.caller_path(a.out), "--out") if a.out else ROOT / "runs" / "quickstart-isa.md"
+    for level in levels:
+        ap.check(cli.out_dir, run_dir(level), f"the run directory of level {level}")
+    ap.check(cli.env_switch, "DROPE_FORCE")
+    bin_dir = cli.checked_build(ap, a, "DROPE_BUILD_DIR", ("drope-bench", *quickstart.TOOLS))
+    try:
+        check_levels(a.levels, bin_dir)
+    except ValueError as e:
+        ap.error(str(e))
     for level in levels:
         print(f"== quickstart at {level} ({isa_levels.describe(level)})", flush=True)
-        env = {**os.environ, **isa_levels.env(level), "DROPE_RUN_DIR": str(ROOT / "runs" / f"quickstart-{level}"),
-               "DROPE_SKIP_SETUP": "1"}
-        r = subprocess.run(["bash", str(ROOT / "studies" / "run.sh"), "quickstart"], env=env)
+        env = {**os.environ, **isa_levels.env(level), "DROPE_SKIP_SETUP": "1"}
+        r = subprocess.run(["bash", str(ROOT / "studies" / "run.sh"), "quickstart", "--out", str(run_dir(level)),
+                            "--build", str(bin_dir)], env=env)
         if r.returncode != 0:
             return r.returncode
-    return isa_compare.main([f"{level}={ROOT / 'runs' / f'quickstart-{level}' / 'results.md'}" for level in levels]
-                            + ["--out", str(ROOT / "runs" / "quickstart-isa.md")])
+    return isa_compare.main([f"{level}={run_dir(level) / 'results.md'}" for level in levels] + ["--out", str(out)])
 
 
 if __name__ == "__main__":

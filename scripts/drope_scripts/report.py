@@ -7,6 +7,7 @@ import pathlib
 from dataclasses import dataclass
 
 from . import offset_key_report, results, stats
+from .cli import ascii_digits
 
 PAPER_TABLE1 = ("Paper Table 1 (0.5B, multi-query / multi-key / multi-value): RoPE 0/0/0, PI 0/0/0, "
                 "NTK 21.1/19.4/16.5, YaRN 17.8/0.5/14.6, ALiBi 5.2/0/1.1, NoPE 9.2/36.2/21.4, RNoPE-SWA 5.2/25.6/20.6, "
@@ -53,7 +54,7 @@ def seed_map(run: pathlib.Path, name: str) -> dict[int, float]:
     runs = {}
     for d in (run / "train").glob(f"{name}-s*"):
         tail = d.name[len(name) + 2:]
-        if tail.isdigit():
+        if ascii_digits(tail):
             runs[int(tail)] = final_val_ppl(d)
     return dict(sorted(runs.items()))
 

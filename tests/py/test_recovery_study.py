@@ -135,7 +135,7 @@ def test_bad_options(tmp, capsys):
                          (("--confirm-start", 3), "include selection seeds"),
                          (("--temperature", "hot"), "--temperature"),
                          (("--lrs", "x"), "--lrs"),
-                         (("--bin", tmp), "no drope-train / drope-eval there")):
+                         (("--bin", tmp), "no drope-train, drope-eval there")):
         with pytest.raises(SystemExit) as e:
             rs.parse(["--out", str(tmp / "bad"), *map(str, args)])
         err = capsys.readouterr().err

@@ -79,7 +79,8 @@ def test_tiny_shape_end_to_end(tmp):
     (["--batch", "3"], ["--batch", "multiple of --nproc 2"]),
     (["--nproc", "0"], ["--nproc", ">= 1"]),
     (["--shape", "tiny", "--seq-len", "4096"], ["--seq-len", "512"]),
-    (["--bin", "/nonexistent-drope-bin"], ["/nonexistent-drope-bin", "drope-train"]),
+    (["--bin", "/nonexistent-drope-bin"], ["--bin /nonexistent-drope-bin: no such directory"]),
+    (["--build", "/nonexistent-drope-bin"], ["--build /nonexistent-drope-bin: no such directory"]),
     (["--steps", "two"], ["--steps", "two"]),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(args, needles, tmp):

@@ -81,7 +81,7 @@ def fake(tmp_path, monkeypatch):
     """Fake tools in DROPE_BUILD_DIR, the run directory under tmp_path, no corpus step."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("drope-train", "drope-eval", "drope-analyze"):
+    for name in ("drope-train", "drope-eval", "drope-analyze", "drope-data"):
         (bin_dir / name).write_text(FAKE_TOOL.replace("{python}", sys.executable))
         (bin_dir / name).chmod(0o755)
     calls = tmp_path / "calls.txt"
@@ -353,7 +353,6 @@ def test_prose_drop_study(fake, capsys, monkeypatch):
 
 @pytest.mark.parametrize("args, message", [
     (["--shares", "0"], "each share must be a percentage in (0, 100), got 0"),
-    (["--shares", "nan"], "each share must be a percentage in (0, 100), got nan"),
     (["--shares", "0.1"], "0.1 % of 400 steps is 0 recalibration steps"),
     (["--jobs", "0"], "--jobs must be an integer in 1..256, got '0'"),
 ])
@@ -361,3 +360,18 @@ def test_prose_drop_study_refuses_bad_settings(fake, capsys, args, message):
     _, calls = fake
     assert prose_drop_study.main(args) == 1
     assert message in capsys.readouterr().err and calls.read_text() == ""
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--shares", "nan"], "--shares must be a comma list of finite numbers, got 'nan'"),
+    (["--shares", "25,inf"], "--shares must be a comma list of finite numbers, got '25,inf'"),
+    (["--seeds", "²"], "argument --seeds: expected an integer, got '²'"),
+])
+def test_prose_drop_study_refuses_bad_arguments_up_front(fake, capsys, args, message):
+    _, calls = fake
+    with pytest.raises(SystemExit) as e:
+        prose_drop_study.main(args)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert calls.read_text() == ""
+
