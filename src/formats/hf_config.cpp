@@ -125,50 +125,8 @@ void smollm3_layers(const json& j, ModelConfig& c, const std::string& path) {
     c.positional.layers.push_back(std::string(rope[i] ? "rope" : "nope") + (slide[i] ? "-swa" : ""));
 }
 
-}  // namespace
-
-HfImport import_hf_config(const std::string& text, const std::string& path) {
-  const json j = parse_json(text, path);
-  if (!j.is_object()) fail("{}: expected a JSON object", path);
-  HfImport out;
-  const std::string type = jget<std::string>(j, "model_type", "", path);
-  out.model_type = type;
-  const bool reference = type == "llama_drope" || type == "qwen2_drope";
-  const bool smol = type == "smollm3";
-  if (type != "llama" && type != "qwen2" && !reference && !smol)
-    fail("{}: model_type '{}' is not supported (expected llama, qwen2, llama_drope, qwen2_drope or smollm3)", path,
-         type);
-  const bool qwen = type == "qwen2" || type == "qwen2_drope";
-  ModelConfig& c = out.config;
-  c.arch = qwen ? "qwen2" : "llama";
-  // Defaults of transformers' LlamaConfig / Qwen2Config / SmolLM3Config for keys a file may omit.
-  c.vocab_size = jget<int64_t>(j, "vocab_size", qwen ? 151936 : smol ? 128256 : 32000, path);
-  c.hidden_size = jget<int64_t>(j, "hidden_size", smol ? 2048 : 4096, path);
-  c.intermediate_size = jget<int64_t>(j, "intermediate_size", qwen ? 22016 : 11008, path);
-  c.num_layers = jget<int64_t>(j, "num_hidden_layers", smol ? 36 : 32, path);
-  c.num_heads = jget<int64_t>(j, "num_attention_heads", smol ? 16 : 32, path);
-  c.num_kv_heads = jget<int64_t>(j, "num_key_value_heads", qwen ? 32 : smol ? 4 : c.num_heads, path);
-  c.head_dim = jget<int64_t>(j, "head_dim", 0, path);
-  c.rms_eps = jget<double>(j, "rms_norm_eps", 1e-6, path);
-  c.tie_embeddings = jget<bool>(j, "tie_word_embeddings", smol, path);
-  c.max_position = jget<int64_t>(j, "max_position_embeddings", qwen || smol ? 32768 : 2048, path);
-  c.init_std = jget<double>(j, "initializer_range", 0.02, path);
-  c.bos_token_id = first_id(j, "bos_token_id", qwen ? -1 : smol ? 128000 : 1, path);
-  c.eos_token_id = first_id(j, "eos_token_id", qwen ? -1 : smol ? 128001 : 2, path);
-  if (c.bos_token_id >= c.vocab_size) c.bos_token_id = -1;
-  if (c.eos_token_id >= c.vocab_size) c.eos_token_id = -1;
-  const std::string act = jget<std::string>(j, "hidden_act", "silu", path);
-  if (act != "silu") fail("{}: hidden_act '{}' is not supported (expected silu)", path, act);
-  if (qwen) {
-    c.attention_bias = true;
-    c.attention_out_bias = false;
-    if (jget<bool>(j, "use_sliding_window", false, path))
-      fail("{}: use_sliding_window=true is not supported for qwen2 imports", path);
-  } else {
-    c.attention_bias = c.attention_out_bias = jget<bool>(j, "attention_bias", false, path);
-    c.mlp_bias = jget<bool>(j, "mlp_bias", false, path);
-  }
-  // RoPE: HF v5 `rope_parameters`, or legacy `rope_scaling` + top-level `rope_theta`.
+// RoPE: HF v5 `rope_parameters`, or legacy `rope_scaling` + top-level `rope_theta`.
+void import_rope(const json& j, bool smol, ModelConfig& c, const std::string& path) {
   json rp = json::object();
   for (const char* key : {"rope_parameters", "rope_scaling"})
     if (j.contains(key) && !j[key].is_null() && !j[key].is_object())
@@ -223,35 +181,84 @@ HfImport import_hf_config(const std::string& text, const std::string& path) {
   } else {
     fail("{}: rope type '{}' is not supported (expected default, linear, dynamic, yarn or llama3)", where, rt);
   }
+}
+
+// The DroPE authors' llama_drope / qwen2_drope: no RoPE, QK-norm per attention_type, softmax_scale.
+void import_reference_attention(const json& j, HfImport& out, const std::string& path) {
+  ModelConfig& c = out.config;
+  // The authors' code replaces every layer's attention and rotates by the identity (cos = 1, sin = 0), so
+  // RoPE and any RoPE scaling (YaRN's attention factor included) are gone; QK-norm per attention_type.
+  c.positional.type = PositionalType::kNope;
+  c.positional.scaling = RopeScalingConfig{};
+  const std::string at = jget<std::string>(j, "attention_type", "nope", path);
+  bool known = false;
+  for (const auto& [mode, name] : kAttentionTypes)
+    if (name == at) c.qk_norm = mode, known = true;
+  if (!known) fail("{}: key 'attention_type' is '{}' (expected {})", path, at, attention_type_names());
+  c.qk_norm_per_head = false;
+  // softmax_scale replaces d_k^-1/2 (null: not set, as a config without the key).
+  if (j.contains("softmax_scale") && !j["softmax_scale"].is_null()) {
+    if (!j["softmax_scale"].is_number())
+      fail("{}: key 'softmax_scale' must be a number, got {}", path, j["softmax_scale"].dump());
+    c.softmax_scale =
+        check_number(j["softmax_scale"].get<double>(), path + ": key 'softmax_scale'", Interval::positive());
+  }
+  // The q-only / k-only variants create both norms and save both; the other one is never applied.
+  const int64_t D = c.num_heads > 0 && (c.head_dim > 0 || c.hidden_size % c.num_heads == 0) ? c.resolved_head_dim() : 0;
+  if (c.qk_norm == QkNorm::kQ) out.unused.push_back({"self_attn.k_norm.weight", c.num_kv_heads * D});
+  if (c.qk_norm == QkNorm::kK) out.unused.push_back({"self_attn.q_norm.weight", c.num_heads * D});
+  if (!out.unused.empty()) out.unused_reason = "attention_type " + at + " does not apply it";
+}
+
+}  // namespace
+
+HfImport import_hf_config(const std::string& text, const std::string& path) {
+  const json j = parse_json(text, path);
+  if (!j.is_object()) fail("{}: expected a JSON object", path);
+  HfImport out;
+  const std::string type = jget<std::string>(j, "model_type", "", path);
+  out.model_type = type;
+  const bool reference = type == "llama_drope" || type == "qwen2_drope";
+  const bool smol = type == "smollm3";
+  if (type != "llama" && type != "qwen2" && !reference && !smol)
+    fail("{}: model_type '{}' is not supported (expected llama, qwen2, llama_drope, qwen2_drope or smollm3)", path,
+         type);
+  const bool qwen = type == "qwen2" || type == "qwen2_drope";
+  ModelConfig& c = out.config;
+  c.arch = qwen ? "qwen2" : "llama";
+  // Defaults of transformers' LlamaConfig / Qwen2Config / SmolLM3Config for keys a file may omit.
+  c.vocab_size = jget<int64_t>(j, "vocab_size", qwen ? 151936 : smol ? 128256 : 32000, path);
+  c.hidden_size = jget<int64_t>(j, "hidden_size", smol ? 2048 : 4096, path);
+  c.intermediate_size = jget<int64_t>(j, "intermediate_size", qwen ? 22016 : 11008, path);
+  c.num_layers = jget<int64_t>(j, "num_hidden_layers", smol ? 36 : 32, path);
+  c.num_heads = jget<int64_t>(j, "num_attention_heads", smol ? 16 : 32, path);
+  c.num_kv_heads = jget<int64_t>(j, "num_key_value_heads", qwen ? 32 : smol ? 4 : c.num_heads, path);
+  c.head_dim = jget<int64_t>(j, "head_dim", 0, path);
+  c.rms_eps = jget<double>(j, "rms_norm_eps", 1e-6, path);
+  c.tie_embeddings = jget<bool>(j, "tie_word_embeddings", smol, path);
+  c.max_position = jget<int64_t>(j, "max_position_embeddings", qwen || smol ? 32768 : 2048, path);
+  c.init_std = jget<double>(j, "initializer_range", 0.02, path);
+  c.bos_token_id = first_id(j, "bos_token_id", qwen ? -1 : smol ? 128000 : 1, path);
+  c.eos_token_id = first_id(j, "eos_token_id", qwen ? -1 : smol ? 128001 : 2, path);
+  if (c.bos_token_id >= c.vocab_size) c.bos_token_id = -1;
+  if (c.eos_token_id >= c.vocab_size) c.eos_token_id = -1;
+  const std::string act = jget<std::string>(j, "hidden_act", "silu", path);
+  if (act != "silu") fail("{}: hidden_act '{}' is not supported (expected silu)", path, act);
+  if (qwen) {
+    c.attention_bias = true;
+    c.attention_out_bias = false;
+    if (jget<bool>(j, "use_sliding_window", false, path))
+      fail("{}: use_sliding_window=true is not supported for qwen2 imports", path);
+  } else {
+    c.attention_bias = c.attention_out_bias = jget<bool>(j, "attention_bias", false, path);
+    c.mlp_bias = jget<bool>(j, "mlp_bias", false, path);
+  }
+  import_rope(j, smol, c, path);
   if (smol) {
     if (c.num_layers <= 0 || c.num_layers > 4096) c.validate(path);  // the size check before a per-layer list
     smollm3_layers(j, c, path);
   }
-  if (reference) {
-    // The authors' code replaces every layer's attention and rotates by the identity (cos = 1, sin = 0), so
-    // RoPE and any RoPE scaling (YaRN's attention factor included) are gone; QK-norm per attention_type.
-    c.positional.type = PositionalType::kNope;
-    c.positional.scaling = RopeScalingConfig{};
-    const std::string at = jget<std::string>(j, "attention_type", "nope", path);
-    bool known = false;
-    for (const auto& [mode, name] : kAttentionTypes)
-      if (name == at) c.qk_norm = mode, known = true;
-    if (!known) fail("{}: key 'attention_type' is '{}' (expected {})", path, at, attention_type_names());
-    c.qk_norm_per_head = false;
-    // softmax_scale replaces d_k^-1/2 (null: not set, as a config without the key).
-    if (j.contains("softmax_scale") && !j["softmax_scale"].is_null()) {
-      if (!j["softmax_scale"].is_number())
-        fail("{}: key 'softmax_scale' must be a number, got {}", path, j["softmax_scale"].dump());
-      c.softmax_scale =
-          check_number(j["softmax_scale"].get<double>(), path + ": key 'softmax_scale'", Interval::positive());
-    }
-    // The q-only / k-only variants create both norms and save both; the other one is never applied.
-    const int64_t D =
-        c.num_heads > 0 && (c.head_dim > 0 || c.hidden_size % c.num_heads == 0) ? c.resolved_head_dim() : 0;
-    if (c.qk_norm == QkNorm::kQ) out.unused.push_back({"self_attn.k_norm.weight", c.num_kv_heads * D});
-    if (c.qk_norm == QkNorm::kK) out.unused.push_back({"self_attn.q_norm.weight", c.num_heads * D});
-    if (!out.unused.empty()) out.unused_reason = "attention_type " + at + " does not apply it";
-  }
+  if (reference) import_reference_attention(j, out, path);
   c.validate(path);
   return out;
 }
