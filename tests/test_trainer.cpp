@@ -368,4 +368,21 @@ TEST(RunConfig, FusedStepKeysAndCudaGraphsOnTheCpu) {
   EXPECT_EQ(run_config_to_yaml(load_run_config(d + "/rt.yaml")), run_config_to_yaml(cfg));
   test::expect_error([&] { load_run_config(write_cfg(d), {"train.cuda_graphs=true", "train.device=cpu"}); },
                      {"train.cuda_graphs", "CUDA"});
+  // What a captured step cannot hold is refused at load, one line naming the key and the reason.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{}, "train.chunked_loss: false"},
+      {{"data.micro_batch=2"}, "data.micro_batch"},
+      {{"train.shard=optimizer"}, "train.shard: none"},
+      {{"train.activation_checkpointing=full"}, "train.activation_checkpointing: none"},
+      {{"drope.drop_at_step=2"}, "drope.drop_at_step"},
+  };
+  for (const auto& [extra, why] : refused) {
+    std::vector<std::string> sets = {"train.cuda_graphs=true", "train.device=cuda"};
+    if (why != "train.chunked_loss: false") sets.push_back("train.chunked_loss=false");
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    test::expect_error([&] { load_run_config(write_cfg(d), sets); }, {"cfg.yaml", "train.cuda_graphs: true", why});
+  }
+  auto ok = load_run_config(
+      write_cfg(d), {"train.cuda_graphs=true", "train.device=cuda", "train.chunked_loss=false", "data.micro_batch=4"});
+  EXPECT_TRUE(ok.train.cuda_graphs);
 }

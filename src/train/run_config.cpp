@@ -138,6 +138,26 @@ void read_schedule(YamlMap s, ScheduleConfig& schedule) {
   s.finish();
 }
 
+// train.cuda_graphs: a step whose shapes and work are the same every step, within one process.
+void check_cuda_graphs(const RunConfig& c, const std::string& source) {
+  auto refuse = [&](bool bad, const std::string& why) {
+    if (bad) fail("{}: train.cuda_graphs: true {}", source, why);
+  };
+  refuse(c.train.device == "cpu", "needs a CUDA device; this run has train.device: cpu");
+  refuse(c.train.chunked_loss,
+         "needs train.chunked_loss: false (the chunked loss reads its token count on the host, which a graph "
+         "cannot capture)");
+  refuse(!c.data.task.empty(),
+         "cannot train data.task: its loss mask selects a different number of targets each batch (dynamic shapes)");
+  refuse(c.data.micro_batch > 0 && c.data.micro_batch != c.data.batch_size,
+         "captures one forward and backward per step; data.micro_batch accumulates several (set it to 0)");
+  refuse(c.train.shard != ShardMode::kNone,
+         "needs train.shard: none (the sharded optimizer's collectives run inside the backward)");
+  refuse(c.train.activation_checkpointing != 0,
+         "needs train.activation_checkpointing: none (the recomputation inside the backward is not captured)");
+  refuse(c.drop_at_step >= 0, "cannot run drope.drop_at_step: the drop replaces the model the graph captured");
+}
+
 // Ranges and combinations of fields across sections.
 void check_run_config(const RunConfig& c, const std::string& source) {
   auto need = [&](bool ok, const std::string& what) {
@@ -177,8 +197,7 @@ void check_run_config(const RunConfig& c, const std::string& source) {
   number("train.dist_timeout_s", c.train.dist_timeout_s, Interval::positive());
   number("train.allreduce_bucket_mb", c.train.allreduce_bucket_mb, {0, 1 << 20, true, false});
   need(c.train.max_bad_steps >= 1, "train.max_bad_steps must be >= 1");
-  need(!(c.train.cuda_graphs && c.train.device == "cpu"),
-       "train.cuda_graphs: true needs a CUDA device; this run has train.device: cpu");
+  if (c.train.cuda_graphs) check_cuda_graphs(c, source);
   if (c.phase == TrainPhase::kPretrain)
     need(c.has_model || !c.init.empty(), "phase pretrain needs a model: section or run.init");
   else

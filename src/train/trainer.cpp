@@ -18,6 +18,12 @@
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <nlohmann/json.hpp>
+#ifdef DROPE_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include "drope/core/cpu_budget.h"
 #include "drope/core/duration.h"
@@ -188,6 +194,20 @@ void install_stop_handlers() {
   ignore_file_size_signal();
 }
 
+// train.cuda_graphs: the step's forward and backward captured once on a side stream after kWarmup eager steps
+// there, then replayed each step on a static batch. The captured backward writes the gradients into tensors of
+// the graph's memory pool that stay the parameters' gradients; the optimizer step (with clipping and the
+// non-finite skip, which read the loss and gradient norm on the host) runs eagerly after each replay.
+struct Trainer::GraphStep {
+#ifdef DROPE_WITH_CUDA
+  static constexpr int64_t kWarmup = 3;
+  int64_t eager_steps = 0;
+  std::optional<c10::cuda::CUDAStream> side;
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  torch::Tensor batch, loss;  // static input (micro, T + 1) and output
+#endif
+};
+
 Trainer::Trainer(RunConfig cfg, TrainOptions opt) : cfg_(std::move(cfg)), opt_(std::move(opt)) {}
 
 Trainer::~Trainer() = default;
@@ -239,9 +259,18 @@ void Trainer::build_device() {
   }
   if (cfg_.train.cuda_graphs && !device_.is_cuda())
     fail("{}: train.cuda_graphs: true needs a CUDA device; this run trains on the CPU", cfg_.source);
-  if (cfg_.train.cuda_graphs)
-    fail("{}: train.cuda_graphs: true is not implemented yet (the step is not captured in a CUDA graph)", cfg_.source);
   dist_ = std::make_unique<Distributed>(env, device_, cfg_.train.dist_timeout_s);
+  if (cfg_.train.cuda_graphs) {
+#ifdef DROPE_WITH_CUDA
+    if (dist_->world() > 1)
+      fail("{}: train.cuda_graphs: true captures a single process's step; this run has {} ranks (the gradient "
+           "all-reduce is not captured)",
+           cfg_.source, dist_->world());
+    graph_ = std::make_unique<GraphStep>();
+#else
+    fail("{}: train.cuda_graphs: true needs a build with CUDA support; this drope-train has none", cfg_.source);
+#endif
+  }
   main_rank_ = dist_->is_main();
   say_ = !opt_.quiet;  // the logger decides which ranks speak
   world_ = dist_->world();
@@ -308,6 +337,10 @@ void Trainer::build_model() {
     if (cfg_.phase == TrainPhase::kDrope) model_ = apply_variant(model_, drope_variant(cfg_), cfg_.init);
     if (cfg_.phase == TrainPhase::kFinetune) model_ = with_rope_scaling(model_, cfg_.scaling);
   }
+  if (graph_ && accum_ != 1)
+    fail("{}: train.cuda_graphs: true captures one forward and backward per step; this run accumulates {} "
+         "micro-batches (set data.micro_batch: 0)",
+         cfg_.source, accum_);
   if (model_->config().vocab_size < train_src_->vocab_size())
     fail("{}: the data has vocabulary {} but the model only {}", cfg_.source, train_src_->vocab_size(),
          model_->config().vocab_size);
@@ -402,9 +435,15 @@ Trainer::StepResult Trainer::train_step() {
   for (auto& h : hooks_) h->before_step(*this, s + 1);
   StepResult r;
   r.lr = schedule_lr(cfg_.schedule, s - state_.phase_start, cfg_.optim.lr);
-  optimizer_->zero_grad();
   double loss_sum = 0;
-  for (int64_t a = 0; a < accum_; ++a) {
+  if (graph_) {
+    auto loss = graph_forward_backward(s);
+    for (auto& h : hooks_) loss = h->on_loss(s + 1, loss);  // the reported loss; the gradients are the graph's
+    loss_sum = loss.item<double>();
+  } else {
+    optimizer_->zero_grad();
+  }
+  for (int64_t a = 0; a < (graph_ ? 0 : accum_); ++a) {
     const int64_t pos = s * batch_ + a * micro_ * world_ + dist_->rank() * micro_;
     auto loss = loss_of(sampler_->batch(pos, micro_), sampler_->mask(pos, micro_)) / double(accum_);
     for (auto& h : hooks_) loss = h->on_loss(s + 1, loss);
@@ -448,7 +487,55 @@ void Trainer::skip_step(const StepResult& r) {
     fail("aborting at step {}: {} non-finite steps in a row (train.max_bad_steps = {}); the last good "
          "checkpoint is {}",
          s + 1, bad_steps_, cfg_.train.max_bad_steps, latest_checkpoint(cfg_.out_dir).value_or("(none yet)"));
-  optimizer_->zero_grad();
+  if (!graph_) optimizer_->zero_grad();  // a graph's replay overwrites its gradient tensors, which must stay
+}
+
+torch::Tensor Trainer::graph_forward_backward(int64_t s) {
+#ifdef DROPE_WITH_CUDA
+  GraphStep& g = *graph_;
+  const int64_t pos = s * batch_ + dist_->rank() * micro_;
+  const auto host = sampler_->batch(pos, micro_);
+  if (!g.batch.defined()) g.batch = torch::empty(host.sizes(), host.options().device(device_));
+  g.batch.copy_(host);
+  auto main = c10::cuda::getCurrentCUDAStream(device_.index());
+  if (!g.side) g.side = c10::cuda::getStreamFromPool(false, device_.index());
+  const auto wait = [](c10::cuda::CUDAStream from, c10::cuda::CUDAStream to) {
+    at::cuda::CUDAEvent done;
+    done.record(from);
+    done.block(to);
+  };
+  wait(main, *g.side);
+  torch::Tensor loss;
+  {
+    c10::cuda::CUDAStreamGuard on_side(*g.side);
+    if (g.eager_steps < GraphStep::kWarmup) {
+      optimizer_->zero_grad();
+      loss = loss_of(g.batch, {});
+      loss.backward();
+      ++g.eager_steps;
+    } else if (!g.graph) {
+      // Gradients unset: the captured backward allocates them in the graph's pool and they stay the parameters'
+      // gradients. Autocast's cast cache would keep tensors of the capture alive across replays: off meanwhile.
+      optimizer_->zero_grad();
+      const bool cache = at::autocast::is_autocast_cache_enabled();
+      at::autocast::set_autocast_cache_enabled(false);
+      g.graph = std::make_unique<at::cuda::CUDAGraph>();
+      g.graph->capture_begin();
+      g.loss = loss_of(g.batch, {});
+      g.loss.backward();
+      g.graph->capture_end();
+      at::autocast::set_autocast_cache_enabled(cache);
+      if (say_) logging::info("step {}: forward and backward captured in a CUDA graph", s + 1);
+    }
+  }
+  wait(*g.side, main);
+  if (loss.defined()) return loss;
+  g.graph->replay();
+  return g.loss;
+#else
+  (void)s;
+  fail("{}: train.cuda_graphs: true needs a build with CUDA support", cfg_.source);
+#endif
 }
 
 // ---- logs, validation, checkpoints ----------------------------------------------------------------------

@@ -95,6 +95,8 @@ class Trainer {
   void add_default_hooks();
 
   StepResult train_step();
+  // train.cuda_graphs: the forward and backward of step `s` (0-based) from a CUDA graph, the loss returned.
+  torch::Tensor graph_forward_backward(int64_t s);
   void skip_step(const StepResult& r);
   torch::Tensor loss_of(const torch::Tensor& batch, const torch::Tensor& mask);
   void log(const StepResult& r);
@@ -128,6 +130,8 @@ class Trainer {
   MomentReader moment_;
   int64_t opt_steps_ = 0;
   std::unique_ptr<Optimizer> optimizer_;
+  struct GraphStep;  // train.cuda_graphs: the captured forward + backward and its static tensors (CUDA builds)
+  std::unique_ptr<GraphStep> graph_;
   ForwardOptions fwd_;  // how decoder blocks run in training (activation checkpointing, sharded weights)
   double flops_per_token_ = 0;
   int64_t n_params_ = 0;
