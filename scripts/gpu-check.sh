@@ -16,6 +16,8 @@
 #                          tokens/s of what users run instead, for the ratio in the summary
 #   train_step_qwen2_0_5b_fused_loss_off  the train stage with train.fused_loss: false (the chunked loss in
 #                          separate ops): the fused loss's effect on tokens/s
+#   train_step_qwen2_0_5b_cuda_graphs  the train stage with train.cuda_graphs: true (and train.chunked_loss:
+#                          false, which graphs need): forward+backward replayed from a CUDA graph
 #   nccl_smoke             torchrun --no-python --nproc_per_node=1 drope-train (tiny, train.device cuda) with a
 #                          single-rank NCCL process group (DROPE_DIST_SINGLE_RANK_GROUP=1)
 #   two_ranks              two ranks on the one GPU (torchrun --nproc_per_node=2; Gloo over the CUDA tensors, as
@@ -272,6 +274,20 @@ stage_fused_off() {
     --set "run.out_dir=$OUT_DIR/train-qwen2-fused-off"
 }
 
+describe_stage_cuda_graphs() {
+  echo "$BUILD_DIR/drope-train $OUT_DIR/train-qwen2.yaml --set train.cuda_graphs=true --set" \
+    "train.chunked_loss=false --set run.out_dir=$OUT_DIR/train-qwen2-cuda-graphs (the train stage's run, the" \
+    "forward and backward replayed from a CUDA graph)"
+}
+stage_cuda_graphs() {
+  if [ "$REHEARSE" = 1 ]; then cuda_only "train.cuda_graphs (drope-train refuses it without CUDA)"; return 77; fi
+  rm -rf "$OUT_DIR/train-qwen2-cuda-graphs"  # ours, from an earlier check
+  [ -s "$OUT_DIR/train-qwen2.yaml" ] ||
+    { echo "error: no $OUT_DIR/train-qwen2.yaml (the train stage writes it)"; return 1; }
+  "$BUILD_DIR/drope-train" "$OUT_DIR/train-qwen2.yaml" --set train.cuda_graphs=true --set train.chunked_loss=false \
+    --set "run.out_dir=$OUT_DIR/train-qwen2-cuda-graphs"
+}
+
 describe_stage_nccl() {
   echo "DROPE_DIST_SINGLE_RANK_GROUP=1 torchrun --no-python --nproc_per_node=1 --standalone $BUILD_DIR/drope-train" \
     "$OUT_DIR/nccl.yaml (tiny, train.device $DEVICE, 4 steps)"
@@ -405,7 +421,7 @@ EOF
 export ROOT BUILD_DIR OUT_DIR CUDA_ARCHS PY TARGETS BENCH_ARGS_STR PREBUILT REHEARSE DEVICE BENCH_SIZES TRAIN_MODEL \
   TRAIN_SHAPE TRAIN_STEPS EAGER_ARGS REAL_C REAL_WINDOWS NIAH_TASKS NIAH_NEW REAL_SHAPE REAL_STEPS REAL_DTYPE REAL_MULT NIAH_LENGTHS GREEDY_CONTEXT GREEDY_NEW
 export -f cuda_only check_prebuilt check_archs stage_setup stage_gpu stage_gpu_tests stage_bench stage_bench64 stage_bench128 stage_train stage_eager stage_nccl stage_greedy stage_real \
-  stage_fused_off stage_two_ranks
+  stage_fused_off stage_cuda_graphs stage_two_ranks
 
 # ---- run -------------------------------------------------------------------------------------------------------
 [ "$DRY_RUN" = 1 ] && log "dry run: nothing is built or run; summary in $OUT_DIR"
@@ -413,11 +429,12 @@ export -f cuda_only check_prebuilt check_archs stage_setup stage_gpu stage_gpu_t
 run_stage setup 420 stage_setup
 run_stage gpu 15 stage_gpu
 run_stage gpu_tests 95 stage_gpu_tests
-run_stage attention_bench_d64 60 stage_bench64
-run_stage attention_bench_d128 60 stage_bench128
+run_stage attention_bench_d64 50 stage_bench64
+run_stage attention_bench_d128 50 stage_bench128
 run_stage train_step_qwen2_0_5b 50 stage_train
-run_stage train_step_qwen2_0_5b_eager 60 stage_eager
+run_stage train_step_qwen2_0_5b_eager 50 stage_eager
 run_stage train_step_qwen2_0_5b_fused_loss_off 40 stage_fused_off
+run_stage train_step_qwen2_0_5b_cuda_graphs 30 stage_cuda_graphs
 run_stage nccl_smoke 15 stage_nccl
 run_stage two_ranks 50 stage_two_ranks
 run_stage greedy_gpu_vs_cpu 10 stage_greedy

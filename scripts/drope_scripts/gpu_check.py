@@ -27,7 +27,8 @@ from .atomic import write_atomic
 
 # Every stage gpu-check.sh runs, in order (tests/py/test_gpu_check.py holds the script to this list).
 STAGES = ("setup", "gpu", "gpu_tests", "attention_bench_d64", "attention_bench_d128", "train_step_qwen2_0_5b",
-          "train_step_qwen2_0_5b_eager", "train_step_qwen2_0_5b_fused_loss_off", "nccl_smoke", "two_ranks",
+          "train_step_qwen2_0_5b_eager", "train_step_qwen2_0_5b_fused_loss_off", "train_step_qwen2_0_5b_cuda_graphs",
+          "nccl_smoke", "two_ranks",
           "greedy_gpu_vs_cpu", "real_smollm2_drope")
 BENCH_T = 8192  # the summary's attention row: the reference length of docs/gpu.md
 
@@ -186,6 +187,12 @@ def stage_numbers(out: pathlib.Path, name: str) -> dict:
         ours = train_numbers(out / "train-qwen2" / "log.jsonl")
         if res.get("tokens_per_s") and ours.get("tokens_per_s"):
             res["fused_vs_unfused"] = ours["tokens_per_s"] / res["tokens_per_s"]
+        return res
+    if name == "train_step_qwen2_0_5b_cuda_graphs":  # against the default step (chunked loss on, no graphs)
+        res = train_numbers(out / "train-qwen2-cuda-graphs" / "log.jsonl")
+        ours = train_numbers(out / "train-qwen2" / "log.jsonl")
+        if res.get("tokens_per_s") and ours.get("tokens_per_s"):
+            res["graphs_vs_default"] = res["tokens_per_s"] / ours["tokens_per_s"]
         return res
     if name == "two_ranks":
         return two_rank_numbers(out / "stages" / "two_ranks.log")

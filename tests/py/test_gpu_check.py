@@ -13,7 +13,8 @@ from drope_scripts import gpu_check
 SCRIPT = ROOT / "scripts" / "gpu-check.sh"
 # The stages of docs/gpu.md; removing one from the script (or from gpu_check.STAGES) fails here.
 EXPECTED = ["setup", "gpu", "gpu_tests", "attention_bench_d64", "attention_bench_d128", "train_step_qwen2_0_5b",
-            "train_step_qwen2_0_5b_eager", "train_step_qwen2_0_5b_fused_loss_off", "nccl_smoke", "two_ranks",
+            "train_step_qwen2_0_5b_eager", "train_step_qwen2_0_5b_fused_loss_off", "train_step_qwen2_0_5b_cuda_graphs",
+            "nccl_smoke", "two_ranks",
             "greedy_gpu_vs_cpu", "real_smollm2_drope"]
 STAGE_LINE = re.compile(r"stage (\w+) \(budget (\d+)s\): (.*)")
 
@@ -50,6 +51,8 @@ def test_dry_run_prints_every_stage_with_budget_and_command(tmp):
     assert "DROPE_DIST_SINGLE_RANK_GROUP=1" in cmd["nccl_smoke"] and "cuda" in cmd["nccl_smoke"]
     assert "--device cpu" in cmd["greedy_gpu_vs_cpu"] and "--device cuda" in cmd["greedy_gpu_vs_cpu"]
     assert "train.fused_loss=false" in cmd["train_step_qwen2_0_5b_fused_loss_off"]
+    assert "train.cuda_graphs=true" in cmd["train_step_qwen2_0_5b_cuda_graphs"]
+    assert "train.chunked_loss=false" in cmd["train_step_qwen2_0_5b_cuda_graphs"]
     two = cmd["two_ranks"]
     assert "--nproc_per_node=2" in two and "device cuda" in two and "none/optimizer/grads/params" in two
     assert "SmolLM2-135M" in cmd["real_smollm2_drope"] and "QK-norm" in cmd["real_smollm2_drope"]

@@ -45,6 +45,8 @@ def test_every_stage_runs_on_the_cpu(tmp):
     assert r.returncode == 0 and not failed, (failed, logs, r.stderr[-2000:])
     assert list(st) == EXPECTED
     assert st["gpu"] == "skipped (CUDA-only: nvidia-smi)"
+    assert st["train_step_qwen2_0_5b_cuda_graphs"] == ("skipped (CUDA-only: train.cuda_graphs (drope-train refuses "
+                                                       "it without CUDA))")
     assert st["setup"].startswith("ok; CUDA-only parts skipped: cuobjdump")
     assert st["gpu_tests"].startswith("ok; CUDA-only parts skipped: the GPU tests")
     assert st["nccl_smoke"].startswith("ok; CUDA-only parts skipped: NCCL")
