@@ -205,7 +205,8 @@ def test_bad_inputs(tmp):
           "train.activation_checkpointing", "none, full or a positive integer")
     fails(train(c, extra=["--set", "train.activation_checkpointing=0"], check=False), "train.activation_checkpointing")
     fails(train(c, extra=["--set", "drope.drop_at_step=1"], check=False), "drop_at_step", "train.shard none")
-    fails(train(c, world=3, extra=["--set", "data.batch_size=8"], check=False), "batch_size 8", "not a multiple of the world size 3")
+    fails(train(c, world=3, extra=["--set", "data.batch_size=8"], check=False), "batch_size 8",
+          "not a multiple of the world size 3")
     fails(train(c, world=2, check=False, env=dict(env1(), DROPE_SHARD_PREFETCH="yes")), "DROPE_SHARD_PREFETCH='yes'",
           "expected 0")
     assert not (tmp / "bad" / "checkpoints").exists()
