@@ -73,9 +73,7 @@ def parse(argv: list[str]) -> tuple[pathlib.Path, pathlib.Path]:
     a = ap.parse_args(argv)
     ap.check(cli.env_switch, "DROPE_FORCE")
     ap.check(corpus.knobs, "small")
-    run = cli.caller_path(a.out) if a.out else cli.env_path("DROPE_RUN_DIR", "runs/quickstart")
-    ap.check(cli.out_dir, run, "--out" if a.out else "DROPE_RUN_DIR")
-    return run, cli.checked_build(ap, a, "DROPE_BUILD_DIR", TOOLS)
+    return cli.checked_run_dir(ap, a.out, "runs/quickstart"), cli.checked_build(ap, a, "DROPE_BUILD_DIR", TOOLS)
 
 
 def quickstart(run: pathlib.Path | None = None, bin_dir: pathlib.Path | None = None) -> int:

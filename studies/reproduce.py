@@ -143,9 +143,7 @@ def parse(argv: list[str]) -> tuple[pathlib.Path, pathlib.Path]:
     ap.check(jobs_knob, os.environ, "DROPE_REPRO_JOBS")
     ap.check(cli.env_switch, "DROPE_FORCE")
     ap.check(corpus.knobs, "full")
-    run = cli.caller_path(a.out) if a.out else cli.env_path("DROPE_RUN_DIR", "runs/reproduce")
-    ap.check(cli.out_dir, run, "--out" if a.out else "DROPE_RUN_DIR")
-    return run, cli.checked_build(ap, a, "DROPE_BUILD_DIR", TOOLS)
+    return cli.checked_run_dir(ap, a.out, "runs/reproduce"), cli.checked_build(ap, a, "DROPE_BUILD_DIR", TOOLS)
 
 
 def reproduce(run: pathlib.Path | None = None, bin_dir: pathlib.Path | None = None) -> int:

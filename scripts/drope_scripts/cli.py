@@ -294,6 +294,14 @@ def build_dir(a: argparse.Namespace, env_name: str | None, dest: str = "build") 
     return ROOT / "build", "the build directory"
 
 
+def checked_run_dir(ap: Parser, out: str | os.PathLike | None, default: str) -> pathlib.Path:
+    """A study's run directory: --out as typed (from the caller's directory), else $DROPE_RUN_DIR, else `default`
+    (env_path); refused through `ap` (naming --out or DROPE_RUN_DIR) when it cannot be a directory we write."""
+    run = caller_path(out) if out else env_path("DROPE_RUN_DIR", default)
+    ap.check(out_dir, run, "--out" if out else "DROPE_RUN_DIR")
+    return run
+
+
 # ---- scripts/setup.sh after the arguments ----------------------------------------------------------------------
 
 def run_pending_setup(name: str) -> None:
