@@ -15,6 +15,13 @@ scored by drope-eval offset-key at C, 2C, 4C, 8C; the seed's RoPE model (step T)
                  and the protocol's interval inside [0, 100] (stats.accuracy_interval: the bootstrap over seeds
                  widened to the Wilson interval of the queries pooled over seeds)
 
+Schedules and schemes from scratch (docs/recovery-study.md#third-stage-recalibration-length-or-drop-step):
+--drops 400:100,600:400 names each DroPE run by its drop step and recalibration steps instead of a share of T, so
+the budget may differ from T (a pair on the budget is the share recipe of the same steps, the same runs); DroPE is
+still compared with the seed's RoPE model at step T. --scratch alibi,rnope-swa also trains those schemes from scratch
+for T steps on seeds 0..--scratch-seeds−1 (configs/train/offset-key-<name>.yaml) and scores them like DroPE,
+without a temperature, after the selection.
+
 Selection and confirmation:
   1. every recipe on the selection seeds (0..N−1), scored on the held-out split only (--split heldout);
   2. the selected recipe: most recovered seeds; ties broken by the higher mean held-out far accuracy (averaged
@@ -29,6 +36,7 @@ Layout of the study directory (default runs/recovery-study):
   train/drope-<recipe>-s<seed>/          DroPE runs; the final checkpoint holds temperature.json
   eval/rope-s<seed>-<split>.json         RoPE at C
   eval/drope-<recipe>-s<seed>-<split>.json   DroPE at C..8C
+  train/<scheme>-s<seed>/, eval/<scheme>-s<seed>-heldout.json   --scratch: ALiBi, RNoPE-SWA from scratch, C..8C
   locks/<task>.lock                      claims (flock): one worker per task
   timing/<task>.json                     wall time of each task when it was computed
   study.{md,json,csv}                    the tables (written after the selection, again after the confirmation)
@@ -74,6 +82,9 @@ from drope_scripts.offset_key_report import KIND, Cell, cell
 from drope_scripts.stats import wilson
 
 HELDOUT, TEST = "heldout", "test"
+# Trained from scratch for the budget T beside RoPE (--scratch): the RoPE config with model.positional changed.
+SCRATCH = {"alibi": "configs/train/offset-key-alibi.yaml", "rnope-swa": "configs/train/offset-key-rnope-swa.yaml"}
+SCRATCH_LABELS = {"alibi": "ALiBi", "rnope-swa": "RNoPE-SWA"}
 STUDY_KIND = "offset-key-recovery-study"
 TOLERANCE = 2.0  # points: "within 2 points of RoPE"
 ROPE_LEARNED = 90.0  # below this accuracy at C (%), the report notes that RoPE itself has not learned the task
@@ -100,19 +111,29 @@ def _num(x: float) -> str:
 @dataclass(frozen=True)
 class Recipe:
     """One recalibration recipe: learning rate, warm-up (share of the recalibration steps), drope.qk_norm and
-    the recalibration share of the total budget (%)."""
+    the recalibration share of the total budget (%). A schedule (schedule()) instead names the drop step and the
+    recalibration steps (`drop`, `recal`), whatever their sum: its budget may differ from the RoPE run's T, and
+    its `share` is the recalibration share of its own budget."""
 
     lr: float
     warmup: float
     qk_norm: str
     share: float
+    drop: int | None = None  # the RoPE step DroPE starts from (a schedule), else T − S
+    recal: int | None = None  # recalibration steps (a schedule), else share · T
 
     @property
     def slug(self) -> str:
-        return f"lr{_num(self.lr)}-wu{_num(100 * self.warmup)}-norm{self.qk_norm}-r{_num(self.share)}"
+        head = f"lr{_num(self.lr)}-wu{_num(100 * self.warmup)}-norm{self.qk_norm}"
+        return f"{head}-r{_num(self.share)}" if self.drop is None else f"{head}-d{self.drop}n{self.recal}"
 
     def steps(self, total: int) -> int:
         """Recalibration steps S of a total budget of `total` steps."""
+        if self.drop is not None:
+            if not 1 <= self.drop < total or self.recal < 1:
+                raise ValueError(f"schedule {self.drop}:{self.recal}: the drop step must be in 1..{total - 1} "
+                                 f"(a checkpoint of the {total}-step RoPE run) and the recalibration steps >= 1")
+            return self.recal
         s = round(total * self.share / 100)
         if not 1 <= s < total:
             raise ValueError(f"recalibration share {self.share:g} % of {total} steps leaves {s} DroPE steps "
@@ -121,14 +142,26 @@ class Recipe:
 
     def start(self, total: int) -> int:
         """The RoPE step DroPE starts from."""
-        return total - self.steps(total)
+        return total - self.steps(total) if self.drop is None else self.drop
+
+    def budget(self, total: int) -> int:
+        """RoPE steps before the drop + recalibration steps (T unless a schedule says otherwise)."""
+        return self.start(total) + self.steps(total)
+
+    def schedule_text(self, total: int) -> str:
+        """The report's 'DroPE steps' cell: '200 (25 %)', or '100 from step 400 (budget 500)' off the budget T."""
+        if self.budget(total) == total:
+            return f"{self.steps(total)} ({self.share:g} %)"
+        return f"{self.steps(total)} from step {self.start(total)} (budget {self.budget(total)})"
 
     def warmup_steps(self, total: int) -> int:
         return round(self.warmup * self.steps(total))
 
     def describe(self, total: int) -> str:
+        where = (f"({self.share:g} %)" if self.budget(total) == total else
+                 f"(budget {self.budget(total)}, {self.share:.3g} % recalibration)")
         return (f"lr {self.lr:g}, warm-up {self.warmup_steps(total)} ({100 * self.warmup:g} %), QK-norm "
-                f"{self.qk_norm}, DroPE {self.steps(total)} steps from step {self.start(total)} ({self.share:g} %)")
+                f"{self.qk_norm}, DroPE {self.steps(total)} steps from step {self.start(total)} {where}")
 
     def overrides(self, total: int) -> list[str]:
         """drope-train --set values of the DroPE run (besides run.*)."""
@@ -138,13 +171,30 @@ class Recipe:
     def doc(self, total: int) -> dict:
         return {"slug": self.slug, "lr": self.lr, "warmup_share": self.warmup, "warmup_steps": self.warmup_steps(total),
                 "qk_norm": self.qk_norm, "recalibration_share": self.share, "drope_steps": self.steps(total),
-                "drop_step": self.start(total)}
+                "drop_step": self.start(total), "budget": self.budget(total)}
 
 
 def grid(lrs: Sequence[float], warmups: Sequence[float], qk_norms: Sequence[str],
          shares: Sequence[float]) -> tuple[Recipe, ...]:
     """Every combination, in this order: share, QK-norm, learning rate, warm-up (the order breaks last ties)."""
     return tuple(Recipe(lr, w, q, s) for s, q, lr, w in itertools.product(shares, qk_norms, lrs, warmups))
+
+
+def schedule(lr: float, warmup: float, qk_norm: str, drop: int, steps: int, total: int) -> Recipe:
+    """DroPE from the RoPE run's step `drop` for `steps` steps. On the budget T (drop + steps = total) it is the
+    share recipe of the same steps (same slug: the runs are shared); off it, a recipe of its own budget."""
+    if drop + steps == total:
+        equal = Recipe(lr, warmup, qk_norm, 100 * steps / total)
+        if 1 <= steps < total and equal.steps(total) == steps:
+            return equal
+    return Recipe(lr, warmup, qk_norm, 100 * steps / (drop + steps), drop, steps)
+
+
+def schedule_grid(lrs: Sequence[float], warmups: Sequence[float], qk_norms: Sequence[str],
+                  drops: Sequence[tuple[int, int]], total: int) -> tuple[Recipe, ...]:
+    """grid() with (drop step, recalibration steps) pairs in place of the shares, in the pairs' order first."""
+    return tuple(schedule(lr, w, q, d, s, total)
+                 for (d, s), q, lr, w in itertools.product(drops, qk_norms, lrs, warmups))
 
 
 def confirmation_seeds(selection: Sequence[int], n: int, start: int = CONFIRM_START) -> tuple[int, ...]:
@@ -251,6 +301,8 @@ class Study:
     fit_queries: int
     tolerance: float
     threads: int
+    scratch: tuple[str, ...] = ()  # positional schemes trained from scratch (SCRATCH), beside RoPE
+    scratch_seeds: tuple[int, ...] = ()
 
     @property
     def c(self) -> int:
@@ -309,18 +361,27 @@ class Runner:
         return self.st.out / "eval" / f"drope-{recipe.slug}-s{seed}-{split}"
 
     # steps
-    def train_rope(self, seed: int) -> None:
-        st, run_dir = self.st, self.rope_dir(seed)
-        every = st.rope_every()
-        overrides = [f"run.name=recovery-rope-s{seed}", f"run.seed={seed}", f"train.steps={st.steps}",
+    def scratch_dir(self, name: str, seed: int) -> pathlib.Path:
+        return self.st.out / "train" / f"{name}-s{seed}"
+
+    def scratch_eval(self, name: str, seed: int, split: str) -> pathlib.Path:
+        return self.st.out / "eval" / f"{name}-s{seed}-{split}"
+
+    def pretrain(self, config: pathlib.Path, run_dir: pathlib.Path, name: str, seed: int, every: int) -> None:
+        """T steps from scratch of `config` (its warm-up scaled with the budget), checkpoints every `every`."""
+        st = self.st
+        overrides = [f"run.name=recovery-{name}-s{seed}", f"run.seed={seed}", f"train.steps={st.steps}",
                      f"train.checkpoint_every={every}", f"train.keep_last={st.steps // every}"]
-        base = config_steps(ROOT / ROPE_CONFIG)
+        base = config_steps(config)
         if st.steps != base:  # the warm-up scales with the budget
-            warmup = config_int(ROOT / ROPE_CONFIG, "schedule", "warmup")
+            warmup = config_int(config, "schedule", "warmup")
             overrides.append(f"schedule.warmup={max(1, round(warmup * st.steps / base))}")
         if train_state(run_dir, st.steps) != "finished":
-            self.d.say(f"rope seed {seed}: training {st.steps} steps")
-            self.d.train(ROOT / ROPE_CONFIG, run_dir, st.steps, overrides, show=NONE)
+            self.d.say(f"{name} seed {seed}: training {st.steps} steps")
+            self.d.train(config, run_dir, st.steps, overrides, show=NONE)
+
+    def train_rope(self, seed: int) -> None:
+        self.pretrain(ROOT / ROPE_CONFIG, self.rope_dir(seed), "rope", seed, self.st.rope_every())
 
     def train_drope(self, recipe: Recipe, seed: int) -> pathlib.Path:
         st, run_dir = self.st, self.drope_dir(recipe, seed)
@@ -371,6 +432,17 @@ class Runner:
         return Task(f"drope-{recipe.slug}-s{seed}-{split}", (f"rope-s{seed}-{split}",),
                     lambda: json_of(prefix).is_file(), run)
 
+    def scratch_task(self, name: str, seed: int, split: str) -> Task:
+        """One scheme from scratch (T steps, final checkpoint only) scored at every length, no temperature."""
+        st, prefix = self.st, self.scratch_eval(name, seed, split)
+
+        def run() -> None:
+            self.pretrain(ROOT / SCRATCH[name], self.scratch_dir(name, seed), name, seed, st.steps)
+            self.evaluate(SCRATCH_LABELS[name], checkpoint(self.scratch_dir(name, seed), st.steps), prefix,
+                          [m * st.c for m in st.multipliers], seed, split)
+
+        return Task(f"{name}-s{seed}-{split}", (), lambda: json_of(prefix).is_file(), run)
+
     def tasks(self, recipes: Sequence[Recipe], seeds: Sequence[int], split: str) -> list[Task]:
         """Seed by seed: the RoPE run, then every recipe from it."""
         out = []
@@ -382,9 +454,25 @@ class Runner:
     # reading back
     def result(self, recipe: Recipe, seed: int, split: str) -> SeedResult:
         st = self.st
+        fit = checkpoint(self.drope_dir(recipe, seed), recipe.steps(st.steps)) / "temperature.json"
+        c = None
+        if st.fits() and fit.is_file():
+            c = results.load(fit, "temperature")["c"]
+        elif st.temperature != "auto":
+            c = float(st.temperature)
+        return self.read_back(recipe.slug, self.drope_eval(recipe, seed, split), seed, split, c)
+
+    def scratch_result(self, name: str, seed: int, split: str) -> SeedResult:
+        """A scheme from scratch as a SeedResult (recipe = its name): 'recovered' = within the tolerance of the
+        seed's RoPE model at C."""
+        return self.read_back(name, self.scratch_eval(name, seed, split), seed, split, None)
+
+    def read_back(self, label: str, prefix: pathlib.Path, seed: int, split: str, c: float | None) -> SeedResult:
+        """The evaluation at `prefix` against the seed's RoPE evaluation: accuracy at C and far accuracy."""
+        st = self.st
         rope = read_eval(json_of(self.rope_eval(seed, split)), seed, split)
-        drope = read_eval(json_of(self.drope_eval(recipe, seed, split)), seed, split)
-        where = json_of(self.drope_eval(recipe, seed, split))
+        drope = read_eval(json_of(prefix), seed, split)
+        where = json_of(prefix)
         far, far_counts = {}, {}
         for m in st.multipliers:
             if m == 1:
@@ -393,16 +481,10 @@ class Runner:
             if row is None or row.get("far_accuracy") is None:
                 raise results.ResultsError(f"{where}: no far accuracy at length {m * st.c}")
             far[m], far_counts[m] = row["far_accuracy"], counts_of(row, "far_correct", "far_queries")
-        for rows, path in ((rope, self.rope_eval(seed, split)), (drope, where)):
+        for path, rows in ((json_of(self.rope_eval(seed, split)), rope), (where, drope)):
             if st.c not in rows:
-                raise results.ResultsError(f"{json_of(path)}: no result at C = {st.c}")
-        fit = checkpoint(self.drope_dir(recipe, seed), recipe.steps(st.steps)) / "temperature.json"
-        c = None
-        if st.fits() and fit.is_file():
-            c = results.load(fit, "temperature")["c"]
-        elif st.temperature != "auto":
-            c = float(st.temperature)
-        return SeedResult(recipe.slug, seed, split, rope[st.c]["accuracy"], drope[st.c]["accuracy"], far, c,
+                raise results.ResultsError(f"{path}: no result at C = {st.c}")
+        return SeedResult(label, seed, split, rope[st.c]["accuracy"], drope[st.c]["accuracy"], far, c,
                           counts_of(rope[st.c], "correct", "queries"), counts_of(drope[st.c], "correct", "queries"),
                           far_counts)
 
@@ -445,7 +527,7 @@ def _seeds(seeds: Sequence[int]) -> str:
 
 
 def build_doc(st: Study, ranking: list[dict], selected: Recipe, held: list[SeedResult],
-              confirmation: list[SeedResult] | None, timing: dict) -> dict:
+              confirmation: list[SeedResult] | None, timing: dict, scratch: list[SeedResult] | None = None) -> dict:
     far_ms = [m for m in st.multipliers if m > 1]
     doc = {"schema": results.SCHEMA, "schema_version": results.SCHEMA_VERSION, "kind": STUDY_KIND,
            "settings": {**st.identity(), "tolerance": st.tolerance, "confidence": 0.95,
@@ -461,6 +543,12 @@ def build_doc(st: Study, ranking: list[dict], selected: Recipe, held: list[SeedR
                                       **e["summary"]} for e in ranking]},
            "confirmation": None, "timing": timing,
            "per_seed": [seed_doc(r, "selection", st.tolerance) for r in held]}
+    if scratch:
+        doc["scratch"] = {"split": HELDOUT, "seeds": list(st.scratch_seeds),
+                          "configs": {n: SCRATCH[n] for n in st.scratch},
+                          "summary": {n: recipe_summary([r for r in scratch if r.recipe == n], st.multipliers,
+                                                        st.tolerance) for n in st.scratch}}
+        doc["per_seed"] += [seed_doc(r, "scratch", st.tolerance) for r in scratch]
     if confirmation is not None:
         doc["confirmation"] = {"split": TEST, "seeds": list(st.confirm), "recipe": selected.slug,
                                **recipe_summary(confirmation, st.multipliers, st.tolerance)}
@@ -481,14 +569,14 @@ def csv_text(st: Study, doc: dict) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["phase", "split", "recipe", "lr", "warmup_share", "warmup_steps", "qk_norm", "recalibration_share",
                 "drope_steps", "drop_step", "seed", "rope_acc_C", "drope_acc_C", "recovered", "temperature_c",
-                *(f"far_{m}C" for m in far_ms)])
+                *(f"far_{m}C" for m in far_ms), "budget"])
+    keys = ("lr", "warmup_share", "warmup_steps", "qk_norm", "recalibration_share", "drope_steps", "drop_step")
     for s in doc["per_seed"]:
-        r = recipes[s["recipe"]]
-        w.writerow([s["phase"], s["split"], s["recipe"], r["lr"], r["warmup_share"], r["warmup_steps"], r["qk_norm"],
-                    r["recalibration_share"], r["drope_steps"], r["drop_step"], s["seed"], f"{s['rope_acc']:.2f}",
-                    f"{s['drope_acc']:.2f}", int(s["recovered"]),
+        r = recipes.get(s["recipe"])  # None: a scheme from scratch (its row's accuracy is the scheme's)
+        w.writerow([s["phase"], s["split"], s["recipe"], *(("",) * len(keys) if r is None else (r[k] for k in keys)),
+                    s["seed"], f"{s['rope_acc']:.2f}", f"{s['drope_acc']:.2f}", int(s["recovered"]),
                     "" if s["temperature"] is None else f"{s['temperature']:.4f}",
-                    *(f"{s['far'][str(m)]:.2f}" for m in far_ms)])
+                    *(f"{s['far'][str(m)]:.2f}" for m in far_ms), st.steps if r is None else r["budget"]])
     return buf.getvalue()
 
 
@@ -507,7 +595,11 @@ def markdown(st: Study, doc: dict) -> str:
         f"sequences) − {st.tolerance:g} points. **Rate**: recovered / seeds, Wilson 95 % interval. **Far**: DroPE's "
         "accuracy (%) on needles farther than C from their query. Accuracies: mean over seeds [95 % interval: the "
         "bootstrap over seeds widened to the Wilson interval of the queries pooled over seeds, inside 0–100; with "
-        "one seed the Wilson interval alone].", "",
+        "one seed the Wilson interval alone].", ""]
+    if any(r.budget(T) != T for r in st.recipes):
+        lines += [f"Schedules off the budget (drop step + recalibration steps ≠ {T}) are compared with the same RoPE "
+                  f"model (step {T}); their ranking below is not an equal-budget selection.", ""]
+    lines += [
         "## Selection protocol", "",
         f"1. Every recipe of the grid ({len(st.recipes)}) runs on the selection seeds {_seeds(st.seeds)} and is "
         "scored on the **held-out** split of the offset-key index space only (`drope-eval offset-key --split "
@@ -526,7 +618,7 @@ def markdown(st: Study, doc: dict) -> str:
         r = recipes[e["recipe"]]
         mark = " **(selected)**" if e["recipe"] == doc["selection"]["selected"] else ""
         lines.append(f"| {e['rank']} | `{r.slug}`{mark} | {r.lr:g} | {r.warmup_steps(T)} ({100 * r.warmup:g} %) | "
-                     f"{r.qk_norm} | {r.steps(T)} ({r.share:g} %) | {_rate(e)} | {_cell(e['rope_accuracy'])} | "
+                     f"{r.qk_norm} | {r.schedule_text(T)} | {_rate(e)} | {_cell(e['rope_accuracy'])} | "
                      f"{_cell(e['accuracy'])} | " + " | ".join(_cell(e["far"][str(m)]) for m in far_ms) + " |")
     lines += ["", f"## Confirmation: test split, fresh seeds {_seeds(st.confirm)}" if st.confirm else "## Confirmation",
               ""]
@@ -545,6 +637,7 @@ def markdown(st: Study, doc: dict) -> str:
                   " | ".join(_cell(conf["far"][str(m)]) for m in far_ms) + " |", "",
                   f"Recovered seeds: {', '.join(map(str, conf['recovered_seeds'])) or 'none'}; not recovered: "
                   f"{', '.join(str(s) for s in conf['seeds'] if s not in conf['recovered_seeds']) or 'none'}."]
+    lines += scratch_lines(st, doc)
     weak = sorted({s["seed"] for s in doc["per_seed"] if s["rope_acc"] < ROPE_LEARNED})
     if weak:
         lines += ["", f"**Note**: RoPE scores below {ROPE_LEARNED:g} % at C in seed(s) {', '.join(map(str, weak))}: "
@@ -553,6 +646,25 @@ def markdown(st: Study, doc: dict) -> str:
     lines += ["", f"Compute: {t['tasks']} task(s) timed, {t['seconds']:.0f} s in all (summed over workers). "
               "Per seed: study.csv.", ""]
     return "\n".join(lines)
+
+
+def scratch_lines(st: Study, doc: dict) -> list[str]:
+    """The report's section on the schemes trained from scratch (none without them)."""
+    if "scratch" not in doc:
+        return []
+    far_ms = [m for m in st.multipliers if m > 1]
+    sc = doc["scratch"]
+    lines = ["", f"## From scratch: held-out split, seeds {_seeds(sc['seeds'])}", "",
+             f"Each scheme trained {st.steps} steps from scratch (the RoPE config with `model.positional` changed), "
+             "scored without a temperature; 'within tolerance' = accuracy at C ≥ the seed's RoPE model's − "
+             f"{st.tolerance:g} points.", "",
+             "| scheme | config | within tolerance [Wilson 95 %] | RoPE acc@C | acc@C | " +
+             " | ".join(f"far {m}C" for m in far_ms) + " |",
+             "|---|---|---|---:|---:|" + "---:|" * len(far_ms)]
+    for name, s in sc["summary"].items():
+        lines.append(f"| {SCRATCH_LABELS[name]} | `{sc['configs'][name]}` | {_rate(s)} | {_cell(s['rope_accuracy'])} | "
+                     f"{_cell(s['accuracy'])} | " + " | ".join(_cell(s["far"][str(m)]) for m in far_ms) + " |")
+    return lines
 
 
 def timing(out: pathlib.Path) -> dict:
@@ -585,13 +697,19 @@ def run(st: Study, d: Driver, poll: float) -> str:
     held = [runner.result(r, s, HELDOUT) for r in st.recipes for s in st.seeds]
     selected, ranking = select(held, st.recipes, st.seeds, st.multipliers, st.tolerance)
     write_report(st, build_doc(st, ranking, selected, held, None, timing(st.out)))
+    scratch = None
+    if st.scratch:
+        d.stage(f"from scratch: {', '.join(st.scratch)} × {len(st.scratch_seeds)} seed(s), held-out split")
+        d.work([runner.scratch_task(n, s, HELDOUT) for s in st.scratch_seeds for n in st.scratch], st.out, poll)
+        scratch = [runner.scratch_result(n, s, HELDOUT) for n in st.scratch for s in st.scratch_seeds]
+        write_report(st, build_doc(st, ranking, selected, held, None, timing(st.out), scratch))
     d.stage(f"selected {selected.slug} ({selected.describe(st.steps)}); confirmation: {len(st.confirm)} fresh "
             "seed(s), test split")
     confirmation = None
     if st.confirm:
         d.work(runner.tasks([selected], st.confirm, TEST), st.out, poll)
         confirmation = [runner.result(selected, s, TEST) for s in st.confirm]
-    text = write_report(st, build_doc(st, ranking, selected, held, confirmation, timing(st.out)))
+    text = write_report(st, build_doc(st, ranking, selected, held, confirmation, timing(st.out), scratch))
     d.stage(f"done: {st.out}/study.md")
     return text
 
@@ -617,6 +735,18 @@ def _names(text: str) -> tuple[str, ...]:
     return values
 
 
+def _pairs(text: str) -> tuple[tuple[int, int], ...]:
+    """--drops: a comma list of DROP:STEPS, each a positive ASCII integer."""
+    pairs = []
+    for item in (v.strip() for v in text.split(",")):
+        parts = item.split(":")
+        if len(parts) != 2 or not all(cli.ascii_digits(x) and int(x) >= 1 for x in parts):
+            raise argparse.ArgumentTypeError(f"expected a comma list of DROP:STEPS pairs of positive integers "
+                                             f"(e.g. 400:100,600:400), got '{text}'")
+        pairs.append((int(parts[0]), int(parts[1])))
+    return tuple(pairs)
+
+
 def parse(argv: list[str]) -> tuple[argparse.Namespace, Study]:
     """The options, every one checked before any work (drope_scripts.cli: one line naming the flag, exit 2).
     Numbers are ASCII and finite; the ranges are in the --help text."""
@@ -638,6 +768,16 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Study]:
     ap.add_argument("--shares", type=cli.float_list_type(),
                     help="recalibration share of the budget, %% (default 12.5,25,50: drop at 700, 600, 400 of 800); "
                          "each must leave 1..T-1 DroPE steps")
+    ap.add_argument("--drops", type=_pairs,
+                    help="DroPE schedules instead of --shares: a comma list of DROP:STEPS (from the RoPE run's step "
+                         "DROP, 1..T-1, for STEPS recalibration steps; their sum may differ from T; a pair on the "
+                         "budget is the --shares recipe of the same steps)")
+    ap.add_argument("--scratch", type=_names,
+                    help=f"schemes also trained from scratch for T steps and scored like DroPE, without a "
+                         f"temperature, each one of {', '.join(SCRATCH)} (default none)")
+    ap.add_argument("--scratch-seeds", type=integer,
+                    help="seeds 0..N-1 of --scratch, 1 <= N <= --seeds (they pair with the seed's RoPE run; "
+                         "default 5, or --seeds if fewer)")
     ap.add_argument("--multipliers", type=ints, default=(1, 2, 4, 8),
                     help="lengths as multiples of C: distinct integers, 1 included, each at most "
                          f"{MAX_EVAL_TOKENS:,} tokens / C (drope-eval's longest sequence; 32768 at C = 128) "
@@ -658,6 +798,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Study]:
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: 2 + 2 seeds, 80 steps, lr 1e-3 and 3e-3 at 25 %%, 200 queries")
     a = ap.parse_args(argv)
+    if a.drops is not None and a.shares is not None:
+        ap.error("--drops and --shares: give one of them (--drops names the drop step and the steps itself)")
     base = {**DEFAULTS, **(QUICK if a.quick else {})}
     for key, value in base.items():
         if getattr(a, key) is None:
@@ -686,18 +828,31 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Study]:
         except cli.UsageError:
             ap.error(f"--temperature must be auto or a finite number in [0, {MAX_TEMPERATURE:g}], got "
                      f"'{a.temperature}'")
-    recipes = grid(a.lrs, a.warmups, a.qk_norms, a.shares)
+    if a.scratch_seeds is None:
+        a.scratch_seeds = min(5, a.seeds)
+    if a.scratch is not None:
+        if any(n not in SCRATCH for n in a.scratch) or len(set(a.scratch)) != len(a.scratch):
+            ap.error(f"--scratch: distinct names, each one of {', '.join(SCRATCH)}, got {','.join(a.scratch)}")
+        if not 1 <= a.scratch_seeds <= a.seeds:
+            ap.error(f"--scratch-seeds must be in 1..{a.seeds} (--seeds: each pairs with the seed's RoPE run), "
+                     f"got {a.scratch_seeds}")
+    if a.drops is None:
+        recipes = grid(a.lrs, a.warmups, a.qk_norms, a.shares)
+    else:
+        recipes = schedule_grid(a.lrs, a.warmups, a.qk_norms, a.drops, a.steps)
     try:
         for r in recipes:
             r.steps(a.steps)
         confirm = confirmation_seeds(range(a.seeds), a.confirm_seeds, a.confirm_start)
     except ValueError as e:
-        ap.error(str(e))
+        ap.error(f"--drops: {e}" if a.drops is not None and str(e).startswith("schedule ") else str(e))
     if len({r.slug for r in recipes}) != len(recipes):
         ap.error("the grid repeats a recipe")
     a.bin = cli.checked_build(ap, a, "DROPE_BIN", ("drope-train", "drope-eval"), dest="bin").resolve()
+    scratch = a.scratch or ()
     st = Study(a.out, recipes, tuple(range(a.seeds)), confirm, a.steps, a.queries, tuple(sorted(a.multipliers)),
-               a.temperature, a.fit_queries, a.tolerance, a.threads)
+               a.temperature, a.fit_queries, a.tolerance, a.threads, scratch,
+               tuple(range(a.scratch_seeds)) if scratch else ())
     return a, st
 
 

@@ -127,22 +127,70 @@ def study(recipes, steps=8, **kw):
 
 
 
-def test_bad_options(tmp, capsys):
-    for args, needle in ((("--seeds", 0), "--seeds must be >= 1"),
-                         (("--multipliers", "2,4"), "including 1"),
-                         (("--qk-norms", "qq"), "--qk-norms"),
-                         (("--shares", "100"), "leaves 800 DroPE steps"),
-                         (("--confirm-start", 3), "include selection seeds"),
-                         (("--temperature", "hot"), "--temperature"),
-                         (("--lrs", "x"), "--lrs"),
-                         (("--bin", tmp), "no drope-train, drope-eval there")):
+def assert_refused(tmp, capsys, cases):
+    """Each (args, needle): exit 2 before any work, one line `recovery_study: ...` containing the needle."""
+    for args, needle in cases:
         with pytest.raises(SystemExit) as e:
             rs.parse(["--out", str(tmp / "bad"), *map(str, args)])
         err = capsys.readouterr().err
         assert e.value.code == 2 and needle in err, (args, err)
         assert len(err.strip().splitlines()) == 1 and err.startswith("recovery_study: "), err
     assert not (tmp / "bad").exists()
+
+
+def test_bad_options(tmp, capsys):
+    assert_refused(tmp, capsys, ((("--seeds", 0), "--seeds must be >= 1"),
+                                 (("--multipliers", "2,4"), "including 1"),
+                                 (("--qk-norms", "qq"), "--qk-norms"),
+                                 (("--shares", "100"), "leaves 800 DroPE steps"),
+                                 (("--confirm-start", 3), "include selection seeds"),
+                                 (("--temperature", "hot"), "--temperature"),
+                                 (("--lrs", "x"), "--lrs"),
+                                 (("--bin", tmp), "no drope-train, drope-eval there")))
     _, st = rs.parse(["--out", str(tmp / "q"), "--quick", "--bin", str(BIN)])
     assert (len(st.recipes), st.seeds, st.confirm, st.steps) == (2, (0, 1), (1000, 1001), 80)
     _, st = rs.parse(["--out", str(tmp / "full"), "--bin", str(BIN)])
     assert (len(st.recipes), len(st.seeds), len(st.confirm), st.steps, st.queries) == (24, 10, 10, 800, 1000)
+
+
+def test_schedules_name_the_drop_step_and_the_steps():
+    drops = ((400, 100), (400, 200), (400, 400), (600, 200), (600, 400), (700, 100), (700, 400))
+    rec = rs.schedule_grid((3e-3,), (0.1,), ("qk",), drops, 800)
+    assert [(r.start(800), r.steps(800)) for r in rec] == list(drops)
+    assert [r.budget(800) for r in rec] == [500, 600, 800, 800, 1000, 800, 1100]
+    assert [r.warmup_steps(800) for r in rec] == [10, 20, 40, 20, 40, 10, 40]
+    # on the budget: the share recipe itself (same slug, so the runs are shared); off it: drop step and steps
+    assert rec[2] == Recipe(3e-3, 0.1, "qk", 50.0) and rec[3] == Recipe(3e-3, 0.1, "qk", 25.0)
+    assert rec[5].slug == "lr3e-03-wu10-normqk-r12p5"
+    assert rec[0].slug == "lr3e-03-wu10-normqk-d400n100" and rec[6].slug == "lr3e-03-wu10-normqk-d700n400"
+    assert len({r.slug for r in rec}) == 7 and all("." not in r.slug for r in rec)
+    assert rec[0].overrides(800) == ["train.steps=100", "schedule.warmup=10", "optim.lr=0.003", "drope.qk_norm=qk"]
+    assert rec[0].schedule_text(800) == "100 from step 400 (budget 500)" and rec[2].schedule_text(800) == "400 (50 %)"
+    assert rec[0].doc(800)["budget"] == 500 and rec[0].doc(800)["drop_step"] == 400
+    assert study(rec, steps=800).rope_every() == 100  # keeps 400, 600 and 700
+    with pytest.raises(ValueError, match=r"drop step must be in 1\.\.799"):
+        rs.schedule(3e-3, 0.1, "qk", 800, 100, 800).steps(800)
+    # the order: pairs first, then QK-norm, learning rate, warm-up (as grid())
+    two = rs.schedule_grid((1e-3, 3e-3), (0.1,), ("qk",), ((400, 100), (700, 400)), 800)
+    assert [(r.lr, r.start(800)) for r in two] == [(1e-3, 400), (3e-3, 400), (1e-3, 700), (3e-3, 700)]
+
+
+def test_bad_schedule_and_scratch_options(tmp, capsys):
+    assert_refused(tmp, capsys, ((("--drops", "400"), "--drops"),
+                                 (("--drops", "400:0"), "--drops"),
+                                 (("--drops", "4OO:100"), "--drops"),
+                                 (("--drops", "900:100"), "--drops: schedule 900:100"),
+                                 (("--drops", "400:100", "--shares", "50"), "--drops and --shares"),
+                                 (("--drops", "400:100,400:100"), "the grid repeats a recipe"),
+                                 (("--scratch", "nope"), "--scratch"),
+                                 (("--scratch", "alibi,alibi"), "--scratch"),
+                                 (("--scratch", "alibi", "--scratch-seeds", 11), "--scratch-seeds must be in 1..10"),
+                                 (("--scratch", "alibi", "--scratch-seeds", 0), "--scratch-seeds must be in 1..10")))
+    _, st = rs.parse(["--out", str(tmp / "s"), "--bin", str(BIN), "--lrs", "3e-3", "--warmups", "0.1",
+                      "--qk-norms", "qk", "--drops", "400:100,600:200", "--scratch", "alibi,rnope-swa"])
+    assert [(r.start(800), r.steps(800)) for r in st.recipes] == [(400, 100), (600, 200)]
+    assert st.scratch == ("alibi", "rnope-swa") and st.scratch_seeds == tuple(range(5))
+    _, st = rs.parse(["--out", str(tmp / "t"), "--bin", str(BIN), "--seeds", "3", "--scratch", "alibi"])
+    assert st.scratch_seeds == (0, 1, 2) and len(st.recipes) == 24  # fewer seeds than 5; the default grid
+    _, st = rs.parse(["--out", str(tmp / "u"), "--bin", str(BIN)])
+    assert st.scratch == () and st.scratch_seeds == ()

@@ -68,3 +68,28 @@ def test_tiny_study_end_to_end(tmp):
     # another budget on the same directory is refused
     r = run_study(out, *TINY[:-2], "--steps", 16, check=False)
     assert r.returncode == 1 and "settings.json" in r.stderr and "use another --out" in r.stderr
+
+
+def test_tiny_schedules_and_schemes_from_scratch(tmp):
+    """--drops off the budget and --scratch: DroPE from the named step for the named steps, ALiBi and RNoPE-SWA
+    trained for the budget and scored at every length, their rows in the report and the CSV."""
+    out = tmp / "budgets"
+    run_study(out, "--steps", 8, "--seeds", 1, "--confirm-seeds", 0, "--lrs", "3e-3", "--warmups", "0.25",
+              "--qk-norms", "qk", "--drops", "4:2,6:2", "--multipliers", "1,2", "--queries", 8, "--fit-queries", 8,
+              "--scratch", "alibi,rnope-swa", "--poll", "0.2")
+    doc = json.loads((out / "study.json").read_text())
+    assert [(g["drop_step"], g["drope_steps"], g["budget"]) for g in doc["grid"]] == [(4, 2, 6), (6, 2, 8)]
+    assert doc["grid"][1]["slug"].endswith("-r25") and doc["grid"][0]["slug"].endswith("-d4n2")
+    assert doc["settings"]["rope_checkpoint_every"] == 2
+    cfg = (out / "train" / f"drope-{doc['grid'][0]['slug']}-s0" / "config.yaml").read_text()
+    assert "step-00000004" in cfg and "steps: 2" in cfg
+    assert set(doc["scratch"]["summary"]) == {"alibi", "rnope-swa"} and doc["scratch"]["seeds"] == [0]
+    for name in ("alibi", "rnope-swa"):
+        res = json.loads((out / "eval" / f"{name}-s0-{HELDOUT}.json").read_text())
+        assert sorted(r["length"] for r in res["results"]) == [128, 256]
+        assert (out / "train" / f"{name}-s0" / "checkpoints" / "step-00000008").is_dir()
+    text = (out / "study.md").read_text()
+    assert "2 from step 4 (budget 6)" in text and "## From scratch" in text and "| RNoPE-SWA |" in text
+    lines = (out / "study.csv").read_text().splitlines()
+    assert lines[0].endswith(",budget") and len(lines) == 1 + 2 + 2
+    assert sum(l.startswith("scratch,heldout,alibi,") for l in lines) == 1
