@@ -174,6 +174,27 @@ plot::Heatmap grid_heatmap(const std::vector<double>& cell, const std::vector<do
   return map;
 }
 
+// --dump: every prompt of the run (and its sample's fields) as JSON lines, without a model.
+void dump_niah_prompts(const NiahRunCommon& c, const std::vector<tasks::NiahTask>& task_list,
+                       const std::vector<int64_t>& lengths, const tasks::EssayText& essay,
+                       const tasks::NiahOptions& nopt) {
+  dump_prompts(c, [&](const tasks::TokenCounter& counter, std::string& content) {
+    for (const auto& task : task_list)
+      for (int64_t L : lengths) {
+        int64_t hint = 0, max_tokens = 0;
+        for (int64_t t = 0; t < c.trials; ++t) {
+          const auto s = tasks::make_niah_sample(task, L, c.seed, t, essay, counter, nopt, &hint);
+          max_tokens = std::max(max_tokens, s.prompt_tokens);
+          auto j = niah_sample_json(s);
+          j.update({{"essay_start", s.essay_start}, {"keys", s.keys}, {"needles", s.needles}, {"prompt", s.prompt}});
+          content += json_line(j);
+        }
+        logging::info("niah_{} @ {}: {} prompts, at most {} prompt tokens (+{} generated)", task.name, L, c.trials,
+                      max_tokens, c.max_new_tokens);
+      }
+  });
+}
+
 }  // namespace
 
 // ---- niah -------------------------------------------------------------------------------------------
@@ -191,22 +212,7 @@ void run_niah(const NiahRun& o) {
   if (need_essay || c.haystack != tasks::kDefaultHaystack) essay = tasks::load_essay(c.haystack, "--haystack");
   const auto nopt = niah_options(c);
 
-  if (!c.dump.empty())
-    return dump_prompts(c, [&](const tasks::TokenCounter& counter, std::string& content) {
-      for (const auto& task : task_list)
-        for (int64_t L : lengths) {
-          int64_t hint = 0, max_tokens = 0;
-          for (int64_t t = 0; t < c.trials; ++t) {
-            const auto s = tasks::make_niah_sample(task, L, c.seed, t, essay, counter, nopt, &hint);
-            max_tokens = std::max(max_tokens, s.prompt_tokens);
-            auto j = niah_sample_json(s);
-            j.update({{"essay_start", s.essay_start}, {"keys", s.keys}, {"needles", s.needles}, {"prompt", s.prompt}});
-            content += json_line(j);
-          }
-          logging::info("niah_{} @ {}: {} prompts, at most {} prompt tokens (+{} generated)", task.name, L, c.trials,
-                        max_tokens, c.max_new_tokens);
-        }
-    });
+  if (!c.dump.empty()) return dump_niah_prompts(c, task_list, lengths, essay, nopt);
 
   auto em = load_eval_model(c.method, true);
   const auto counter = make_counter(*em.tokenizer, c.bos);

@@ -169,6 +169,39 @@ struct ShardedMoments {
     return out;
   }
 };
+
+// Rank 0's `path` on every rank (a broadcast of its characters, on `device` where the process group needs it).
+std::string broadcast_path(Distributed& dist, const std::string& path, const torch::Device& device) {
+  std::vector<int64_t> chars(4096, 0);
+  if (dist.rank() == 0) {
+    if (path.size() >= chars.size()) fail("{}: path too long", path);
+    for (size_t i = 0; i < path.size(); ++i) chars[i] = static_cast<unsigned char>(path[i]);
+  }
+  auto t = torch::tensor(chars, torch::kLong);
+  if (device.is_cuda()) t = t.to(device);
+  dist.broadcast({t});
+  t = t.cpu();
+  std::string out;
+  for (int64_t i = 0; i < t.numel() && t[i].item<int64_t>() != 0; ++i) out.push_back(char(t[i].item<int64_t>()));
+  return out;
+}
+
+// optimizer-manifest.json: the format, the world size and step count, every parameter's size, the shard files.
+nlohmann::json sharded_manifest(Distributed& dist, ShardedDataParallel& sdp) {
+  nlohmann::json m{
+      {"format", "drope.sharded-optimizer"}, {"version", 1}, {"world", dist.world()}, {"steps", sdp.steps_taken()}};
+  nlohmann::json params = nlohmann::json::array();
+  for (size_t i = 0; i < sdp.names().size(); ++i) {
+    int64_t n = 1;
+    for (auto d : sdp.shapes()[i]) n *= d;
+    params.push_back({{"name", sdp.names()[i]}, {"numel", n}});
+  }
+  m["params"] = params;
+  std::vector<std::string> files;
+  for (int r = 0; r < dist.world(); ++r) files.push_back(shard_file_name(r, dist.world()));
+  m["files"] = files;
+  return m;
+}
 }  // namespace
 
 std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_dir, DecoderLM& model,
@@ -195,19 +228,7 @@ std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_di
     }
   }
   if (!agree("preparing the checkpoint directory")) fail("{}", error);
-  {
-    std::vector<int64_t> chars(4096, 0);
-    if (main) {
-      if (staging.size() >= chars.size()) fail("{}: path too long", staging);
-      for (size_t i = 0; i < staging.size(); ++i) chars[i] = static_cast<unsigned char>(staging[i]);
-    }
-    auto t = torch::tensor(chars, torch::kLong);
-    if (model->parameters().front().is_cuda()) t = t.to(model->parameters().front().device());
-    dist.broadcast({t});
-    t = t.cpu();
-    staging.clear();
-    for (int64_t i = 0; i < t.numel() && t[i].item<int64_t>() != 0; ++i) staging.push_back(char(t[i].item<int64_t>()));
-  }
+  staging = broadcast_path(dist, staging, model->parameters().front().device());
   auto cleanup = [&] {
     std::error_code ec;
     if (main) fs::remove_all(staging, ec);
@@ -252,21 +273,7 @@ std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_di
     try {
       write_dir_atomic(dir, [&](const std::string& tmp) {
         for (const auto& e : fs::directory_iterator(staging)) fs::rename(e.path(), fs::path(tmp) / e.path().filename());
-        nlohmann::json m{{"format", "drope.sharded-optimizer"},
-                         {"version", 1},
-                         {"world", dist.world()},
-                         {"steps", sdp.steps_taken()}};
-        nlohmann::json params = nlohmann::json::array();
-        for (size_t i = 0; i < sdp.names().size(); ++i) {
-          int64_t n = 1;
-          for (auto d : sdp.shapes()[i]) n *= d;
-          params.push_back({{"name", sdp.names()[i]}, {"numel", n}});
-        }
-        m["params"] = params;
-        std::vector<std::string> files;
-        for (int r = 0; r < dist.world(); ++r) files.push_back(shard_file_name(r, dist.world()));
-        m["files"] = files;
-        write_file_atomic((fs::path(tmp) / kManifest).string(), m.dump(1) + "\n");
+        write_file_atomic((fs::path(tmp) / kManifest).string(), sharded_manifest(dist, sdp).dump(1) + "\n");
         TrainState saved = st;
         saved.skipped = st.step - sdp.steps_taken();
         write_file_atomic((fs::path(tmp) / "run.yaml").string(), run_yaml);
