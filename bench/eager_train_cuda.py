@@ -6,7 +6,11 @@ line per step in drope-train's format (step, tokens, tokens_per_s, loss) plus pe
 reads both sides the same way.
 
   python bench/eager_train_cuda.py OUT [--steps 8] [--seq-len 1024] [--batch 16] [--device cuda|cpu]
-                                       [--shape qwen2-0.5b|tiny]
+                                       [--shape qwen2-0.5b|tiny] [--compile]
+
+--compile runs the same model through torch.compile, one decoder layer at a time (regional compilation, as
+torchtitan compiles its blocks: the 24 identical layers share one compiled graph, so compiling takes seconds, not
+minutes); the first steps include the compilation, and the summary reads the steps after the first two.
 
 --device cpu --shape tiny is gpu-check's rehearsal on the CPU (drope's tiny preset as an HF Qwen2 model).
 """
@@ -34,6 +38,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--shape", choices=tuple(SHAPES), default="qwen2-0.5b")
+    ap.add_argument("--compile", action="store_true", help="torch.compile each decoder layer (regional compilation)")
     a = ap.parse_args(argv)
     if a.steps < 1 or a.seq_len < 2 or a.batch < 1:
         ap.error("--steps, --batch must be >= 1 and --seq-len >= 2")
@@ -44,12 +49,17 @@ def main(argv: list[str]) -> int:
     if cuda and not torch.cuda.is_available():
         print("error: --device cuda: no CUDA device", file=sys.stderr)
         return 1
-    cfg = Qwen2Config(**SHAPES[a.shape], rms_norm_eps=1e-6, tie_word_embeddings=True)
+    # use_cache=False: training keeps no KV cache (with it, every layer would also store its K/V and the compiled
+    # layers would recompile on the cache state).
+    cfg = Qwen2Config(**SHAPES[a.shape], rms_norm_eps=1e-6, tie_word_embeddings=True, use_cache=False)
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     dev = torch.device(a.device)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     model = Qwen2ForCausalLM(cfg).to(dev).train()
+    if a.compile:
+        for layer in model.model.layers:
+            layer.compile()
     params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
@@ -78,10 +88,12 @@ def main(argv: list[str]) -> int:
                    "loss": loss.item(), "elapsed_s": time.perf_counter() - t_start,
                    "peak_cuda_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0}
             f.write(json.dumps(rec) + "\n")
-            print(f"eager step {step}/{a.steps} | loss {rec['loss']:.4f} | {rec['tokens_per_s'] / 1e3:.1f}k tok/s | "
+            kind = "compiled" if a.compile else "eager"
+            print(f"{kind} step {step}/{a.steps} | loss {rec['loss']:.4f} | {rec['tokens_per_s'] / 1e3:.1f}k tok/s | "
                   f"peak {rec['peak_cuda_gib']:.1f} GiB", flush=True)
     os.replace(tmp, a.out / "log.jsonl")
-    print(f"HF Qwen2ForCausalLM: {params / 1e6:.2f}M params, torch {torch.__version__}, "
+    print(f"HF Qwen2ForCausalLM{' (torch.compile per decoder layer)' if a.compile else ''}: "
+          f"{params / 1e6:.2f}M params, torch {torch.__version__}, "
           f"{torch.cuda.get_device_name(0) if cuda else 'CPU'}")
     return 0
 

@@ -14,6 +14,8 @@
 #                          bytes: tokens/s and MFU (train.peak_tflops from the GPU's name or DROPE_PEAK_TFLOPS)
 #   train_step_qwen2_0_5b_eager  the same step in eager PyTorch (HF Qwen2ForCausalLM, SDPA, fused AdamW):
 #                          tokens/s of what users run instead, for the ratio in the summary
+#   train_step_qwen2_0_5b_compiled  the eager stage's model with torch.compile per decoder layer (regional
+#                          compilation): what users run when they compile, for the second ratio
 #   train_step_qwen2_0_5b_fused_loss_off  the train stage with train.fused_loss: false (the chunked loss in
 #                          separate ops): the fused loss's effect on tokens/s
 #   train_step_qwen2_0_5b_cuda_graphs  the train stage with train.cuda_graphs: true (and train.chunked_loss:
@@ -262,6 +264,16 @@ stage_eager() {
   "$PY" "$ROOT/bench/eager_train_cuda.py" "$OUT_DIR/train-qwen2-eager" $EAGER_ARGS
 }
 
+describe_stage_compiled() {
+  echo "python bench/eager_train_cuda.py $OUT_DIR/train-qwen2-compiled $EAGER_ARGS --compile (the eager stage's" \
+    "HF model with torch.compile per decoder layer: what users run instead when they compile)"
+}
+stage_compiled() {
+  rm -rf "$OUT_DIR/train-qwen2-compiled"  # ours, from an earlier check
+  # shellcheck disable=SC2086  # the sizes, split as given
+  "$PY" "$ROOT/bench/eager_train_cuda.py" "$OUT_DIR/train-qwen2-compiled" $EAGER_ARGS --compile
+}
+
 describe_stage_fused_off() {
   echo "$BUILD_DIR/drope-train $OUT_DIR/train-qwen2.yaml --set train.fused_loss=false --set" \
     "run.out_dir=$OUT_DIR/train-qwen2-fused-off (the train stage's run, the chunked loss in separate ops)"
@@ -420,7 +432,7 @@ EOF
 
 export ROOT BUILD_DIR OUT_DIR CUDA_ARCHS PY TARGETS BENCH_ARGS_STR PREBUILT REHEARSE DEVICE BENCH_SIZES TRAIN_MODEL \
   TRAIN_SHAPE TRAIN_STEPS EAGER_ARGS REAL_C REAL_WINDOWS NIAH_TASKS NIAH_NEW REAL_SHAPE REAL_STEPS REAL_DTYPE REAL_MULT NIAH_LENGTHS GREEDY_CONTEXT GREEDY_NEW
-export -f cuda_only check_prebuilt check_archs stage_setup stage_gpu stage_gpu_tests stage_bench stage_bench64 stage_bench128 stage_train stage_eager stage_nccl stage_greedy stage_real \
+export -f cuda_only check_prebuilt check_archs stage_setup stage_gpu stage_gpu_tests stage_bench stage_bench64 stage_bench128 stage_train stage_eager stage_compiled stage_nccl stage_greedy stage_real \
   stage_fused_off stage_cuda_graphs stage_two_ranks
 
 # ---- run -------------------------------------------------------------------------------------------------------
@@ -428,15 +440,16 @@ export -f cuda_only check_prebuilt check_archs stage_setup stage_gpu stage_gpu_t
 [ "$REHEARSE" = 1 ] && log "rehearsal on the CPU: device cpu, small sizes, the CPU build in $BUILD_DIR"
 run_stage setup 420 stage_setup
 run_stage gpu 15 stage_gpu
-run_stage gpu_tests 95 stage_gpu_tests
+run_stage gpu_tests 90 stage_gpu_tests
 run_stage attention_bench_d64 50 stage_bench64
 run_stage attention_bench_d128 50 stage_bench128
 run_stage train_step_qwen2_0_5b 50 stage_train
-run_stage train_step_qwen2_0_5b_eager 50 stage_eager
-run_stage train_step_qwen2_0_5b_fused_loss_off 40 stage_fused_off
+run_stage train_step_qwen2_0_5b_eager 35 stage_eager
+run_stage train_step_qwen2_0_5b_compiled 40 stage_compiled
+run_stage train_step_qwen2_0_5b_fused_loss_off 30 stage_fused_off
 run_stage train_step_qwen2_0_5b_cuda_graphs 30 stage_cuda_graphs
-run_stage nccl_smoke 15 stage_nccl
-run_stage two_ranks 50 stage_two_ranks
+run_stage nccl_smoke 10 stage_nccl
+run_stage two_ranks 45 stage_two_ranks
 run_stage greedy_gpu_vs_cpu 10 stage_greedy
 run_stage real_smollm2_drope 65 stage_real
 summarize

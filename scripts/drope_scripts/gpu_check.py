@@ -7,6 +7,7 @@ Layout of the output directory (gpu-check.sh writes it):
   bench-attention-d<D>.json         drope-bench attention --device cuda --json (attention_bench_d<D>)
   train-qwen2/log.jsonl             drope-train's log of the qwen2-0.5b bf16 steps (train_step_qwen2_0_5b)
   train-qwen2-eager/log.jsonl       eager PyTorch (HF Qwen2) on the same step (train_step_qwen2_0_5b_eager)
+  train-qwen2-compiled/log.jsonl    the same with torch.compile per decoder layer (train_step_qwen2_0_5b_compiled)
   nccl/log.jsonl, nccl.log          drope-train under torchrun, one rank, NCCL (nccl_smoke)
   greedy-cpu.json, greedy-cuda.json drope-bench generate on each device (greedy_gpu_vs_cpu)
   ctest-gpu.log                     ctest -L gpu (gpu_tests)
@@ -27,7 +28,8 @@ from .atomic import write_atomic
 
 # Every stage gpu-check.sh runs, in order (tests/py/test_gpu_check.py holds the script to this list).
 STAGES = ("setup", "gpu", "gpu_tests", "attention_bench_d64", "attention_bench_d128", "train_step_qwen2_0_5b",
-          "train_step_qwen2_0_5b_eager", "train_step_qwen2_0_5b_fused_loss_off", "train_step_qwen2_0_5b_cuda_graphs",
+          "train_step_qwen2_0_5b_eager", "train_step_qwen2_0_5b_compiled", "train_step_qwen2_0_5b_fused_loss_off",
+          "train_step_qwen2_0_5b_cuda_graphs",
           "nccl_smoke", "two_ranks",
           "greedy_gpu_vs_cpu", "real_smollm2_drope")
 BENCH_T = 8192  # the summary's attention row: the reference length of docs/gpu.md
@@ -169,6 +171,16 @@ def two_rank_numbers(log: pathlib.Path) -> dict:
     return res
 
 
+# The training stages compared with the train stage's run (train-qwen2): stage -> (its run directory, the ratio's
+# key, whether the ratio is drope-train's default step over it or (False) it over the default step).
+TRAIN_RATIOS = {
+    "train_step_qwen2_0_5b_eager": ("train-qwen2-eager", "drope_vs_eager", True),
+    "train_step_qwen2_0_5b_compiled": ("train-qwen2-compiled", "drope_vs_compiled", True),
+    "train_step_qwen2_0_5b_fused_loss_off": ("train-qwen2-fused-off", "fused_vs_unfused", True),
+    "train_step_qwen2_0_5b_cuda_graphs": ("train-qwen2-cuda-graphs", "graphs_vs_default", False),
+}
+
+
 def stage_numbers(out: pathlib.Path, name: str) -> dict:
     if name == "gpu_tests":
         return ctest_numbers(out)
@@ -176,23 +188,13 @@ def stage_numbers(out: pathlib.Path, name: str) -> dict:
         return bench_numbers(out / f"bench-attention-{name.rsplit('_', 1)[1]}.json")
     if name == "train_step_qwen2_0_5b":
         return train_numbers(out / "train-qwen2" / "log.jsonl")
-    if name == "train_step_qwen2_0_5b_eager":
-        res = train_numbers(out / "train-qwen2-eager" / "log.jsonl")
+    if name in TRAIN_RATIOS:
+        run, key, ours_over_it = TRAIN_RATIOS[name]
+        res = train_numbers(out / run / "log.jsonl")
         ours = train_numbers(out / "train-qwen2" / "log.jsonl")
         if res.get("tokens_per_s") and ours.get("tokens_per_s"):
-            res["drope_vs_eager"] = ours["tokens_per_s"] / res["tokens_per_s"]
-        return res
-    if name == "train_step_qwen2_0_5b_fused_loss_off":
-        res = train_numbers(out / "train-qwen2-fused-off" / "log.jsonl")
-        ours = train_numbers(out / "train-qwen2" / "log.jsonl")
-        if res.get("tokens_per_s") and ours.get("tokens_per_s"):
-            res["fused_vs_unfused"] = ours["tokens_per_s"] / res["tokens_per_s"]
-        return res
-    if name == "train_step_qwen2_0_5b_cuda_graphs":  # against the default step (chunked loss on, no graphs)
-        res = train_numbers(out / "train-qwen2-cuda-graphs" / "log.jsonl")
-        ours = train_numbers(out / "train-qwen2" / "log.jsonl")
-        if res.get("tokens_per_s") and ours.get("tokens_per_s"):
-            res["graphs_vs_default"] = res["tokens_per_s"] / ours["tokens_per_s"]
+            ratio = ours["tokens_per_s"] / res["tokens_per_s"]
+            res[key] = ratio if ours_over_it else 1 / ratio
         return res
     if name == "two_ranks":
         return two_rank_numbers(out / "stages" / "two_ranks.log")
@@ -244,6 +246,8 @@ def markdown(doc: dict) -> str:
             nums.append(f"MFU {100 * rec['mfu']:.1f} %")
         if "drope_vs_eager" in rec:
             nums.append(f"drope-train {rec['drope_vs_eager']:.2f}x eager")
+        if "drope_vs_compiled" in rec:
+            nums.append(f"drope-train {rec['drope_vs_compiled']:.2f}x torch.compile")
         if "fused_vs_unfused" in rec:
             nums.append(f"fused loss {rec['fused_vs_unfused']:.2f}x this")
         if "loss_max_diff" in rec:

@@ -13,7 +13,8 @@ from drope_scripts import gpu_check
 SCRIPT = ROOT / "scripts" / "gpu-check.sh"
 # The stages of docs/gpu.md; removing one from the script (or from gpu_check.STAGES) fails here.
 EXPECTED = ["setup", "gpu", "gpu_tests", "attention_bench_d64", "attention_bench_d128", "train_step_qwen2_0_5b",
-            "train_step_qwen2_0_5b_eager", "train_step_qwen2_0_5b_fused_loss_off", "train_step_qwen2_0_5b_cuda_graphs",
+            "train_step_qwen2_0_5b_eager", "train_step_qwen2_0_5b_compiled", "train_step_qwen2_0_5b_fused_loss_off",
+          "train_step_qwen2_0_5b_cuda_graphs",
             "nccl_smoke", "two_ranks",
             "greedy_gpu_vs_cpu", "real_smollm2_drope"]
 STAGE_LINE = re.compile(r"stage (\w+) \(budget (\d+)s\): (.*)")
@@ -47,6 +48,10 @@ def test_dry_run_prints_every_stage_with_budget_and_command(tmp):
             assert needle in c, (needle, c)
     assert "qwen2-0.5b" in cmd["train_step_qwen2_0_5b"] and "bf16" in cmd["train_step_qwen2_0_5b"]
     assert "eager_train_cuda" in cmd["train_step_qwen2_0_5b_eager"] and "HF Qwen2" in cmd["train_step_qwen2_0_5b_eager"]
+    assert "eager_train_cuda" in cmd["train_step_qwen2_0_5b_compiled"]
+    compiled = cmd["train_step_qwen2_0_5b_compiled"]
+    assert "--compile" in compiled and "torch.compile" in compiled
+    assert "--compile" not in cmd["train_step_qwen2_0_5b_eager"]
     assert "torchrun --no-python --nproc_per_node=1" in cmd["nccl_smoke"]
     assert "DROPE_DIST_SINGLE_RANK_GROUP=1" in cmd["nccl_smoke"] and "cuda" in cmd["nccl_smoke"]
     assert "--device cpu" in cmd["greedy_gpu_vs_cpu"] and "--device cuda" in cmd["greedy_gpu_vs_cpu"]
@@ -108,6 +113,10 @@ def test_summary_reads_every_stage_artifact(tmp):
     (out / "train-qwen2-eager" / "log.jsonl").write_text("\n".join(json.dumps(j) for j in [
         {"step": 1, "loss": 12.0, "tokens_per_s": 900.0}, {"step": 2, "loss": 11.0, "tokens_per_s": 30000.0},
         {"step": 3, "loss": 10.0, "tokens_per_s": 35000.0}]) + "\n")
+    (out / "train-qwen2-compiled").mkdir()
+    (out / "train-qwen2-compiled" / "log.jsonl").write_text("\n".join(json.dumps(j) for j in [
+        {"step": 1, "loss": 12.0, "tokens_per_s": 10.0}, {"step": 2, "loss": 11.0, "tokens_per_s": 20000.0},
+        {"step": 3, "loss": 10.0, "tokens_per_s": 56000.0}, {"step": 4, "loss": 9.0, "tokens_per_s": 56000.0}]) + "\n")
     (out / "greedy-cpu.json").write_text(json.dumps({"tokens": [5, 6, 7, 8]}))
     (out / "greedy-cuda.json").write_text(json.dumps({"tokens": [5, 6, 9, 8]}))
     (out / "nccl").mkdir()
@@ -135,6 +144,8 @@ def test_summary_reads_every_stage_artifact(tmp):
     assert train["tokens_per_s"] == 70000.0 and abs(train["mfu"] - 0.45) < 1e-12  # median of steps 3 and 4
     assert st["train_step_qwen2_0_5b_eager"]["tokens_per_s"] == 35000.0
     assert st["train_step_qwen2_0_5b_eager"]["drope_vs_eager"] == 2.0
+    # the compiled steps after the first two (compilation) only: 70000 / 56000
+    assert st["train_step_qwen2_0_5b_compiled"]["drope_vs_compiled"] == 1.25
     assert st["nccl_smoke"]["backend_nccl"] is True and st["nccl_smoke"]["allreduce_buckets"] == 2
     assert st["train_step_qwen2_0_5b_fused_loss_off"]["fused_vs_unfused"] == 1.25
     assert st["two_ranks"]["loss_max_diff"] == {"none-none": 2e-7, "params-full": 3.1e-6}
@@ -144,7 +155,7 @@ def test_summary_reads_every_stage_artifact(tmp):
     assert greedy["status"].startswith("FAILED")  # the stage said ok; differing tokens make it a failure
     md = (out / "summary.md").read_text()
     assert "MFU 45.0 %" in md and "70000 tokens/s" in md and "differ from position 2" in md
-    assert "drope-train 2.00x eager" in md
+    assert "drope-train 2.00x eager" in md and "drope-train 1.25x torch.compile" in md
     assert "fused loss 1.25x this" in md and "2 two-rank runs, max loss difference 3.1e-06 (gloo)" in md
     assert "| causal | flash | 8492.0 | 200.0 | flash |" in md
 
