@@ -19,7 +19,13 @@ Writes to --out: models/dropped-s<seed>/ (the dropped checkpoints), <model>/head
 maps/<model>/attention_L<l>_H<h>.json, summary.json and summary.md (the numbers), failure_analysis.{png,svg} (the
 figure: RoPE and both DroPE models; needs matplotlib).
 
-Usage: bash studies/run.sh failure_analysis --study runs/recovery-study --out runs/failure-analysis
+--all: instead of one pair, every DroPE seed of the study (recovered and failed, every recipe) and the RoPE
+checkpoint each was dropped from (once per seed and drop step): head-scores of each, the best head's previous-token
+score, SEP → Q_c and needle selectivity (own needle − another) per model, and their distributions over seeds per
+group (RoPE, DroPE recovered, plateau, other failure): summary_all.{md,json}, failure_analysis_all.{png,svg}.
+Finished head scores are reused, so the same command resumes.
+
+Usage: bash studies/run.sh failure_analysis --study runs/recovery-study --out runs/failure-analysis [--all]
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import argparse
 import json
 import pathlib
 import re
+import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,18 +112,24 @@ class Model:
     run: pathlib.Path | None  # training run directory (None: made here)
 
 
-def drope_models(d: Driver, study: pathlib.Path, out: pathlib.Path, r: SeedResult,
-                 state: str) -> tuple[Model, Model, Model]:
-    """(the RoPE checkpoint at the drop step, that checkpoint just dropped as the run dropped it (drope-model drop
-    into out/, no recalibration), the final DroPE checkpoint) of one DroPE run."""
+def run_paths(study: pathlib.Path, r: SeedResult) -> tuple[pathlib.Path, pathlib.Path, int, pathlib.Path, dict]:
+    """(the RoPE checkpoint DroPE started from, the final DroPE checkpoint, the drop step, the run directory, its
+    config) of one DroPE run; refused where a checkpoint is missing."""
     run = study / "train" / f"drope-{r.recipe}-s{r.seed}"
     cfg = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
     init, steps = pathlib.Path(cfg["run"]["init"]), int(cfg["train"]["steps"])
     drope = run / "checkpoints" / f"step-{steps:08d}"
-    drop_step = int(init.name.removeprefix("step-"))
     for p in (init, drope):
         if not (p / "model.safetensors").is_file():
             raise ValueError(f"{p}: no model.safetensors")
+    return init, drope, int(init.name.removeprefix("step-")), run, cfg
+
+
+def drope_models(d: Driver, study: pathlib.Path, out: pathlib.Path, r: SeedResult,
+                 state: str) -> tuple[Model, Model, Model]:
+    """(the RoPE checkpoint at the drop step, that checkpoint just dropped as the run dropped it (drope-model drop
+    into out/, no recalibration), the final DroPE checkpoint) of one DroPE run."""
+    init, drope, drop_step, run, cfg = run_paths(study, r)
     dropped = out / "models" / f"dropped-s{r.seed}"
     d.tool("drope-model", "drop", "--model", init, "--qk-norm", cfg["drope"]["qk_norm"],
            *(["--per-head"] if cfg["drope"].get("per_head") else []), "--force", "--out", dropped, show=NONE)
@@ -250,6 +263,115 @@ def draw(models: Sequence[Model], scores: dict[str, dict], maps: dict[tuple[str,
     plt.close(fig)
 
 
+# ---- every seed --------------------------------------------------------------------------------------------
+
+METRICS = (("previous_token", "strongest previous-token score"),
+           ("answer_to_query", "strongest SEP → Q_c"),
+           ("needle_selectivity", "most selective SEP → needle\n(own needle − another)"))
+GROUPS = ("RoPE at the drop step", "DroPE recovered", "DroPE failed: plateau", "DroPE failed: other")
+
+
+def head_metrics(scores: dict) -> dict[str, float]:
+    """A model's three key numbers, each the best head's: previous-token score, SEP → Q_c, needle selectivity."""
+    heads = scores["heads"]
+    return {"previous_token": max(h["previous_token"] for h in heads),
+            "answer_to_query": max(h["answer_to_query"] for h in heads),
+            "needle_selectivity": max(h["answer_to_needle"] - h["answer_to_other_needles"] for h in heads)}
+
+
+def group_summary(rows: Sequence[dict]) -> dict[str, dict]:
+    """Per group and metric: n, median, min, max over its models."""
+    out = {}
+    for g in GROUPS:
+        mine = [r for r in rows if r["group"] == g]
+        out[g] = {"n": len(mine)}
+        for key, _ in METRICS:
+            vs = sorted(r[key] for r in mine)
+            out[g][key] = None if not vs else {"median": statistics.median(vs), "min": vs[0], "max": vs[-1]}
+    return out
+
+
+def all_markdown(doc: dict) -> str:
+    lines = [f"# Failure analysis over every seed: {doc['study']}", "",
+             f"{doc['sequences']} held-out offset-key sequences of {doc['length']} tokens (seed {doc['task_seed']}) "
+             "per model; each number is the model's best head. Recovered: within 2 points of the seed's RoPE model "
+             "at C; plateau: 40–60 % at C; other: any other failure.", "",
+             "| group | models | " + " | ".join(f"{label.splitlines()[0]}: median [min, max]" for _, label in METRICS) +
+             " |", "|---|---:|" + "---|" * len(METRICS)]
+    for g, s in doc["groups"].items():
+        cells = ["–" if s[k] is None else f"{s[k]['median']:.3f} [{s[k]['min']:.3f}, {s[k]['max']:.3f}]"
+                 for k, _ in METRICS]
+        lines.append(f"| {g} | {s['n']} | " + " | ".join(cells) + " |")
+    lines += ["", "| model | group | acc@C % | " + " | ".join(k for k, _ in METRICS) + " |",
+              "|---|---|---:|" + "---:|" * len(METRICS)]
+    for r in doc["models"]:
+        acc = "–" if r["accuracy"] is None else f"{r['accuracy']:.1f}"
+        lines.append(f"| {r['key']} | {r['group']} | {acc} | " + " | ".join(f"{r[k]:.3f}" for k, _ in METRICS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def draw_all(rows: Sequence[dict], out: pathlib.Path, title: str) -> None:
+    """One panel per metric: every model as a point (jittered) over a box per group."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    colours = ["#7f7f7f", "#2ca02c", "#d62728", "#ff7f0e"]
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(15, 5), layout="constrained")
+    rng = np.random.default_rng(0)
+    for ax, (key, label) in zip(axes, METRICS):
+        data = [[r[key] for r in rows if r["group"] == g] for g in GROUPS]
+        ax.boxplot([v if v else [np.nan] for v in data], widths=0.5, showfliers=False)
+        for i, (vs, c) in enumerate(zip(data, colours), 1):
+            ax.scatter(i + rng.uniform(-0.15, 0.15, len(vs)), vs, s=14, color=c, alpha=0.8, zorder=3)
+        ax.set_xticks(range(1, len(GROUPS) + 1),
+                      [f"{g}\n(n = {len(v)})" for g, v in zip(GROUPS, data)], fontsize=7.5, rotation=15)
+        ax.set_ylabel(label, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title, fontsize=11)
+    for ext in ("png", "svg"):
+        fig.savefig(out.with_suffix(f".{ext}"), dpi=110)
+    plt.close(fig)
+
+
+def run_all(d: Driver, a: argparse.Namespace) -> dict:
+    """Every DroPE seed of the study and the RoPE checkpoint it was dropped from (once per seed and drop step):
+    head scores (reused where out/<model>/head_scores.json exists), their best heads, the distributions."""
+    found = [r for r in scan(a.study, a.split) if r.state in ("recovered", "plateau", "other")]
+    if not found:
+        raise ValueError(f"{a.study}: no evaluated DroPE seeds")
+    a.out.mkdir(parents=True, exist_ok=True)
+    models: dict[str, tuple[pathlib.Path, str, float | None]] = {}  # key → (checkpoint, group, accuracy at C)
+    for r in sorted(found, key=lambda r: (r.recipe, r.seed)):
+        init, drope, drop_step, _, _ = run_paths(a.study, r)
+        models.setdefault(f"rope-s{r.seed}-{drop_step}", (init, GROUPS[0], None))
+        group = {"recovered": GROUPS[1], "plateau": GROUPS[2]}.get(r.state, GROUPS[3])
+        models[f"drope-{r.recipe}-s{r.seed}"] = (drope, group, r.accuracy)
+    d.stage(f"head-scores of {len(models)} models ({len(found)} DroPE seeds and their RoPE checkpoints)")
+    rows, length = [], None
+    for key, (path, group, acc) in models.items():
+        scores_file = a.out / key / "head_scores.json"
+        if not scores_file.is_file():
+            d.tool("drope-analyze", "head-scores", "--model", path, "--task", "offset-key", "--sequences", a.sequences,
+                   "--split", a.split, "--task-seed", a.task_seed, "--out", a.out / key, show=NONE)
+        scores = results.load(scores_file, "head-scores")
+        length = scores["length"]
+        rows.append({"key": key, "model": str(path), "group": group, "accuracy": acc, **head_metrics(scores)})
+    doc = {"study": str(a.study), "split": a.split, "sequences": a.sequences, "task_seed": a.task_seed,
+           "length": length, "groups": group_summary(rows), "models": rows}
+    write_atomic(a.out / "summary_all.json", json.dumps(doc, indent=2) + "\n")
+    write_atomic(a.out / "summary_all.md", all_markdown(doc))
+    print(all_markdown(doc))
+    d.stage("figure")
+    draw_all(rows, a.out / "failure_analysis_all",
+             f"Offset-key: the best heads of every DroPE seed of {a.study.name} and of the RoPE checkpoints they were "
+             "dropped from")
+    d.stage(f"done: {a.out}/failure_analysis_all.png")
+    return doc
+
+
 # ---- the run -----------------------------------------------------------------------------------------------
 
 def summary_markdown(doc: dict) -> str:
@@ -322,6 +444,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/failure-analysis"),
                     help="output directory (default runs/failure-analysis)")
     ap.add_argument("--recipe", help="the recipe's slug (default: the first with a recovered and a plateaued seed)")
+    ap.add_argument("--all", action="store_true",
+                    help="every DroPE seed of the study (recovered and failed, every recipe) and the RoPE checkpoints "
+                         "they were dropped from: the best heads' scores as distributions over seeds "
+                         "(summary_all.{md,json}, failure_analysis_all.{png,svg})")
     ap.add_argument("--recovered-seed", type=cli.int_type(0), help="the recovered seed (default: the lowest)")
     ap.add_argument("--plateaued-seed", type=cli.int_type(0), help="the plateaued seed (default: the lowest)")
     ap.add_argument("--split", choices=("heldout", "test"), default="heldout",
@@ -331,6 +457,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--task-seed", type=cli.int_type(0), default=42, help="their generator seed (default 42)")
     cli.add_build_option(ap, "DROPE_BIN", dest="bin")
     a = ap.parse_args(argv)
+    if a.all and (a.recipe or a.recovered_seed is not None or a.plateaued_seed is not None):
+        ap.error("--all reads every seed of every recipe: no --recipe, --recovered-seed or --plateaued-seed")
     a.study, a.out = cli.caller_path(a.study).resolve(), cli.caller_path(a.out).resolve()
     if not 1 <= a.sequences <= 65536:
         ap.error(f"--sequences must be in [1, 65536], got {a.sequences}")
@@ -348,7 +476,7 @@ def main(argv: list[str]) -> int:
     a = parse(argv)
     d = Driver("failure-analysis", a.bin, width=4)
     try:
-        run(d, a)
+        (run_all if a.all else run)(d, a)
     except ToolError as e:
         print(f"failure_analysis: {e}", file=sys.stderr)
         return e.returncode or 1

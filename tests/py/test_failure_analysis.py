@@ -110,3 +110,37 @@ def test_bad_options(tmp, capsys):
     assert "--sequences" in capsys.readouterr().err
     assert fa.main(["--study", str(tmp), "--out", str(tmp / "o"), "--bin", str(BIN)]) == 1
     assert "no evaluated DroPE seeds" in capsys.readouterr().err
+
+
+def test_every_seed_on_tiny_models(tmp, capsys):
+    study, out = make_study(tmp), tmp / "fa-all"
+    (study / "eval" / "drope-x-s0-heldout.json").write_text(json.dumps(offset_key_doc(97.0)))  # a failure, other
+    args = ["--study", str(study), "--out", str(out), "--sequences", "3", "--bin", str(BIN), "--all"]
+    try:
+        import matplotlib  # noqa: F401
+        figure = True
+    except ImportError:
+        figure = False
+    rc = fa.main(args)
+    err = capsys.readouterr().err
+    assert rc == (0 if figure else 1), err
+    if figure:
+        assert (out / "failure_analysis_all.png").read_bytes()[:4] == b"\x89PNG"
+    doc = json.loads((out / "summary_all.json").read_text())
+    assert [(m["key"], m["group"], m["accuracy"]) for m in doc["models"]] == [
+        ("rope-s0-6", fa.GROUPS[0], None), ("drope-x-s0", fa.GROUPS[3], 97.0),
+        ("rope-s1-6", fa.GROUPS[0], None), ("drope-x-s1", fa.GROUPS[2], 50.5)]
+    assert [doc["groups"][g]["n"] for g in fa.GROUPS] == [2, 0, 1, 1] and doc["groups"][fa.GROUPS[1]][
+        "answer_to_query"] is None
+    scores = json.loads((out / "drope-x-s1" / "head_scores.json").read_text())
+    assert doc["models"][3]["answer_to_query"] == max(h["answer_to_query"] for h in scores["heads"])
+    rope = doc["groups"][fa.GROUPS[0]]["needle_selectivity"]
+    assert rope["min"] <= rope["median"] <= rope["max"]
+    assert "| DroPE failed: plateau | 1 |" in (out / "summary_all.md").read_text()
+    stamp = (out / "drope-x-s1" / "head_scores.json").stat().st_mtime_ns
+    assert fa.main(args) == rc  # resumed: the head scores are reused
+    assert (out / "drope-x-s1" / "head_scores.json").stat().st_mtime_ns == stamp
+    with pytest.raises(SystemExit):
+        fa.parse([*args, "--recipe", "x"])
+    err = capsys.readouterr().err
+    assert "--all reads every seed" in err and len(err.strip().splitlines()) == 1
