@@ -12,7 +12,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/yaml.h"
-#include "drope/train/optim.h"
+#include "drope/train/lr_schedule.h"
 
 namespace fs = std::filesystem;
 

@@ -40,6 +40,7 @@
 #include "drope/train/checkpoint.h"
 #include "drope/train/data.h"
 #include "drope/train/distributed.h"
+#include "drope/train/lr_schedule.h"
 #include "drope/train/recompute.h"
 #include "drope/train/resume_settings.h"
 #include "drope/train/tensor_memory.h"

@@ -15,7 +15,7 @@
 #include "drope/core/files.h"
 #include "drope/formats/checkpoint_state.h"
 #include "drope/model/transformer.h"
-#include "drope/train/optim.h"
+#include "drope/train/adamw.h"
 
 namespace drope::train {
 

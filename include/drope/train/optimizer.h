@@ -16,8 +16,8 @@
 
 #include "drope/formats/checkpoint_state.h"
 #include "drope/model/transformer.h"
+#include "drope/train/adamw.h"
 #include "drope/train/distributed.h"
-#include "drope/train/optim.h"
 #include "drope/train/run_config.h"
 
 namespace drope::train {

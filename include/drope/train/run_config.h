@@ -8,7 +8,8 @@
 
 #include "drope/config/model_config.h"
 #include "drope/io/model_io.h"
-#include "drope/train/optim.h"
+#include "drope/train/adamw.h"
+#include "drope/train/lr_schedule.h"
 
 namespace drope::train {
 

@@ -21,8 +21,8 @@
 
 #include "drope/config/names.h"
 #include "drope/model/transformer.h"
+#include "drope/train/adamw.h"
 #include "drope/train/distributed.h"
-#include "drope/train/optim.h"
 
 namespace drope::train {
 

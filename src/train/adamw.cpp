@@ -1,4 +1,4 @@
-#include "drope/train/optim.h"
+#include "drope/train/adamw.h"
 
 #include <cmath>
 
@@ -103,25 +103,6 @@ void AdamW::load_state(const std::map<std::string, torch::Tensor>& t, int64_t st
     }
   }
   step_ = steps;
-}
-
-double schedule_lr(const ScheduleConfig& s, int64_t step, double lr) {
-  if (s.warmup > 0 && step < s.warmup) return lr * double(step + 1) / double(s.warmup);
-  const double floor = lr * s.min_lr_ratio;
-  if (s.type == "constant") return lr;
-  if (s.type == "cosine") {
-    const double t = std::min(1.0, double(step - s.warmup) / double(std::max<int64_t>(1, s.steps - s.warmup)));
-    return floor + (lr - floor) * 0.5 * (1.0 + std::cos(M_PI * t));
-  }
-  if (s.type == "wsd") {
-    const int64_t decay_steps = std::max<int64_t>(1, int64_t(std::llround(s.decay_fraction * double(s.steps))));
-    const int64_t decay_start = s.steps - decay_steps;
-    if (step < decay_start) return lr;
-    const double t = std::min(1.0, double(step - decay_start) / double(decay_steps));
-    if (s.decay_shape == "cosine") return floor + (lr - floor) * 0.5 * (1.0 + std::cos(M_PI * t));
-    return lr + (floor - lr) * t;
-  }
-  fail("unknown schedule type '{}' (expected cosine, wsd or constant)", s.type);
 }
 
 }  // namespace drope::train

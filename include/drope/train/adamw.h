@@ -1,6 +1,6 @@
 // AdamW with decoupled weight decay (same arithmetic as torch.optim.AdamW, foreach=False) with
-// explicit, serialisable state, and the learning-rate schedules: cosine, WSD and constant, each with
-// linear warmup.
+// explicit, serialisable state. The engines that run it over a model (replicated or sharded) are in
+// optimizer.h; the learning rate it is given each step comes from lr_schedule.h.
 #pragma once
 
 #include <cstdint>
@@ -58,17 +58,5 @@ class AdamW {
   int64_t step_ = 0;
   bool force_unfused_ = false;
 };
-
-struct ScheduleConfig {
-  std::string type = "cosine";  // cosine | wsd | constant
-  int64_t warmup = 0;           // linear warmup steps from lr/warmup to lr
-  int64_t steps = 1000;         // total steps of the phase
-  double min_lr_ratio = 0.1;    // cosine/wsd floor as a fraction of the peak
-  double decay_fraction = 0.2;  // wsd: final fraction of steps spent decaying
-  std::string decay_shape = "linear";  // wsd: linear | cosine (half a cosine from lr to the floor)
-};
-
-// Learning rate at `step` (0-based) for peak `lr`.
-double schedule_lr(const ScheduleConfig& s, int64_t step, double lr);
 
 }  // namespace drope::train
