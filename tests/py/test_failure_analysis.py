@@ -64,14 +64,18 @@ def make_study(tmp):
     return study
 
 
+def has_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def test_run_on_tiny_models(tmp, capsys):
     study, out = make_study(tmp), tmp / "fa"
     args = ["--study", str(study), "--out", str(out), "--sequences", "3", "--bin", str(BIN)]
-    try:
-        import matplotlib  # noqa: F401
-        figure = True
-    except ImportError:
-        figure = False
+    figure = has_matplotlib()
     rc = fa.main(args)
     err = capsys.readouterr().err
     if not figure:  # the numbers are written before the figure needs matplotlib
@@ -116,11 +120,7 @@ def test_every_seed_on_tiny_models(tmp, capsys):
     study, out = make_study(tmp), tmp / "fa-all"
     (study / "eval" / "drope-x-s0-heldout.json").write_text(json.dumps(offset_key_doc(97.0)))  # a failure, other
     args = ["--study", str(study), "--out", str(out), "--sequences", "3", "--bin", str(BIN), "--all"]
-    try:
-        import matplotlib  # noqa: F401
-        figure = True
-    except ImportError:
-        figure = False
+    figure = has_matplotlib()
     rc = fa.main(args)
     err = capsys.readouterr().err
     assert rc == (0 if figure else 1), err
