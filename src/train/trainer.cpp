@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -26,12 +25,10 @@
 #endif
 
 #include "drope/core/cpu_budget.h"
-#include "drope/core/duration.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
 #include "drope/core/log.h"
-#include "drope/core/tfevents.h"
 #include "drope/io/model_io.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/model/drope.h"
@@ -41,6 +38,7 @@
 #include "drope/train/data.h"
 #include "drope/train/distributed.h"
 #include "drope/train/lr_schedule.h"
+#include "drope/train/metrics.h"
 #include "drope/train/recompute.h"
 #include "drope/train/resume_settings.h"
 #include "drope/train/tensor_memory.h"
@@ -145,34 +143,6 @@ class AutocastGuard {
   at::ScalarType prev_dtype_ = at::kBFloat16;
 };
 
-// Keeps the JSON-lines log consistent with a resumed run: lines after `step` are dropped. A symlink in the
-// log's place is refused (AppendFile's rule), so a user's file is neither read nor appended to.
-void truncate_log(const std::string& path, int64_t step) {
-  std::error_code ec;
-  const auto st = fs::symlink_status(path, ec);
-  if (!fs::exists(st)) return;
-  if (fs::is_symlink(st)) fail("{}: is a symbolic link; a log file is never followed through one", path);
-  std::istringstream in(read_file(path));  // refuses a FIFO or device instead of blocking on it
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    try {
-      auto j = parse_json(line, path);
-      if (j.value("step", int64_t(0)) <= step) kept += line + "\n";
-    } catch (const std::exception&) {
-      // a torn last line from a killed run
-    }
-  }
-  write_file_atomic(path, kept);
-}
-
-// The scalars of a log line for TensorBoard: every finite number but the step, tagged by its key.
-std::vector<TfScalar> log_scalars(const nlohmann::json& line) {
-  std::vector<TfScalar> out;
-  for (const auto& [key, v] : line.items())
-    if (key != "step" && v.is_number() && std::isfinite(v.get<double>())) out.emplace_back(key, v.get<double>());
-  return out;
-}
-
 }  // namespace
 
 void install_stop_handlers() {
@@ -218,15 +188,14 @@ void Trainer::add_hook(std::unique_ptr<StepHook> hook) { hooks_.push_back(std::m
 TrainOutcome Trainer::run() {
   if (!build()) return out_;
   add_default_hooks();
-  t_start_ = std::chrono::steady_clock::now();
-  t_last_ = t_start_;
-  first_step_ = state_.step;
+  metrics_.start(state_.step);
   model_->train();
   while (state_.step < cfg_.train.steps) {
     const StepResult r = train_step();
     log(r);
     const bool last = state_.step == cfg_.train.steps;
-    if (cfg_.train.eval_every > 0 && state_.step % cfg_.train.eval_every == 0 && !last) log_validation(validate());
+    if (cfg_.train.eval_every > 0 && state_.step % cfg_.train.eval_every == 0 && !last)
+      metrics_.validation(state_.step, validate());
     const bool stop = stop_requested();
     if (stop || (cfg_.train.checkpoint_every > 0 && state_.step % cfg_.train.checkpoint_every == 0 && !last))
       checkpoint();
@@ -245,7 +214,13 @@ TrainOutcome Trainer::run() {
 bool Trainer::build() {
   build_device();
   build_data();
-  if (resume()) return false;
+  resumed_ = resume();
+  if (resumed_.checkpoint) out_.resumed_from = resumed_.step;
+  if (resumed_.complete) {
+    out_.last_checkpoint = *resumed_.checkpoint;
+    out_.val_loss = resumed_.val_loss;
+    return false;
+  }
   build_model();
   build_optimizer();
   open_run_dir();
@@ -301,34 +276,36 @@ void Trainer::build_data() {
   val_sampler_ = std::make_unique<BlockSampler>(*val_src_, 0, false);
 }
 
-bool Trainer::resume() {
+// With --resume, loads the newest checkpoint's model, training state and optimizer moments.
+Trainer::ResumePoint Trainer::resume() {
   if (main_rank_) {
     const int removed = remove_stale_run_temporaries(cfg_.out_dir);
     if (removed > 0 && say_) logging::info("removed {} incomplete temporary file(s) of an interrupted run", removed);
   }
-  newest_ = latest_checkpoint(cfg_.out_dir);
-  ckpt_ = opt_.resume ? newest_ : std::nullopt;
-  if (!ckpt_) return false;
-  auto c = load_checkpoint(*ckpt_);
-  check_resume_settings(cfg_, *ckpt_, c.state, c.model->config());  // before config.yaml records this start
+  ResumePoint p;
+  p.newest = latest_checkpoint(cfg_.out_dir);
+  if (!opt_.resume || !p.newest) return p;
+  p.checkpoint = p.newest;
+  auto c = load_checkpoint(*p.checkpoint);
+  check_resume_settings(cfg_, *p.checkpoint, c.state, c.model->config());  // before config.yaml records this start
   model_ = c.model;
   state_ = c.state;
   moment_ = c.moment;
   opt_steps_ = c.optimizer_steps;
-  out_.resumed_from = state_.step;
-  if (say_) logging::info("resuming from {} (step {})", *ckpt_, state_.step);
+  p.step = state_.step;
+  p.tokens = state_.tokens;
+  if (say_) logging::info("resuming from {} (step {})", *p.checkpoint, state_.step);
   if (state_.step >= cfg_.train.steps && state_.extra.is_object() && state_.extra.value("complete", false)) {
     // The run finished (its final checkpoint follows the final validation): nothing to redo or re-log.
     if (say_) logging::info("run already complete at step {} (train.steps {})", state_.step, cfg_.train.steps);
-    out_.last_checkpoint = *ckpt_;
-    out_.val_loss = state_.extra.value("val_loss", 0.0);
-    return true;
+    p.complete = true;
+    p.val_loss = state_.extra.value("val_loss", 0.0);
   }
-  return false;
+  return p;
 }
 
 void Trainer::build_model() {
-  if (ckpt_) {
+  if (resumed_.checkpoint) {
     // resumed: the checkpoint's model
   } else if (cfg_.phase == TrainPhase::kPretrain && cfg_.init.empty()) {
     model_ = DecoderLM(cfg_.model);
@@ -345,13 +322,13 @@ void Trainer::build_model() {
   if (model_->config().vocab_size < train_src_->vocab_size())
     fail("{}: the data has vocabulary {} but the model only {}", cfg_.source, train_src_->vocab_size(),
          model_->config().vocab_size);
-  if (newest_ && !ckpt_)  // a fresh start would mix its checkpoints with the old run's (and prune the new ones)
+  if (resumed_.newest && !resumed_.checkpoint)  // a fresh start would mix its checkpoints with the old run's
     fail("{}: the run directory already holds checkpoints (newest {}); pass --resume to continue it, or choose "
          "another run.out_dir",
-         cfg_.out_dir, *newest_);
+         cfg_.out_dir, *resumed_.newest);
   check_activation_checkpointing(cfg_.train.activation_checkpointing, model_->config().num_layers, cfg_.source);
   model_->to(device_);
-  if (!ckpt_) {
+  if (!resumed_.checkpoint) {
     std::vector<torch::Tensor> ps;
     for (auto& p : model_->parameters()) ps.push_back(p);
     torch::NoGradGuard ng;
@@ -360,29 +337,24 @@ void Trainer::build_model() {
 }
 
 void Trainer::build_optimizer() {
-  flops_per_token_ = flops_per_token(model_, seq_len_);  // before sharding hides the blocks' weights
+  metrics_.set_flops_per_token(flops_per_token(model_, seq_len_));  // before sharding hides the blocks' weights
   n_params_ = model_->num_parameters();
   // shard none: replicated AdamW (+ GradSync); otherwise the sharded engine owns weights and moments.
   optimizer_ = make_optimizer(*dist_, model_, cfg_.train, cfg_.optim, device_);
-  if (moment_) optimizer_->load_state(moment_, opt_steps_, *ckpt_);
+  if (moment_) optimizer_->load_state(moment_, opt_steps_, *resumed_.checkpoint);
   fwd_.block_runner = optimizer_->block_runner();
 }
 
 // Run directory and logs (rank 0), and the run's description on the console.
 void Trainer::open_run_dir() {
-  log_path_ = (fs::path(cfg_.out_dir) / "log.jsonl").string();
   if (main_rank_) {
     fs::create_directories(cfg_.out_dir);
     if (say_) logging::add_run_file(cfg_.out_dir);  // <out_dir>/drope-train.log, with timestamps
     write_file_atomic((fs::path(cfg_.out_dir) / "config.yaml").string(), opt_.run_yaml);
-    if (ckpt_) truncate_log(log_path_, state_.step);
-    else write_file_atomic(log_path_, "");
   }
-  if (main_rank_) log_file_ = AppendFile(log_path_);
-  // train.tensorboard: a new events file per start; its SessionLog START at the first step this start logs
-  // makes TensorBoard drop what an earlier start logged from there on, as truncate_log does for log.jsonl.
-  if (main_rank_ && cfg_.train.tensorboard) events_ = std::make_unique<EventFileWriter>(cfg_.out_dir, state_.step + 1);
-  tty_ = say_ && ::isatty(STDOUT_FILENO);
+  metrics_.open({cfg_.out_dir, cfg_.train.steps, cfg_.train.log_every, cfg_.train.peak_tflops, cfg_.train.tensorboard,
+                 main_rank_, say_},
+                state_.step, resumed_.checkpoint.has_value());
   if (say_)
     logging::info("{}: phase {}, {:.2f}M params, {} layers, positional {}, data {} ({} blocks of {}), batch {} = {} x "
                   "{} x {} (accum x micro x world, backend {}), device {}",
@@ -468,7 +440,7 @@ Trainer::StepResult Trainer::train_step() {
   ++state_.step;
   state_.tokens += batch_ * seq_len_;
   if (r.finite) {
-    tokens_since_ += batch_ * seq_len_;
+    metrics_.add_tokens(batch_ * seq_len_);
     out_.losses.emplace_back(state_.step, r.loss);
   }
   return r;
@@ -483,7 +455,7 @@ void Trainer::skip_step(const StepResult& r) {
     logging::warn("step {}: non-finite loss/gradient norm ({} / {}), step skipped ({} in a row, "
                   "limit train.max_bad_steps = {})",
                   s + 1, r.loss, r.grad_norm, bad_steps_, cfg_.train.max_bad_steps);
-  if (main_rank_) log_line({{"step", s + 1}, {"skipped", "non-finite loss or gradient"}});
+  metrics_.line({{"step", s + 1}, {"skipped", "non-finite loss or gradient"}});
   if (bad_steps_ >= cfg_.train.max_bad_steps)
     fail("aborting at step {}: {} non-finite steps in a row (train.max_bad_steps = {}); the last good "
          "checkpoint is {}",
@@ -542,49 +514,10 @@ torch::Tensor Trainer::graph_forward_backward(int64_t s) {
 // ---- logs, validation, checkpoints ----------------------------------------------------------------------
 
 void Trainer::log(const StepResult& r) {
-  const int64_t step = state_.step, steps = cfg_.train.steps;
-  const bool last = step == steps;
-  // The log file gets the same lines whether or not the run was interrupted; the console also shows
-  // the first step after a resume.
-  const bool log_now = step % cfg_.train.log_every == 0 || last || step == 1;
-  if (main_rank_ && r.finite && (log_now || step == first_step_ + 1)) {
-    auto now = std::chrono::steady_clock::now();
-    const double dt = std::chrono::duration<double>(now - t_last_).count();
-    const double elapsed = std::chrono::duration<double>(now - t_start_).count();
-    const double tps = dt > 0 ? tokens_since_ / dt : 0;
-    const double mfu = cfg_.train.peak_tflops > 0 ? flops_per_token_ * tps / (cfg_.train.peak_tflops * 1e12) : -1;
-    const double eta = (elapsed / double(step - first_step_)) * double(steps - step);
-    nlohmann::json j{{"step", step},
-                     {"loss", r.loss},
-                     {"lr", r.lr},
-                     {"grad_norm", r.grad_norm},
-                     {"tokens", state_.tokens},
-                     {"tokens_per_s", tps},
-                     {"elapsed_s", elapsed}};
-    if (mfu >= 0) j["mfu"] = mfu;
+  metrics_.step(state_.step, state_.tokens, {r.loss, r.lr, r.grad_norm}, r.finite, [&](nlohmann::json& j) {
     optimizer_->add_log_fields(j);
     if (const auto m = tensor_memory()) j["tensor_bytes"] = {{"live", m->live}, {"peak", m->peak}};
-    if (log_now) log_line(j);
-    if (say_) {
-      logging::info("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad-norm {:.3f} | {:.1f}k tok/s | MFU {} | ETA {}",
-                    step, steps, r.loss, r.lr, r.grad_norm, tps / 1e3,
-                    mfu >= 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("-"), format_duration(eta));
-    }
-    t_last_ = now;
-    tokens_since_ = 0;
-  } else if (tty_) {
-    const int width = 30, done = int(width * step / steps);
-    logging::progress(
-        fmt::format("[{}{}] step {}/{}", std::string(done, '#'), std::string(width - done, '.'), step, steps));
-  }
-}
-
-void Trainer::log_line(const nlohmann::json& j) {
-  log_file_.append(j.dump() + "\n");
-  if (events_) {
-    const auto scalars = log_scalars(j);
-    if (!scalars.empty()) events_->write_scalars(j.at("step").get<int64_t>(), scalars);
-  }
+  });
 }
 
 // The mean validation loss over ranks: train.eval_batches micro-batches per rank of the validation split.
@@ -598,11 +531,6 @@ double Trainer::validate() {
   }
   model_->train();
   return dist_->mean(sum / double(cfg_.train.eval_batches));
-}
-
-void Trainer::log_validation(double vl) {
-  if (main_rank_) log_line({{"step", state_.step}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}});
-  if (say_) logging::info("step {:>6} | validation loss {:.4f} | ppl {:.3f}", state_.step, vl, std::exp(vl));
 }
 
 // Rank 0 writes (every rank its shard with a sharded optimizer); every rank learns whether that worked (the
@@ -637,7 +565,7 @@ void Trainer::finish() {
   out_.val_loss = validate();
   state_.extra["val_loss"] = out_.val_loss;
   state_.extra["complete"] = true;
-  if (main_rank_) log_line({{"step", state_.step}, {"val_loss", out_.val_loss}, {"val_ppl", std::exp(out_.val_loss)}});
+  metrics_.line({{"step", state_.step}, {"val_loss", out_.val_loss}, {"val_ppl", std::exp(out_.val_loss)}});
   checkpoint();
   if (say_)
     logging::info("done: step {} | validation loss {:.4f} | ppl {:.3f} | checkpoint {}", state_.step, out_.val_loss,

@@ -2,7 +2,6 @@
 // accumulation, data parallelism, logging, validation, checkpoints and exact resume.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -13,13 +12,12 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
-#include "drope/core/fd_write.h"
 #include "drope/core/files.h"
-#include "drope/core/tfevents.h"
 #include "drope/formats/checkpoint_state.h"
 #include "drope/model/transformer.h"
 #include "drope/train/data.h"
 #include "drope/train/distributed.h"
+#include "drope/train/metrics.h"
 #include "drope/train/optimizer.h"
 #include "drope/train/run_config.h"
 
@@ -84,11 +82,21 @@ class Trainer {
     bool finite = false;
   };
 
+  // What resume() found in the run directory.
+  struct ResumePoint {
+    std::optional<std::string> newest;      // the newest checkpoint there (found with or without --resume)
+    std::optional<std::string> checkpoint;  // the one this start continues from (--resume); none: a fresh start
+    int64_t step = -1;                      // its step and the tokens trained up to it (-1, 0: fresh)
+    int64_t tokens = 0;
+    bool complete = false;  // it ends a complete run: nothing left to do
+    double val_loss = 0;    // that run's final validation loss
+  };
+
   // build: false when resume() found the run already complete (nothing left to do).
   bool build();
   void build_device();
   void build_data();
-  bool resume();  // true: the newest checkpoint ends a complete run
+  ResumePoint resume();
   void build_model();
   void build_optimizer();
   void open_run_dir();
@@ -100,9 +108,7 @@ class Trainer {
   void skip_step(const StepResult& r);
   torch::Tensor loss_of(const torch::Tensor& batch, const torch::Tensor& mask);
   void log(const StepResult& r);
-  void log_line(const nlohmann::json& j);
   double validate();
-  void log_validation(double val_loss);
   void checkpoint();
   bool stop_requested();
   void finish();
@@ -116,7 +122,7 @@ class Trainer {
   // Device and ranks.
   torch::Device device_{torch::kCPU};
   std::unique_ptr<Distributed> dist_;
-  bool main_rank_ = false, say_ = false, tty_ = false;
+  bool main_rank_ = false, say_ = false;
   int world_ = 1;
   // Batch geometry: batch = accum · micro · world.
   int64_t batch_ = 0, seq_len_ = 0, micro_ = 0, accum_ = 0;
@@ -124,7 +130,7 @@ class Trainer {
   std::unique_ptr<BlockSource> train_src_, val_src_;
   std::unique_ptr<BlockSampler> sampler_, val_sampler_;
   // Model and optimizer; what a resumed checkpoint holds for the optimizer.
-  std::optional<std::string> newest_, ckpt_;
+  ResumePoint resumed_;
   DecoderLM model_{nullptr};
   TrainState state_;
   MomentReader moment_;
@@ -133,14 +139,9 @@ class Trainer {
   struct GraphStep;  // train.cuda_graphs: the captured forward + backward and its static tensors (CUDA builds)
   std::unique_ptr<GraphStep> graph_;
   ForwardOptions fwd_;  // how decoder blocks run in training (activation checkpointing, sharded weights)
-  double flops_per_token_ = 0;
   int64_t n_params_ = 0;
-  // Logs and progress.
-  std::string log_path_;
-  AppendFile log_file_;  // log.jsonl
-  std::unique_ptr<EventFileWriter> events_;
-  std::chrono::steady_clock::time_point t_start_, t_last_;
-  int64_t tokens_since_ = 0, bad_steps_ = 0, first_step_ = 0;
+  int64_t bad_steps_ = 0;  // non-finite steps in a row
+  RunMetrics metrics_;     // log.jsonl, TensorBoard, the console's step lines and progress
 };
 
 // Makes SIGTERM/SIGINT ask the loop to finish the current step, save and exit: blocks them in the calling
