@@ -1,7 +1,8 @@
 // drope-bench: benchmarks (not tests). `drope-bench attention`: our fused attention op against LibTorch's
 // scaled_dot_product_attention (plain and with a dense additive mask) and the plain-ATen reference.
 // `drope-bench layers`: the fused RMSNorm / rotary / SwiGLU kernels and the stacked q/k/v GEMM against the
-// same math in separate ATen ops (what an eager PyTorch model runs). `drope-bench generate`: KV-cache generation
+// same math in separate ATen ops (what an eager PyTorch model runs). `drope-bench step-parts`: the fused LM-head
+// loss and the fused AdamW update against their separate-ops paths. `drope-bench generate`: KV-cache generation
 // throughput. The benchmarks run in the library (bench/runners.h); their flags live in apps/bench/.
 #include <CLI/CLI.hpp>
 
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   drope::benchcli::add_attention_command(cli, rc);
   drope::benchcli::add_generate_command(cli, rc);
   drope::benchcli::add_layers_command(cli, rc);
+  drope::benchcli::add_step_parts_command(cli, rc);
   drope::app::add_log_flags(cli, "drope-bench", stderr);  // stdout carries the tables and JSON
   drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);

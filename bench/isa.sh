@@ -14,8 +14,8 @@ mkdir -p "$OUT"
 
 # shellcheck source=scripts/lib/isa_env.sh
 source "$ROOT/scripts/lib/isa_env.sh"
-lens="1024,2048,4096,8192"; steps=12; steps50=8
-[ $QUICK = 1 ] && { lens="1024,2048"; steps=6; steps50=4; }
+lens="1024,2048,4096,8192"; steps=12; steps50=8; parts_repeats=10
+[ $QUICK = 1 ] && { lens="1024,2048"; steps=6; steps50=4; parts_repeats=3; }
 for isa in avx512 avx2 baseline; do
   if ! isa_runs "$BIN" "$isa" "$OUT/$isa-check.txt"; then
     echo "== $isa: not run ($(head -1 "$OUT/$isa-check.txt"))"
@@ -28,6 +28,9 @@ for isa in avx512 avx2 baseline; do
     | tee "$OUT/$isa-attention.txt"
   # shellcheck disable=SC2046
   env $(isa_env $isa) OMP_NUM_THREADS=2 "$BIN/drope-bench" layers | tee "$OUT/$isa-layers.txt"
+  # shellcheck disable=SC2046
+  env $(isa_env $isa) OMP_NUM_THREADS=2 "$BIN/drope-bench" step-parts --repeats $parts_repeats \
+    | tee "$OUT/$isa-step-parts.txt"
   "$PY" "$ROOT/bench/train.py" --isa $isa --preset tiny-256 --seq-len 512 --batch 8 --steps $steps --warmup 2 \
     --threads 2 --bin "$BIN" | tee "$OUT/$isa-train-tiny.txt"
   "$PY" "$ROOT/bench/train.py" --isa $isa --preset small-50m --vocab 32000 --seq-len 512 --batch 4 \

@@ -10,5 +10,6 @@ namespace drope::benchcli {
 void add_attention_command(CLI::App& cli, int& rc);  // attention: fused attention vs SDPA vs reference
 void add_generate_command(CLI::App& cli, int& rc);   // generate: KV-cache generation throughput
 void add_layers_command(CLI::App& cli, int& rc);     // layers: fused RMSNorm / rotary / SwiGLU, stacked GEMMs
+void add_step_parts_command(CLI::App& cli, int& rc); // step-parts: the fused loss and fused AdamW, on and off
 
 }  // namespace drope::benchcli

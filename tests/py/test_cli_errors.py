@@ -238,6 +238,9 @@ def test_size_flags_are_bounded_before_anything_is_allocated(tmp, model_dir):
         # Each flag within its bound, the product not: an estimate refuses it before allocating.
         (layers + ("--batch", "1000000", "--seq", "4000000"), ["drope-bench layers", "needs about", "GiB"]),
         (("drope-bench", "generate", "--model", model_dir, "--threads", "-1"), ["--threads", "[0, 4096]"]),
+        (("drope-bench", "step-parts", "--rows", "0"), ["--rows", "expected an integer in [1, 4194304]"]),
+        (("drope-bench", "step-parts", "--preset", "nope"), ["--preset", "nope"]),
+        (("drope-bench", "step-parts", "--rows", "4000000"), ["drope-bench step-parts", "needs about"]),
         (("drope-bench", "generate", "--model", model_dir, "--context", "99999999999"), ["--context"]),
         (("drope-eval", "offset-key", "--model", model_dir, "--lengths", "64", "--queries", "1000000000000"),
          ["--queries", "expected an integer in [1, 1048576]"]),

@@ -31,6 +31,18 @@ struct LayersRun {
 };
 void run_layers(const LayersRun& r);
 
+// step-parts: the LM head's loss (forward+backward; fused chunks, the chunks in separate passes, and the whole
+// logits as eager PyTorch runs it) and the AdamW update over a preset model's parameters (LibTorch's fused kernel
+// vs separate ops), each timed alternately; a Markdown table.
+struct StepPartsRun {
+  std::string preset = "small-50m";  // model preset: vocabulary, hidden size and parameters
+  int64_t rows = 2048;               // tokens in the loss (batch x sequence)
+  int repeats = 10;                  // timed runs of each path (median reported)
+  int threads = 0;                   // intra-op threads; 0 = LibTorch's default
+  std::string json;                  // also write the numbers as JSON here
+};
+void run_step_parts(const StepPartsRun& r);
+
 // generate: prefill and decode throughput of greedy generation with the KV cache for one context length
 // (peak RSS is per process); one JSON line on stdout.
 struct GenerateRun {
