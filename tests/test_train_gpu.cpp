@@ -1,12 +1,16 @@
-// train.cuda_graphs on a GPU: the captured step trains as the eager one does. Skips without a CUDA device.
+// Training on a GPU: the captured step (train.cuda_graphs) trains as the eager one does; the chunked loss queues
+// without a host synchronisation. Skips without a CUDA device.
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include "drope/core/files.h"
+#include "drope/ops/loss.h"
 #include "drope/train/run_config.h"
 #include "drope/train/trainer.h"
 #include "test_util.h"
@@ -50,4 +54,37 @@ TEST(CudaGraphsGpu, CapturedStepTrainsAsTheEagerStep) {
         << "step " << eager[i].first;
   }
   EXPECT_LT(graphs.back().second, graphs.front().second);  // it learns
+}
+
+// The chunked LM-head loss on CUDA: forward and backward queue without a host synchronisation (the token count
+// stays on the device; CUDA's sync-debug mode turns any .item() into an error), and the loss and gradients equal
+// the float64 CPU reference of the full logits.
+TEST(LinearCrossEntropyGpu, NoHostSyncAndMatchesFloat64) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(5);
+  const int64_t N = 300, C = 64, V = 1000;
+  auto h = torch::randn({N, C}, torch::kDouble), w = torch::randn({V, C}, torch::kDouble) * 0.2;
+  auto y = torch::randint(0, V, {N}, torch::kLong);
+  y.index_put_({torch::indexing::Slice(0, 20)}, -100);
+  auto hr = h.clone().requires_grad_(true), wr = w.clone().requires_grad_(true);
+  auto ref = torch::nn::functional::cross_entropy(hr.matmul(wr.t()), y);
+  ref.backward();
+  for (bool fused : {true, false}) {
+    auto hc = h.to(torch::kCUDA, torch::kFloat).requires_grad_(true);
+    auto wc = w.to(torch::kCUDA, torch::kFloat).requires_grad_(true);
+    auto yc = y.to(torch::kCUDA);
+    torch::cuda::synchronize();
+    auto& sync = c10::cuda::warning_state();
+    const auto mode = sync.get_sync_debug_mode();
+    sync.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+    at::Tensor loss;
+    EXPECT_NO_THROW({
+      loss = ops::linear_cross_entropy(hc, wc, yc, -100, 64, fused);
+      loss.backward();
+    }) << "fused " << fused;
+    sync.set_sync_debug_mode(mode);
+    EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-4) << "fused " << fused;
+    EXPECT_LT((hc.grad().cpu().to(torch::kDouble) - hr.grad()).abs().max().item<double>(), 1e-5) << fused;
+    EXPECT_LT((wc.grad().cpu().to(torch::kDouble) - wr.grad()).abs().max().item<double>(), 1e-5) << fused;
+  }
 }

@@ -20,7 +20,8 @@ struct Sums {
   at::Tensor dhidden, dweight;  // gradients of the *sum* (undefined unless asked)
 };
 
-// One pass over row chunks: loss sum and, when asked, the gradients of the summed loss scaled by `scale`.
+// One pass over row chunks: loss sum and, when asked, the gradients of the summed loss scaled by `scale`
+// (1 from the autograd function, which divides by the token count afterwards, on the device).
 Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels, int64_t ignore_index,
              int64_t chunk_rows, bool grad_hidden, bool grad_weight, double scale, bool fused) {
   const int64_t N = hidden.size(0), V = weight.size(0);
@@ -119,8 +120,12 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& labels, int64_t ignore_index, int64_t chunk_rows, bool grad_hidden,
                             bool grad_weight, bool fused) {
-    const double count = labels.ne(ignore_index).sum().item<double>();
-    auto s = chunked(hidden, weight, labels, ignore_index, chunk_rows, grad_hidden, grad_weight, 1.0 / count, fused);
+    // The mean's divisor stays on the device: the chunks form the gradients of the sum, divided once at the end,
+    // so that no .item() waits for the GPU to finish the forward before the loss's kernels can be queued.
+    const auto count = labels.ne(ignore_index).sum().to(hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+    auto s = chunked(hidden, weight, labels, ignore_index, chunk_rows, grad_hidden, grad_weight, 1.0, fused);
+    if (s.dhidden.defined()) s.dhidden.div_(count.to(s.dhidden.scalar_type()));
+    if (s.dweight.defined()) s.dweight.div_(count.to(s.dweight.scalar_type()));
     ctx->save_for_backward({s.dhidden, s.dweight});
     return s.loss / count;
   }
@@ -144,8 +149,12 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
               "linear_cross_entropy: labels must be int64 (N) = (", hidden.size(0), "), got ", labels.sizes(), " ",
               labels.scalar_type());
   const auto valid = labels.eq(ignore_index).logical_or(labels.ge(0).logical_and(labels.lt(weight.size(0))));
-  TORCH_CHECK(valid.all().item<bool>(), "linear_cross_entropy: labels must lie in [0, ", weight.size(0),
-              ") or equal ignore_index ", ignore_index);
+  if (labels.is_cpu()) {
+    TORCH_CHECK(valid.all().item<bool>(), "linear_cross_entropy: labels must lie in [0, ", weight.size(0),
+                ") or equal ignore_index ", ignore_index);
+  } else {  // checked on the device, without a synchronisation (the trainer checks token ids when it loads them)
+    at::_assert_async(valid.all(), "linear_cross_entropy: labels must lie in [0, vocabulary) or equal ignore_index");
+  }
   const bool grad = torch::GradMode::is_enabled();
   return LinearCrossEntropy::apply(hidden, weight, labels, ignore_index, chunk_rows, grad && hidden.requires_grad(),
                                    grad && weight.requires_grad(), fused);
