@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -81,7 +81,8 @@ TEST(LinearCrossEntropyGpu, NoHostSyncAndMatchesFloat64) {
     EXPECT_NO_THROW({
       loss = ops::linear_cross_entropy(hc, wc, yc, -100, 64, fused);
       loss.backward();
-    }) << "fused " << fused;
+    }) << "fused "
+       << fused;
     sync.set_sync_debug_mode(mode);
     EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-4) << "fused " << fused;
     EXPECT_LT((hc.grad().cpu().to(torch::kDouble) - hr.grad()).abs().max().item<double>(), 1e-5) << fused;

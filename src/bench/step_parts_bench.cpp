@@ -59,8 +59,9 @@ void run_step_parts(const StepPartsRun& r) {
   // gradient; the hidden rows and their gradient (float32).
   check_memory_estimate(4.0 * (4.0 * double(n_params) + 2.0 * double(N) * double(V) + 4.0 * double(N) * double(C)),
                         "drope-bench step-parts with these sizes", "use a smaller --rows or --preset");
-  nlohmann::json out = {{"preset", r.preset}, {"rows", N}, {"hidden", C}, {"vocab", V}, {"params", n_params},
-                        {"threads", at::get_num_threads()}, {"repeats", r.repeats}};
+  nlohmann::json out = {{"preset", r.preset},  {"rows", N},          {"hidden", C},
+                        {"vocab", V},          {"params", n_params}, {"threads", at::get_num_threads()},
+                        {"repeats", r.repeats}};
   fmt::print("{} ({:.1f}M parameters), vocab {}, hidden {}, {} rows, float32, {} threads; median of {} "
              "alternating runs (ms)\n",
              r.preset, double(n_params) / 1e6, V, C, N, at::get_num_threads(), r.repeats);
@@ -74,12 +75,11 @@ void run_step_parts(const StepPartsRun& r) {
     auto loss = ops::linear_cross_entropy(h, w, y, -100, 0, fused);
     torch::autograd::grad({loss}, {h, w});
   };
-  const auto loss_ms = median_ms_round_robin(
-      r.repeats, {[&] { chunked(true); }, [&] { chunked(false); },
-                  [&] {
-                    auto loss = at::cross_entropy_loss(h.matmul(w.t()), y);
-                    torch::autograd::grad({loss}, {h, w});
-                  }});
+  const auto loss_ms = median_ms_round_robin(r.repeats, {[&] { chunked(true); }, [&] { chunked(false); },
+                                                         [&] {
+                                                           auto loss = at::cross_entropy_loss(h.matmul(w.t()), y);
+                                                           torch::autograd::grad({loss}, {h, w});
+                                                         }});
   fmt::print("| part | fused | separate ops | speed-up | materialised logits (eager PyTorch) | fused vs it |\n"
              "|---|---:|---:|---:|---:|---:|\n");
   fmt::print("| LM-head loss fwd+bwd | {:.2f} | {:.2f} | {:.2f}x | {:.2f} | {:.2f}x |\n", loss_ms[0], loss_ms[1],
@@ -96,13 +96,13 @@ void run_step_parts(const StepPartsRun& r) {
   }
   train::AdamW opt(named, train::AdamWConfig{});
   const auto adam_ms = median_ms_round_robin(r.repeats, {[&] {
-                                                          opt.set_force_unfused(false);
-                                                          opt.step(1e-4);
-                                                        },
-                                                        [&] {
-                                                          opt.set_force_unfused(true);
-                                                          opt.step(1e-4);
-                                                        }});
+                                                           opt.set_force_unfused(false);
+                                                           opt.step(1e-4);
+                                                         },
+                                                         [&] {
+                                                           opt.set_force_unfused(true);
+                                                           opt.step(1e-4);
+                                                         }});
   fmt::print("| AdamW update | {:.2f} | {:.2f} | {:.2f}x | - | - |\n", adam_ms[0], adam_ms[1], adam_ms[1] / adam_ms[0]);
   out["adamw_ms"] = {{"fused", adam_ms[0]}, {"separate", adam_ms[1]}};
   if (!r.json.empty()) write_file_atomic(r.json, out.dump(2) + "\n");
