@@ -21,26 +21,26 @@ using namespace drope::train;
 namespace fs = std::filesystem;
 
 TEST(Schedule, CosineWsdConstantWithWarmup) {
-  ScheduleConfig c{"cosine", 10, 110, 0.1, 0.2};
+  ScheduleConfig c{ScheduleType::kCosine, 10, 110, 0.1, 0.2};
   EXPECT_DOUBLE_EQ(schedule_lr(c, 0, 1.0), 0.1);
   EXPECT_DOUBLE_EQ(schedule_lr(c, 9, 1.0), 1.0);
   EXPECT_DOUBLE_EQ(schedule_lr(c, 10, 1.0), 1.0);
   EXPECT_NEAR(schedule_lr(c, 60, 1.0), 0.55, 1e-12);  // half way: floor + (1 − floor)/2
   EXPECT_NEAR(schedule_lr(c, 110, 1.0), 0.1, 1e-12);
-  ScheduleConfig w{"wsd", 10, 100, 0.0, 0.2};
+  ScheduleConfig w{ScheduleType::kWsd, 10, 100, 0.0, 0.2};
   EXPECT_DOUBLE_EQ(schedule_lr(w, 50, 2.0), 2.0);
   EXPECT_DOUBLE_EQ(schedule_lr(w, 79, 2.0), 2.0);
   EXPECT_NEAR(schedule_lr(w, 90, 2.0), 1.0, 1e-12);
   EXPECT_NEAR(schedule_lr(w, 100, 2.0), 0.0, 1e-12);
   // wsd with a cosine decay (the public DroPE recipe's warmup_stable_decay, decay_type cosine, as transformers'
   // get_wsd_schedule: floor + (1 - floor) * (1 + cos(pi * progress)) / 2 over the decay steps).
-  ScheduleConfig wc{"wsd", 10, 100, 0.1, 0.2, "cosine"};
+  ScheduleConfig wc{ScheduleType::kWsd, 10, 100, 0.1, 0.2, DecayShape::kCosine};
   EXPECT_DOUBLE_EQ(schedule_lr(wc, 79, 2.0), 2.0);
   EXPECT_NEAR(schedule_lr(wc, 80, 2.0), 2.0, 1e-12);
   EXPECT_NEAR(schedule_lr(wc, 85, 2.0), 0.2 + 1.8 * 0.5 * (1.0 + std::cos(M_PI * 0.25)), 1e-12);
   EXPECT_NEAR(schedule_lr(wc, 90, 2.0), 1.1, 1e-12);
   EXPECT_NEAR(schedule_lr(wc, 100, 2.0), 0.2, 1e-12);
-  ScheduleConfig k{"constant", 4, 100, 0.1, 0.2};
+  ScheduleConfig k{ScheduleType::kConstant, 4, 100, 0.1, 0.2};
   EXPECT_DOUBLE_EQ(schedule_lr(k, 1, 1.0), 0.5);
   EXPECT_DOUBLE_EQ(schedule_lr(k, 99, 1.0), 1.0);
 }
@@ -355,6 +355,39 @@ TEST(AdamW, FusedKernelWithinOneUlpOfSeparateOps) {
     for (size_t i = 0; i < out[0].size(); ++i) {
       const int64_t u = ulps(out[0][i], out[1][i]);
       EXPECT_LE(u, std::string(what[i]).rfind("exp_avg.", 0) == 0 ? 0 : 1) << what[i] << " step " << steps + 1;
+    }
+  }
+}
+
+TEST(RunConfig, NamedSettingsParseIntoTheirEnums) {
+  const std::string d = test::tmp_dir("named_settings");
+  auto cfg = load_run_config(
+      write_cfg(d), {"schedule.type=wsd", "schedule.decay_shape=cosine", "train.dtype=bfloat16", "train.device=cpu"});
+  EXPECT_EQ(cfg.schedule.type, ScheduleType::kWsd);
+  EXPECT_EQ(cfg.schedule.decay_shape, DecayShape::kCosine);
+  EXPECT_EQ(cfg.train.dtype, TrainDType::kBFloat16);
+  EXPECT_EQ(cfg.train.device, TrainDevice::kCpu);
+  // The resolved config writes the YAML spellings back.
+  const std::string yaml = run_config_to_yaml(cfg);
+  for (const char* line : {"type: wsd", "decay_shape: cosine", "dtype: bfloat16", "device: cpu"})
+    EXPECT_NE(yaml.find(line), std::string::npos) << line << " in\n" << yaml;
+  write_file_atomic(d + "/rt.yaml", yaml);
+  EXPECT_EQ(run_config_to_yaml(load_run_config(d + "/rt.yaml")), yaml);
+  // A bad value: one line naming the key and every allowed value.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> bad = {
+      {"schedule.type=linear", {"schedule.type", "cosine, wsd, constant", "'linear'"}},
+      {"schedule.decay_shape=step", {"schedule.decay_shape", "linear, cosine", "'step'"}},
+      {"train.dtype=float16", {"train.dtype", "float32, bfloat16", "'float16'"}},
+      {"train.device=tpu", {"train.device", "auto, cpu, cuda", "'tpu'"}},
+  };
+  for (const auto& [set, needles] : bad) {
+    try {
+      load_run_config(write_cfg(d), {set});
+      ADD_FAILURE() << set << " was accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << msg << "\nmissing: " << n;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     }
   }
 }

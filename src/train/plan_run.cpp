@@ -16,7 +16,7 @@ void run_plan(const RunConfig& cfg, const PlanRun& r) {
   in.micro_batch = micro_batch_size(cfg, r.world);
   in.activation_checkpointing = cfg.train.activation_checkpointing;
   check_activation_checkpointing(in.activation_checkpointing, in.model.num_layers, cfg.source);
-  in.bf16 = cfg.train.dtype == "bfloat16";
+  in.bf16 = cfg.train.dtype == TrainDType::kBFloat16;
   in.chunked_loss = cfg.train.chunked_loss;
   in.allreduce_bucket_mb = cfg.train.allreduce_bucket_mb;
   if (r.json) {

@@ -111,8 +111,8 @@ void read_train(YamlMap t, TrainLoopConfig& train) {
   t.get("checkpoint_every", train.checkpoint_every);
   t.get("keep_last", train.keep_last);
   t.get("clip", train.clip);
-  t.get_choice("dtype", train.dtype, {"float32", "bfloat16"});
-  t.get_choice("device", train.device, {"auto", "cpu", "cuda"});
+  get_name(t, "dtype", train.dtype);
+  get_name(t, "device", train.device);
   t.get("peak_tflops", train.peak_tflops);
   t.get("dist_timeout_s", train.dist_timeout_s);
   t.get("allreduce_bucket_mb", train.allreduce_bucket_mb);
@@ -129,12 +129,12 @@ void read_train(YamlMap t, TrainLoopConfig& train) {
 }
 
 void read_schedule(YamlMap s, ScheduleConfig& schedule) {
-  s.get_choice("type", schedule.type, {"cosine", "wsd", "constant"});
+  get_name(s, "type", schedule.type);
   s.get("warmup", schedule.warmup);
   s.get("steps", schedule.steps);
   s.get("min_lr_ratio", schedule.min_lr_ratio);
   s.get("decay_fraction", schedule.decay_fraction);
-  s.get_choice("decay_shape", schedule.decay_shape, {"linear", "cosine"});
+  get_name(s, "decay_shape", schedule.decay_shape);
   s.finish();
 }
 
@@ -143,7 +143,7 @@ void check_cuda_graphs(const RunConfig& c, const std::string& source) {
   auto refuse = [&](bool bad, const std::string& why) {
     if (bad) fail("{}: train.cuda_graphs: true {}", source, why);
   };
-  refuse(c.train.device == "cpu", "needs a CUDA device; this run has train.device: cpu");
+  refuse(c.train.device == TrainDevice::kCpu, "needs a CUDA device; this run has train.device: cpu");
   refuse(c.train.chunked_loss,
          "needs train.chunked_loss: false (the chunked loss reads its token count on the host, which a graph "
          "cannot capture)");
@@ -290,23 +290,23 @@ std::string run_config_to_yaml(const RunConfig& c) {
     << c.optim.weight_decay << YAML::Key << "decay_embeddings" << YAML::Value << c.optim.decay_embeddings << YAML::Key
     << "decay_norms_and_biases" << YAML::Value << c.optim.decay_norms_and_biases << YAML::Key << "fused" << YAML::Value
     << c.optim.fused << YAML::EndMap;
-  e << YAML::Key << "schedule" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value << c.schedule.type
-    << YAML::Key << "warmup" << YAML::Value << c.schedule.warmup << YAML::Key << "steps" << YAML::Value
-    << c.schedule.steps << YAML::Key << "min_lr_ratio" << YAML::Value << c.schedule.min_lr_ratio << YAML::Key
-    << "decay_fraction" << YAML::Value << c.schedule.decay_fraction << YAML::Key << "decay_shape" << YAML::Value
-    << c.schedule.decay_shape << YAML::EndMap;
+  e << YAML::Key << "schedule" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value
+    << std::string(name_of(c.schedule.type)) << YAML::Key << "warmup" << YAML::Value << c.schedule.warmup << YAML::Key
+    << "steps" << YAML::Value << c.schedule.steps << YAML::Key << "min_lr_ratio" << YAML::Value
+    << c.schedule.min_lr_ratio << YAML::Key << "decay_fraction" << YAML::Value << c.schedule.decay_fraction << YAML::Key
+    << "decay_shape" << YAML::Value << std::string(name_of(c.schedule.decay_shape)) << YAML::EndMap;
   const auto& t = c.train;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap << YAML::Key << "steps" << YAML::Value << t.steps
     << YAML::Key << "log_every" << YAML::Value << t.log_every << YAML::Key << "eval_every" << YAML::Value
     << t.eval_every << YAML::Key << "eval_batches" << YAML::Value << t.eval_batches << YAML::Key << "checkpoint_every"
     << YAML::Value << t.checkpoint_every << YAML::Key << "keep_last" << YAML::Value << t.keep_last << YAML::Key
-    << "clip" << YAML::Value << t.clip << YAML::Key << "dtype" << YAML::Value << t.dtype << YAML::Key << "device"
-    << YAML::Value << t.device << YAML::Key << "peak_tflops" << YAML::Value << t.peak_tflops << YAML::Key
-    << "dist_timeout_s" << YAML::Value << t.dist_timeout_s << YAML::Key << "allreduce_bucket_mb" << YAML::Value
-    << t.allreduce_bucket_mb << YAML::Key << "max_bad_steps" << YAML::Value << t.max_bad_steps << YAML::Key
-    << "chunked_loss" << YAML::Value << t.chunked_loss << YAML::Key << "fused_loss" << YAML::Value << t.fused_loss
-    << YAML::Key << "cuda_graphs" << YAML::Value << t.cuda_graphs << YAML::Key << "shard" << YAML::Value
-    << std::string(name_of(t.shard)) << YAML::Key << "activation_checkpointing" << YAML::Value
+    << "clip" << YAML::Value << t.clip << YAML::Key << "dtype" << YAML::Value << std::string(name_of(t.dtype))
+    << YAML::Key << "device" << YAML::Value << std::string(name_of(t.device)) << YAML::Key << "peak_tflops"
+    << YAML::Value << t.peak_tflops << YAML::Key << "dist_timeout_s" << YAML::Value << t.dist_timeout_s << YAML::Key
+    << "allreduce_bucket_mb" << YAML::Value << t.allreduce_bucket_mb << YAML::Key << "max_bad_steps" << YAML::Value
+    << t.max_bad_steps << YAML::Key << "chunked_loss" << YAML::Value << t.chunked_loss << YAML::Key << "fused_loss"
+    << YAML::Value << t.fused_loss << YAML::Key << "cuda_graphs" << YAML::Value << t.cuda_graphs << YAML::Key << "shard"
+    << YAML::Value << std::string(name_of(t.shard)) << YAML::Key << "activation_checkpointing" << YAML::Value
     << activation_checkpointing_name(t.activation_checkpointing) << YAML::Key << "tensorboard" << YAML::Value
     << t.tensorboard << YAML::EndMap;
   e << YAML::EndMap;

@@ -229,7 +229,8 @@ bool Trainer::build() {
 
 void Trainer::build_device() {
   const DistEnv env = read_dist_env();
-  if (cfg_.train.device == "cuda" || (cfg_.train.device == "auto" && torch::cuda::is_available())) {
+  if (cfg_.train.device == TrainDevice::kCuda ||
+      (cfg_.train.device == TrainDevice::kAuto && torch::cuda::is_available())) {
     if (!torch::cuda::is_available()) fail("{}: train.device is cuda but no CUDA device is available", cfg_.source);
     device_ = torch::Device(torch::kCUDA, env.local_rank % std::max<int64_t>(1, torch::cuda::device_count()));
   }
@@ -383,7 +384,7 @@ void Trainer::replace_model(DecoderLM model) {
 // count, and only their rows reach the LM head.
 torch::Tensor Trainer::loss_of(const torch::Tensor& batch, const torch::Tensor& mask) {
   const int64_t T = seq_len_;
-  AutocastGuard autocast(cfg_.train.dtype == "bfloat16", device_.type());
+  AutocastGuard autocast(cfg_.train.dtype == TrainDType::kBFloat16, device_.type());
   auto b = batch.to(device_);
   auto labels = b.narrow(1, 1, T).reshape({-1});
   torch::Tensor rows;  // undefined = every target

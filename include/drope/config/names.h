@@ -1,5 +1,6 @@
 // One typed name per concept of the configuration: the positional type, the RoPE scaling type, the QK-norm
-// mode, the training phase, the shard mode of data parallelism and the format a model directory is written in.
+// mode, the training phase, the shard mode of data parallelism, the format a model directory is written in, and
+// a training run's learning-rate schedule, WSD decay shape, compute type and device.
 // Each enum has one name table; YAML validation, CLI choices, results files and
 // error messages are all generated from it, so a name exists in exactly one place.
 #pragma once
@@ -28,6 +29,12 @@ enum class ShardMode { kNone, kOptimizer, kGrads, kParams };
 // drope: drope.yaml + safetensors (+ HF config.json when HF can express the model); drope-reference: the DroPE
 // authors' config.json (model_type llama_drope / qwen2_drope, attention_type) + safetensors.
 enum class ModelFormat { kDrope, kDropeReference };
+// schedule.type and schedule.decay_shape (the shape of a WSD schedule's decay): docs/design.md#training.
+enum class ScheduleType { kCosine, kWsd, kConstant };
+enum class DecayShape { kLinear, kCosine };
+// train.dtype (the forward's compute type: bfloat16 is autocast) and train.device.
+enum class TrainDType { kFloat32, kBFloat16 };
+enum class TrainDevice { kAuto, kCpu, kCuda };
 
 // NameTable<E>::kWhat names the concept in messages; kEntries lists (value, name) in documentation order.
 template <typename E>
@@ -86,6 +93,34 @@ struct NameTable<ModelFormat> {
       {{ModelFormat::kDrope, "drope"}, {ModelFormat::kDropeReference, "drope-reference"}}};
 };
 
+template <>
+struct NameTable<ScheduleType> {
+  static constexpr std::string_view kWhat = "schedule type";
+  static constexpr std::array<std::pair<ScheduleType, std::string_view>, 3> kEntries{
+      {{ScheduleType::kCosine, "cosine"}, {ScheduleType::kWsd, "wsd"}, {ScheduleType::kConstant, "constant"}}};
+};
+
+template <>
+struct NameTable<DecayShape> {
+  static constexpr std::string_view kWhat = "decay shape";
+  static constexpr std::array<std::pair<DecayShape, std::string_view>, 2> kEntries{
+      {{DecayShape::kLinear, "linear"}, {DecayShape::kCosine, "cosine"}}};
+};
+
+template <>
+struct NameTable<TrainDType> {
+  static constexpr std::string_view kWhat = "training dtype";
+  static constexpr std::array<std::pair<TrainDType, std::string_view>, 2> kEntries{
+      {{TrainDType::kFloat32, "float32"}, {TrainDType::kBFloat16, "bfloat16"}}};
+};
+
+template <>
+struct NameTable<TrainDevice> {
+  static constexpr std::string_view kWhat = "training device";
+  static constexpr std::array<std::pair<TrainDevice, std::string_view>, 3> kEntries{
+      {{TrainDevice::kAuto, "auto"}, {TrainDevice::kCpu, "cpu"}, {TrainDevice::kCuda, "cuda"}}};
+};
+
 // The name of a value ("rope", "yarn", "qk", ...).
 template <typename E>
 constexpr std::string_view name_of(E e) {
@@ -135,6 +170,10 @@ inline std::string_view format_as(QkNorm e) { return name_of(e); }
 inline std::string_view format_as(TrainPhase e) { return name_of(e); }
 inline std::string_view format_as(ShardMode e) { return name_of(e); }
 inline std::string_view format_as(ModelFormat e) { return name_of(e); }
+inline std::string_view format_as(ScheduleType e) { return name_of(e); }
+inline std::string_view format_as(DecayShape e) { return name_of(e); }
+inline std::string_view format_as(TrainDType e) { return name_of(e); }
+inline std::string_view format_as(TrainDevice e) { return name_of(e); }
 inline void to_json(nlohmann::json& j, PositionalType e) { j = std::string(name_of(e)); }
 inline void to_json(nlohmann::json& j, RopeScalingType e) { j = std::string(name_of(e)); }
 inline void to_json(nlohmann::json& j, QkNorm e) { j = std::string(name_of(e)); }

@@ -31,8 +31,8 @@ struct TrainLoopConfig {
   int64_t checkpoint_every = 0;  // 0 = only at the end
   int64_t keep_last = 3;         // checkpoints kept
   double clip = 1.0;             // gradient-norm clip (0 = off)
-  std::string dtype = "float32"; // float32 | bfloat16 (autocast of the forward on CPU or CUDA)
-  std::string device = "auto";   // auto | cpu | cuda
+  TrainDType dtype = TrainDType::kFloat32;  // bfloat16: autocast of the forward on CPU or CUDA
+  TrainDevice device = TrainDevice::kAuto;
   double peak_tflops = 0;        // for MFU; 0 = unknown (CPU)
   double dist_timeout_s = 300;   // collective timeout: a dead peer gives an error, not a hang
   double allreduce_bucket_mb = 25;  // gradient all-reduce bucket size (MiB), overlapped with backward
