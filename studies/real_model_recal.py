@@ -32,6 +32,7 @@ import io
 import json
 import math
 import os
+import re
 import pathlib
 import shutil
 import sys
@@ -39,7 +40,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from drope_scripts import cli, corpus
+from drope_scripts import cli, corpus, stats
 from drope_scripts.atomic import write_atomic
 from drope_scripts.driver import NONE, ROOT, Driver, Method, checkpoint, run_pipeline
 
@@ -219,15 +220,27 @@ def results_md(s: Scale, rows: Sequence[dict]) -> str:
     niah = [r for r in rows if r["metric"] == "niah_single_1"]
     if niah:
         lengths = sorted({r["length"] for r in niah})
-        lines += ["", "| NIAH single_1 (%, string_match_all) | " + " | ".join(f"{n:,}" for n in lengths) + " |",
-                  "|---|" + "---:|" * len(lengths)]
-        for m in ("DroPE", "RoPE", "RoPE+YaRN"):
-            cells = [val.get(key(m, s.marks[-1], "niah_single_1", n)) for n in lengths]
-            if any(cells):
-                lines.append(f"| {m} | " + " | ".join(f"{c['value']:.0f} ({c['detail']})" if c else ""
-                                                    for c in cells) + " |")
+        lines += ["", "| NIAH single_1, % of trials [Wilson 95 %] | step | " + " | ".join(f"{n:,}" for n in lengths)
+                  + " |", "|---|---:|" + "---:|" * len(lengths)]
+        for step in sorted({r["step"] for r in niah}):
+            for m in ("DroPE", "RoPE", "RoPE+YaRN"):
+                cells = [val.get(key(m, step, "niah_single_1", n)) for n in lengths]
+                if any(cells):
+                    lines.append(f"| {m} | {step} | " + " | ".join(niah_cell(c) if c else "" for c in cells) + " |")
     lines += ["", paragraph(s, rows)]
     return "\n".join(lines)
+
+
+def niah_cell(r: dict) -> str:
+    """A single_1 score (one needle a trial, so each trial scores 0 or 100) with its Wilson interval over the
+    trials, and the row's detail."""
+    m = re.match(r"(\d+) trials", r["detail"])
+    if not m:
+        return f"{r['value']:.0f} ({r['detail']})"
+    n = int(m.group(1))
+    k = round(r["value"] * n / 100)
+    lo, hi = stats.wilson_percent(k, n)
+    return f"{r['value']:.0f} [{lo:.0f}, {hi:.0f}] ({r['detail']})"
 
 
 def paragraph(s: Scale, rows: Sequence[dict]) -> str:
@@ -410,6 +423,8 @@ def study(argv: list[str]) -> int:
     ap = cli.Parser("real_model --recalibrate", prog="real_model.sh --recalibrate",
                     description=__doc__.split("\n\n")[0])
     ap.add_argument("--plan", action="store_true", help="print the rows still missing and an estimated time, then stop")
+    ap.add_argument("--report", action="store_true",
+                    help="rewrite the page's results section from the CSV alone (no runs), then stop")
     ap.add_argument("--dry-run", action="store_true",
                     help="2 steps at tiny lengths, every stage once, into --out (default runs/real-smollm2-recal-dry); "
                          "the CSV and the page are left alone unless --csv / --doc name others")
@@ -466,6 +481,12 @@ def study(argv: list[str]) -> int:
     if a.build is not None:
         ap.check(cli.in_dir, bin_dir, bin_what)
     rows = read_rows(csv_path)
+    if a.report:
+        if doc is None:
+            ap.error("--report rewrites the page: name it with --doc")
+        update_doc(doc, results_md(s, rows))
+        print(f"rewrote the results section of {doc} from {len(rows)} rows of {csv_path}")
+        return 0
     if a.plan:
         print(plan_text(s, rows))
         return 0

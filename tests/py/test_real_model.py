@@ -55,6 +55,31 @@ def test_recalibrate_rows_plan_and_page_markers():
     assert rr.parse_marks("64,16,32") == (0, 16, 32, 64)
 
 
+def test_recalibrate_page_lists_niah_of_every_step_with_wilson_intervals(tmp):
+    """NIAH rows of an earlier last mark stay on the page when more marks are added, each with the Wilson
+    interval of its trials (0 of 4 is not "0": it allows up to 49 %); --report rewrites the page from the CSV."""
+    rows = [{"model": "DroPE", "step": st, "tokens": st * 2048, "metric": "ppl", "length": 512, "value": v,
+             "detail": "", "commit": "abc", "cpu": "cpu"} for st, v in [(0, 350.0), (64, 160.0), (128, 120.0)]]
+    rows += [{"model": m, "step": 64, "tokens": 131072, "metric": "niah_single_1", "length": 8192, "value": v,
+              "detail": "4 trials", "commit": "abc", "cpu": "cpu"} for m, v in [("DroPE", 0.0), ("RoPE", 75.0)]]
+    rows.append({"model": "RoPE+YaRN", "step": 128, "tokens": 262144, "metric": "niah_single_1", "length": 8192,
+                 "value": 100.0, "detail": "4 trials, YaRN x2", "commit": "abc", "cpu": "cpu"})
+    md = rr.results_md(rr.FULL, rows)
+    assert "| DroPE | 64 | 0 [0, 49] (4 trials) |" in md, md
+    assert "| RoPE | 64 | 75 [30, 95] (4 trials) |" in md
+    assert "| RoPE+YaRN | 128 | 100 [51, 100] (4 trials, YaRN x2) |" in md
+    csv_path, doc = tmp / "rows.csv", tmp / "page.md"
+    with open(csv_path, "w", newline="") as f:
+        w = rr.csv.DictWriter(f, fieldnames=rr.FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+    doc.write_text(f"before\n{rr.BEGIN}\nold\n{rr.END}\nafter\n")
+    assert real_model.main(["--recalibrate", "--report", "--csv", str(csv_path), "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
+    assert "| DroPE | 64 | 0 [0, 49] (4 trials) |" in text
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--marks", "a,b"], "--marks must be a comma list"),
     (["--marks", "0"], "--marks must hold steps"),
