@@ -32,8 +32,8 @@ import io
 import json
 import math
 import os
-import re
 import pathlib
+import re
 import shutil
 import sys
 import threading
