@@ -321,7 +321,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", help="the Markdown file (default <study>/comparisons.md; JSON beside it)")
     a = ap.parse_args(argv)
     study = ap.check(cli.in_dir, cli.caller_path(a.study).resolve(), "--study")
-    out = cli.caller_path(a.out).resolve() if a.out else study / "comparisons.md"
+    out = ap.check(cli.out_file, cli.caller_path(a.out).resolve(), "--out") if a.out else study / "comparisons.md"
     try:
         text, doc = report(study, a.seeds)
     except (results.ResultsError, ValueError, OSError, KeyError) as e:

@@ -38,8 +38,9 @@ FILE_OUT = {
     "run.sh committed_verdicts": ["studies/run.sh", "committed_verdicts"],
     "run.sh isa_compare": ["studies/run.sh", "isa_compare", "a={md}", "b={md}"],
     "run.sh quickstart_isa": ["studies/run.sh", "quickstart_isa"],
+    "run.sh recovery_budgets": ["studies/run.sh", "recovery_budgets", "--study", "{study}"],
 }
-NO_BUILD = {"run.sh committed_verdicts", "run.sh isa_compare"}  # they run no binary: --build is not an option
+NO_BUILD = {"run.sh committed_verdicts", "run.sh isa_compare", "run.sh recovery_budgets"}  # they run no binary: --build is not an option
 
 
 def env0(**extra):
