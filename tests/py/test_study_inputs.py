@@ -40,7 +40,8 @@ FILE_OUT = {
     "run.sh quickstart_isa": ["studies/run.sh", "quickstart_isa"],
     "run.sh recovery_budgets": ["studies/run.sh", "recovery_budgets", "--study", "{study}"],
 }
-NO_BUILD = {"run.sh committed_verdicts", "run.sh isa_compare", "run.sh recovery_budgets"}  # they run no binary: --build is not an option
+# They run no binary: --build is not an option.
+NO_BUILD = {"run.sh committed_verdicts", "run.sh isa_compare", "run.sh recovery_budgets"}
 
 
 def env0(**extra):
