@@ -3,11 +3,9 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <functional>
-#include <optional>
 #include <random>
 #include <vector>
 
@@ -24,6 +22,7 @@
 #include "drope/eval/generate.h"
 #include "drope/io/model_io.h"
 #include "drope/ops/layers.h"
+#include "round_robin.h"
 
 namespace drope::bench {
 
@@ -81,25 +80,14 @@ std::vector<LayerCase> layer_cases(const LayersRun& lo, const torch::TensorOptio
   };
 }
 
-// Median times of the fused and the ATen path, timed alternately (fused, ATen, fused, …) so that a
-// machine whose speed drifts during the run slows both alike.
+// Median times of the fused and the ATen path, timed alternately (fused, ATen, fused, …).
 std::array<double, 2> median_ms(int repeats, const std::function<void(bool composite)>& f) {
-  f(false), f(true);  // warm-up
-  std::vector<double> ms[2];
-  for (int r = 0; r < repeats; ++r)
-    for (int composite = 0; composite < 2; ++composite) {
-      std::optional<ops::ForceCompositeLayers> force;
-      if (composite) force.emplace();
-      auto t0 = std::chrono::steady_clock::now();
-      f(composite);
-      ms[composite].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-  std::array<double, 2> med;
-  for (int i = 0; i < 2; ++i) {
-    std::nth_element(ms[i].begin(), ms[i].begin() + ms[i].size() / 2, ms[i].end());
-    med[i] = ms[i][ms[i].size() / 2];
-  }
-  return med;
+  const auto med = median_ms_round_robin(repeats, {[&] { f(false); },
+                                                   [&] {
+                                                     ops::ForceCompositeLayers force;
+                                                     f(true);
+                                                   }});
+  return {med[0], med[1]};
 }
 
 // VmHWM, not ru_maxrss: Linux carries ru_maxrss across execve, so a child of a big parent (the Python

@@ -1,7 +1,5 @@
 // drope-bench step-parts (bench/runners.h): the two parts of a training step that drope-train can run fused or as
 // separate ops, timed alternately on the same inputs so that a drifting machine slows both paths alike.
-#include <algorithm>
-#include <chrono>
 #include <functional>
 #include <string>
 #include <utility>
@@ -20,45 +18,22 @@
 #include "drope/model/transformer.h"
 #include "drope/ops/loss.h"
 #include "drope/train/adamw.h"
+#include "round_robin.h"
 
 namespace drope::bench {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Median milliseconds of each path, run round-robin (path 0, 1, ..., 0, 1, ...) after one warm-up round.
-std::vector<double> median_ms_round_robin(int repeats, const std::vector<std::function<void()>>& paths) {
-  for (const auto& f : paths) f();
-  std::vector<std::vector<double>> ms(paths.size());
-  for (int r = 0; r < repeats; ++r)
-    for (size_t i = 0; i < paths.size(); ++i) {
-      const auto t0 = Clock::now();
-      paths[i]();
-      ms[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    }
-  std::vector<double> med;
-  for (auto& v : ms) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    med.push_back(v[v.size() / 2]);
-  }
-  return med;
-}
-
-}  // namespace
-
 void run_step_parts(const StepPartsRun& r) {
   if (r.rows < 1 || r.repeats < 1) fail("drope-bench step-parts: --rows and --repeats must be >= 1");
   const ModelConfig cfg = model_preset(r.preset);  // names the presets when `preset` is unknown
   const int64_t V = cfg.vocab_size, C = cfg.hidden_size, N = r.rows;
+  // The parameters, their gradients and AdamW's two moments; the materialised baseline's logits and their
+  // gradient; the hidden rows and their gradient (float32). Checked before the model is built.
+  check_memory_estimate(4.0 * (4.0 * cfg.parameter_count() + 2.0 * double(N) * double(V) + 4.0 * double(N) * double(C)),
+                        "drope-bench step-parts with these sizes", "use a smaller --rows or --preset");
   if (r.threads > 0) at::set_num_threads(r.threads);
   torch::manual_seed(0);
   DecoderLM model(cfg);
   int64_t n_params = 0;
   for (const auto& p : model->parameters()) n_params += p.numel();
-  // The parameters, their gradients and AdamW's two moments; the materialised baseline's logits and their
-  // gradient; the hidden rows and their gradient (float32).
-  check_memory_estimate(4.0 * (4.0 * double(n_params) + 2.0 * double(N) * double(V) + 4.0 * double(N) * double(C)),
-                        "drope-bench step-parts with these sizes", "use a smaller --rows or --preset");
   nlohmann::json out = {{"preset", r.preset},  {"rows", N},          {"hidden", C},
                         {"vocab", V},          {"params", n_params}, {"threads", at::get_num_threads()},
                         {"repeats", r.repeats}};

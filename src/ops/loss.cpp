@@ -20,10 +20,10 @@ struct Sums {
   at::Tensor dhidden, dweight;  // gradients of the *sum* (undefined unless asked)
 };
 
-// One pass over row chunks: loss sum and, when asked, the gradients of the summed loss scaled by `scale`
-// (1 from the autograd function, which divides by the token count afterwards, on the device).
+// One pass over row chunks: loss sum and, when asked, the gradients of the summed loss (the autograd function
+// scales them by the incoming gradient over the token count in its backward, on the device).
 Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels, int64_t ignore_index,
-             int64_t chunk_rows, bool grad_hidden, bool grad_weight, double scale, bool fused) {
+             int64_t chunk_rows, bool grad_hidden, bool grad_weight, bool fused) {
   const int64_t N = hidden.size(0), V = weight.size(0);
   const auto acc = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   // GEMM dtype: the autocast dtype when autocast is on for this device (the unfused path's matmul would
@@ -49,24 +49,18 @@ Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
     auto logits = matmul_nt(h, w);
     const auto keep = y.ne(ignore_index);
     const auto yc = at::where(keep, y, at::zeros_like(y)).unsqueeze(1);
-    at::Tensor pg;  // `scale` · d(sum loss)/d logits in the GEMM dtype (softmax − onehot; 0 on ignored rows)
+    at::Tensor pg;  // d(sum loss)/d logits in the GEMM dtype (softmax − onehot; 0 on ignored rows)
     if (fused && logits.device().is_cpu() && logits.scalar_type() == acc && logits.is_contiguous()) {
       // One kernel per chunk: each row read once from memory, its loss and (in place) its gradient.
       auto rows = at::empty({n}, logits.options());
       const auto yv = y.contiguous();
       if (acc == at::kDouble) {
-        kernels::SoftmaxXentArgs<double> a{logits.data_ptr<double>(),
-                                           yv.data_ptr<int64_t>(),
-                                           rows.data_ptr<double>(),
-                                           n,
-                                           V,
-                                           ignore_index,
-                                           scale,
-                                           grad};
+        kernels::SoftmaxXentArgs<double> a{
+            logits.data_ptr<double>(), yv.data_ptr<int64_t>(), rows.data_ptr<double>(), n, V, ignore_index, 1.0, grad};
         kernels::softmax_xent_cpu(a);
       } else {
         kernels::SoftmaxXentArgs<float> a{
-            logits.data_ptr<float>(), yv.data_ptr<int64_t>(), rows.data_ptr<float>(), n, V, ignore_index, scale, grad};
+            logits.data_ptr<float>(), yv.data_ptr<int64_t>(), rows.data_ptr<float>(), n, V, ignore_index, 1.0f, grad};
         kernels::softmax_xent_cpu(a);
       }
       out.loss.add_(rows.sum());
@@ -79,9 +73,9 @@ Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
                            : at::_log_softmax(logits.to(acc), 1, /*half_to_float=*/false);
       out.loss.sub_((lsm.gather(1, yc).squeeze(1) * keep).sum());
       if (grad) {
-        // d/dx of −Σ go·lsm with go = −scale at the label: softmax·scale − onehot·scale.
+        // d/dx of −Σ go·lsm with go = −1 at the label: softmax − onehot.
         auto go = at::zeros_like(lsm);
-        go.scatter_(1, yc, (keep.to(acc) * -scale).unsqueeze(1));
+        go.scatter_(1, yc, keep.to(acc).neg().unsqueeze(1));
         pg = at::_log_softmax_backward_data(go, lsm, 1, h2f ? logits.scalar_type() : acc).to(gemm);
       }
     } else {
@@ -95,7 +89,7 @@ Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
       if (!grad) continue;
       auto p = logits.div_(sumexp);
       p.scatter_add_(1, yc, at::full({n, 1}, -1.0, p.options()));
-      p.mul_((keep.to(acc) * scale).unsqueeze(1));
+      p.mul_(keep.to(acc).unsqueeze(1));
       pg = p.to(gemm);
     }
     if (!grad) continue;
@@ -120,18 +114,17 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& labels, int64_t ignore_index, int64_t chunk_rows, bool grad_hidden,
                             bool grad_weight, bool fused) {
-    // The mean's divisor stays on the device: the chunks form the gradients of the sum, divided once at the end,
-    // so that no .item() waits for the GPU to finish the forward before the loss's kernels can be queued.
+    // The mean's divisor stays on the device, so that no .item() waits for the GPU to finish the forward before
+    // the loss's kernels can be queued: the chunks form the gradients of the sum, and the backward scales them by
+    // grad / count in the one pass it makes over them anyway.
     const auto count = labels.ne(ignore_index).sum().to(hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
-    auto s = chunked(hidden, weight, labels, ignore_index, chunk_rows, grad_hidden, grad_weight, 1.0, fused);
-    if (s.dhidden.defined()) s.dhidden.div_(count.to(s.dhidden.scalar_type()));
-    if (s.dweight.defined()) s.dweight.div_(count.to(s.dweight.scalar_type()));
-    ctx->save_for_backward({s.dhidden, s.dweight});
+    auto s = chunked(hidden, weight, labels, ignore_index, chunk_rows, grad_hidden, grad_weight, fused);
+    ctx->save_for_backward({s.dhidden, s.dweight, count});
     return s.loss / count;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto& g = grads[0];
+    const auto g = grads[0] / saved[2];  // the incoming gradient of the mean, over the counted rows
     auto scaled = [&](const at::Tensor& t) { return t.defined() ? t * g.to(t.scalar_type()) : at::Tensor(); };
     return {scaled(saved[0]), scaled(saved[1]), at::Tensor(), at::Tensor(),
             at::Tensor(),     at::Tensor(),     at::Tensor(), at::Tensor()};
