@@ -8,10 +8,13 @@ interval inside [0, 100]: stats.py); decide the experiment's claims (a)–(f) by
 protocol (offset_key_report.py, docs/design.md#statistics-protocol); draw far accuracy vs length per method
 (drope-eval compare --plot far). The cropped baseline RoPE crop (drope-eval offset-key --crop on the RoPE run:
 beyond C it reads BOS and the last C − 1 tokens) is claim (c)'s reference. PI / NTK / YaRN with their own fitted
-temperature, which claim (d) reads, are not run here: (d) stays inconclusive (or disagrees) without them.
+temperature, which claim (d) reads, run when the plan asks for them (Plan.scaled_temperature: one c per method,
+seed and length, fitted on held-out sequences with that scaling and factor); without them (d) stays inconclusive
+(or disagrees).
 
 Layout of the experiment directory (quickstart and reproduce: <run>/offset-key/):
   train/{rope,drope,nope}-s<seed>/   drope-train runs; the DroPE/NoPE final checkpoints hold temperature.json
+  fits/<slug>-s<seed>-L<length>.json the fitted temperature of a scaled method at one length (+temp methods)
   eval/<slug>-s<seed>.json           one offset-key results file per method and seed: drope-eval's, or, for the
                                      eval-time scaled methods (factor L/C, one invocation per length), merged
                                      here from eval/<slug>-s<seed>-L<length>.json
@@ -37,9 +40,12 @@ from .offset_key_report import (
     KIND,
     NOPE_T,
     NTK,
+    NTK_T,
     PI,
+    PI_T,
     ROPE,
     YARN,
+    YARN_T,
     aggregate,
     csv_text,
     markdown,
@@ -61,12 +67,15 @@ class Spec:
     slug: str
     model: str  # rope | nope | drope (the training run)
     scaling: str | None = None  # eval-time RoPE scaling, factor L/C, evaluated per length beyond C
-    temperature: str | None = None  # --temperature: auto (the fitted c) or a number
+    temperature: str | None = None  # --temperature: auto (the fitted c), a number, or FIT (fitted per length)
     crop: bool = False  # --crop: the cropped-context baseline (plain RoPE reading BOS + the last C − 1 tokens)
 
 
+FIT = "fit"  # Spec.temperature of a scaled method with its own c, fitted per length with its scaling and factor
 SPECS = (Spec(ROPE, "rope", "rope"), Spec(PI, "rope-pi", "rope", "pi"), Spec(NTK, "rope-ntk", "rope", "ntk"),
-         Spec(YARN, "rope-yarn", "rope", "yarn"), Spec(CROP, "rope-crop", "rope", crop=True),
+         Spec(YARN, "rope-yarn", "rope", "yarn"), Spec(PI_T, "rope-pi-temp", "rope", "pi", temperature=FIT),
+         Spec(NTK_T, "rope-ntk-temp", "rope", "ntk", temperature=FIT),
+         Spec(YARN_T, "rope-yarn-temp", "rope", "yarn", temperature=FIT), Spec(CROP, "rope-crop", "rope", crop=True),
          Spec(NOPE_T, "nope-temp", "nope", temperature="auto"),
          Spec(DROPE_T, "drope-temp", "drope", temperature="auto"), Spec(DROPE_0, "drope-c0", "drope", temperature="0"))
 
@@ -80,10 +89,12 @@ class Plan:
     nope: bool = False  # NoPE from scratch (+ fitted temperature)
     nope_seeds: int | None = None  # NoPE on the first n seeds only (None: every seed)
     drope_c0: bool = True  # DroPE without the temperature (claim f)
+    scaled_temperature: bool = False  # PI / NTK / YaRN each with its own fitted temperature (claim d)
     train_show: Show = ALL  # what drope-train's stdout shows
 
     def specs(self) -> list[Spec]:
-        return [s for s in SPECS if (self.nope or s.model != "nope") and (self.drope_c0 or s.label != DROPE_0)]
+        return [s for s in SPECS if (self.nope or s.model != "nope") and (self.drope_c0 or s.label != DROPE_0)
+                and (self.scaled_temperature or s.temperature != FIT)]
 
     def seeds_of(self, model: str) -> tuple[int, ...]:
         """The seeds a training run kind (rope, drope, nope) has."""
@@ -230,6 +241,20 @@ def run(d: Driver, out: pathlib.Path, plan: Plan, mark: Callable[[str, bool], No
 
     lengths = [m * c for m in plan.multipliers]
 
+    def fit_scaled(spec: Spec, seed: int, model: pathlib.Path, mult: int) -> float:
+        """c of a scaled method at length mult·C: fitted with its scaling and factor on held-out sequences
+        (fits/<slug>-s<seed>-L<length>.json, reused when there)."""
+        nonlocal computed
+        saved = out / "fits" / f"{spec.slug}-s{seed}-L{mult * c}.json"
+        if not saved.is_file():
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            d.tool("drope-eval", "fit-temperature", "--model", model, "--task", KIND, "--rope-scaling", spec.scaling,
+                   "--factor", mult, "--lengths", mult * c, "--queries", TEMPERATURE_QUERIES, "--save", saved, show=3)
+            computed = True
+        fitted = results.load(saved, "temperature")["c"]
+        d.say(f"{spec.label} seed {seed} at {mult}C: fitted temperature c = {fitted:.3f}")
+        return float(fitted)
+
     def evaluate(spec: Spec, seed: int) -> pathlib.Path:
         nonlocal computed
         model = models[spec.model, seed]
@@ -246,7 +271,10 @@ def run(d: Driver, out: pathlib.Path, plan: Plan, mark: Callable[[str, bool], No
                 if mult == 1:
                     continue  # factor 1 is plain RoPE
                 part = out / "eval" / f"{spec.slug}-s{seed}-L{mult * c}"
-                method = Method(spec.label, model, ("--rope-scaling", spec.scaling, "--factor", mult))
+                options: tuple[object, ...] = ("--rope-scaling", spec.scaling, "--factor", mult)
+                if spec.temperature == FIT:
+                    options += ("--temperature", repr(fit_scaled(spec, seed, model, mult)))
+                method = Method(spec.label, model, options)
                 _, now = d.evaluate(KIND, method, part, ("--lengths", mult * c, *common), KIND)
                 computed |= now
                 parts.append(json_path(part))

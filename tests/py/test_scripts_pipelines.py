@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from drope_scripts import corpus
-from studies import prose_drop_study, quickstart, reproduce
+from studies import offset_key_claims, prose_drop_study, quickstart, reproduce
 
 FAKE_TOOL = r'''#!{python}
 """Fake drope-train / drope-eval / drope-analyze: records its arguments and writes what the pipelines read."""
@@ -40,8 +40,10 @@ elif name == "drope-analyze":
     out.mkdir(parents=True)
     model = lambda pos, g: {"positional": pos, "num_layers": 1, "weights": {"diagonal": [{"grad_all": {"mean": g}}]}}
     (out / "bias_grad.json").write_text(json.dumps({"models": [model("rope", 2e-3), model("nope", 1e-3)]}))
-elif args[0] == "fit-temperature":
-    (pathlib.Path(opt("--model")) / "temperature.json").write_text(json.dumps({"kind": "temperature", "c": 0.5}))
+elif args[0] == "fit-temperature":  # c = 0.5, or 0.1 × the factor of a scaled method (saved where --save says)
+    c = 0.1 * float(opt("--factor")) if "--factor" in args else 0.5
+    pathlib.Path(opt("--save", str(pathlib.Path(opt("--model")) / "temperature.json"))).write_text(
+        json.dumps({"kind": "temperature", "c": c}))
 else:
     out, label = opt("--out"), opt("--label")
     if args[0] == "compare":
@@ -49,8 +51,8 @@ else:
         plot = f" plot {opt('--plot')}" if "--plot" in args else ""
         pathlib.Path(out + ".md").write_text(f"| compare {len(files)} files{plot}: {opt('--title')} |\n")
     elif args[0] == "offset-key":
-        # accuracy 90 at every length; far accuracy 100 - 10 * L / 128 (+ 5 with the fitted temperature, + seed)
-        bonus = (5 if opt("--temperature") == "auto" else 0) + int(opt("--seed"))
+        # accuracy 90 at every length; far accuracy 100 - 10 * L / 128 (+ 5 with the fitted temperature, + seed mod 10)
+        bonus = (5 if opt("--temperature") == "auto" else 0) + int(opt("--seed")) % 10
         rows = [{"length": L, "accuracy": 90.0, "far_accuracy": None if L <= 128 else 100.0 - 10 * L / 128 + bonus,
                  "queries": 1000, "far_queries": 0 if L <= 128 else 500, "correct": 900,
                  "far_correct": 0 if L <= 128 else round(5 * (100.0 - 10 * L / 128 + bonus))}
@@ -375,3 +377,41 @@ def test_prose_drop_study_refuses_bad_arguments_up_front(fake, capsys, args, mes
     assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert calls.read_text() == ""
 
+
+
+def test_offset_key_claims_fits_each_scaled_method_per_length(fake, capsys, monkeypatch, tmp_path):
+    run, calls = fake
+    monkeypatch.setattr(offset_key_claims, "DOCS", tmp_path / "docs")
+    (tmp_path / "docs").mkdir()
+    assert offset_key_claims.main(["--out", str(run), "--seeds", "2", "--commit"]) == 0
+    out = capsys.readouterr().out
+    evals = tool_calls(calls, "drope-eval")
+    fits = [e for e in evals if " fit-temperature " in e]
+    # DroPE once per seed; PI / NTK / YaRN at 2C, 4C, 8C per seed, each with its scaling, factor and own file
+    assert len(fits) == 2 * (1 + 3 * 3)
+    rope = f"{run}/train/rope-s2000/checkpoints/step-00000800"
+    assert (f"drope-eval fit-temperature --model {rope} --task offset-key --rope-scaling yarn --factor 4 "
+            f"--lengths 512 --queries 256 --save {run}/fits/rope-yarn-temp-s2000-L512.json") in fits
+    # each +temp evaluation reads the c fitted for its own method, seed and length (here 0.1 × the factor)
+    assert (f"drope-eval offset-key --model {rope} --rope-scaling yarn --factor 4 --temperature 0.4 "
+            f"--label RoPE+YaRN+temp --lengths 512 --queries 1000 --seed 2000 "
+            f"--out {run}/eval/rope-yarn-temp-s2000-L512") in evals
+    table = (run / "results.md").read_text()
+    for label in ("RoPE+PI+temp", "RoPE+NTK+temp", "RoPE+YaRN+temp", "RoPE crop"):
+        assert f"| {label} |" in table
+    claim_d = next(l for l in table.splitlines() if l.startswith("claim (d)"))
+    assert "not measured" not in claim_d and "inconclusive" not in claim_d
+    assert "| RoPE+YaRN+temp | 8C | 0.800 | 0.800 | 0.800 | 2 |" in (run / "fits.md").read_text()
+    assert "| DroPE+temp | all (one c) | 0.500 |" in out
+    committed = (tmp_path / "docs" / "offset-key-claims.md").read_text()
+    assert str(run) not in committed and "### Fitted temperatures" in committed
+    calls.write_text("")  # a second run reuses every run, fit and evaluation
+    assert offset_key_claims.main(["--out", str(run), "--seeds", "2"]) == 0
+    assert tool_calls(calls, "drope-train") == [] and not any(" fit-temperature " in e for e in
+                                                              tool_calls(calls, "drope-eval"))
+
+
+def test_offset_key_claims_refuses_one_seed(fake, capsys):
+    with pytest.raises(SystemExit) as e:
+        offset_key_claims.main(["--seeds", "1"])
+    assert e.value.code == 2 and "--seeds" in capsys.readouterr().err
