@@ -9,7 +9,8 @@ fresh AdamW and cosine, warm-up 10 % of S, recalibration lr of the recipe) or co
 drope.drop_at_step = B − S and QK-norm, resumed from a copy of the checkpoint: reproduce.seed_from_checkpoint).
 Per seed: gap = 100 · (ppl_DroPE(C) / ppl_RoPE(C) − 1), held-out split, C = 256 (drope-eval ppl).
 
-Seeds 0–2 for every cell; seeds 3 and 4 only for cells whose paired test over seeds is still inconclusive.
+Seeds 0–2 for every cell; seeds 3 and 4 only for cells whose paired test over seeds is still inconclusive,
+and (the page's extension) for both cells of a follow-up comparison whose reading is still inconclusive.
 Each finished (cell, seed) appends a row to docs/results/prose-sweep.csv and rewrites the results section of
 docs/results/prose-sweep.md and the plot docs/results/prose-sweep.png; rows already in the CSV are skipped, so
 a fresh clone continues where the committed rows end. Run directories in runs/prose-sweep/ (--out).
@@ -208,12 +209,24 @@ def decided(gaps: Sequence[float], min_seeds: int = MIN_SEEDS) -> bool:
     return len(gaps) >= min_seeds and verdict(gaps)["verdict"] != "inconclusive"
 
 
+def open_follow_ups(cells: Sequence[Cell], rows: Sequence[dict], min_seeds: int = MIN_SEEDS) -> set[str]:
+    """The cells of the follow-up comparisons still inconclusive after min_seeds common seeds: the follow-up cell
+    and the quickstart cell of its budget (the extension of the page: both get the next seed, up to max_seeds)."""
+    out: set[str] = set()
+    for name in sorted({c.recipe.name for c in cells if c.recipe.follow_up}):
+        for o in comparisons(cells, rows, family=name):
+            if o["n"] >= min_seeds and follow_up_reading(o, rows).endswith("): inconclusive"):
+                out |= {o["cell"], f"b{o['budget']}-quickstart"}
+    return out
+
+
 def todo(cells: Sequence[Cell], rows: Sequence[dict], seed: int, min_seeds: int = MIN_SEEDS) -> list[Cell]:
-    """The cells that still need `seed`: its row is missing, and the seed is one of the first min_seeds or the cell
-    is not decided on the rows it has."""
+    """The cells that still need `seed`: its row is missing, and the seed is one of the first min_seeds, or the cell
+    is not decided on the rows it has, or it is in a follow-up comparison still inconclusive (open_follow_ups)."""
     have = {(r["cell"], r["seed"]) for r in rows}
+    extend = open_follow_ups(cells, rows, min_seeds) if seed >= min_seeds else set()
     return [c for c in cells if (c.id, seed) not in have
-            and (seed < min_seeds or not decided(list(cell_gaps(rows, c.id).values()), min_seeds))]
+            and (seed < min_seeds or not decided(list(cell_gaps(rows, c.id).values()), min_seeds) or c.id in extend)]
 
 
 # --- the plan ----------------------------------------------------------------------------------------------------

@@ -259,3 +259,25 @@ def test_nope_from_scratch_is_a_whole_budget_cell():
              "ppl_drope": 36.0 * (1 + g / 100), "gap_pct": g, "commit": "abc1234", "cpu": "test cpu"}
             for k in range(3) for r, g in (("quickstart", 55.0 + k), ("nope", 54.0 + 0.5 * k))]
     assert "DroPE is at NoPE's level" in ps.results_md(cells(), rows)
+
+
+def test_an_inconclusive_follow_up_gets_seeds_for_both_of_its_cells(tmp):
+    """The extension: a follow-up comparison still inconclusive after 3 seeds gives its follow-up cell and the
+    quickstart cell of its budget the next seed (up to 5), though both cells' own verdicts are decided; a follow-up
+    comparison read as decided (here b16-noqk, 'not the cause') and the pre-registered cells stop at 3."""
+    cs = cells([8, 16])
+
+    def gap(c):  # b16-nope: +9 points on average with a spread of ±6 points: inconclusive against the quickstart
+        return 20.0 + (9.0 if c.id == "b16-nope" else 0.0)
+
+    runs = FakeRuns(gap, wiggle=0.0)
+    spread = {0: 0.0, 1: 12.0, 2: -6.0, 3: 3.0, 4: 4.0}
+    base = runs.drope
+    runs.drope = lambda cell, seed: base(cell, seed) * (1 + (spread[seed] / 100 if cell.id == "b16-nope" else 0))
+    sweep(tmp, runs, cs).run()
+    rows = ps.read_rows(tmp / "rows.csv")
+    n = {c.id: len(ps.cell_gaps(rows, c.id)) for c in cs}
+    assert n.pop("b16-nope") == 5 and n.pop("b16-quickstart") == 5 and set(n.values()) == {3}
+    assert ps.open_follow_ups(cs, [r for r in rows if r["seed"] < 3]) == {"b16-nope", "b16-quickstart"}
+    # the pre-registered comparisons read the seeds common to both cells: unchanged by the extra quickstart seeds
+    assert {o["n"] for o in ps.comparisons(cs, rows)} == {3}
