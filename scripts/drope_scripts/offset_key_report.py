@@ -414,3 +414,32 @@ def csv_text(doc: dict) -> str:
                     w.writerow((m["label"], cl["length"], metric, *("" if d.get(k) is None else d[k] for k in cols),
                                 " ".join(map(str, d.get("seeds", []))), " ".join(f"{v:g}" for v in d["values"])))
     return buf.getvalue()
+
+
+def from_csv(text: str, budget: tuple[int, int], where: str = "offset-key CSV") -> dict:
+    """The table of an aggregate document back from csv_text's rows (every cell with its per-seed values and
+    seeds, so the paired tests can be redone from a committed CSV), with its claims decided again. `budget` =
+    (DroPE recalibration steps, RoPE steps), which the CSV does not hold."""
+    methods: dict[str, dict[int, dict]] = {}
+    for i, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
+        try:
+            values = [float(v) for v in row["values"].split()]
+            seeds = [int(v) for v in row["seeds"].split()]
+            if row["metric"] not in ("accuracy", "far_accuracy") or len(values) != len(seeds) or not values:
+                raise ValueError("metric, seeds and values")
+            d = {"n": len(values), "mean": float(row["mean"]), "interval_low": float(row["interval_low"]),
+                 "interval_high": float(row["interval_high"]), "values": values, "seeds": seeds}
+            length = int(row["length"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise results.ResultsError(f"{where}: line {i}: not a row of the offset-key table ({e})") from None
+        cells = methods.setdefault(row["method"], {})
+        cells.setdefault(length, {"length": length, "accuracy": None, "far_accuracy": None})[row["metric"]] = d
+    if not methods:
+        raise results.ResultsError(f"{where}: no rows")
+    lengths = sorted({L for cells in methods.values() for L in cells})
+    doc = {"train_length": lengths[0], "lengths": lengths,
+           "budget": {"recalibration_steps": budget[0], "rope_steps": budget[1]},
+           "methods": [{"label": label, "cells": [cells[L] for L in sorted(cells)]}
+                       for label, cells in methods.items()]}
+    doc["claims"] = [asdict(cl) for cl in claims(doc)]
+    return doc

@@ -393,3 +393,18 @@ def test_a_missing_drope_init_is_a_clear_error(tmp_path, monkeypatch):
     d = MissingInitDriver("test", tmp_path, width=3)
     with pytest.raises(ValueError, match=r"rope-s0/checkpoints/step-00000400 is missing \(the RoPE config must keep"):
         ok.run(d, tmp_path / "ok", ok.Plan((0,)))
+
+
+def test_the_claims_are_redone_from_the_committed_csv(tmp_path):
+    """from_csv reads csv_text back with every seed's value: the paired tests give the same verdicts and p-values
+    (one disagreeing table and one agreeing), and a row without its values is refused."""
+    for override in (None, {(okr.YARN_T, 8): 99.9}):
+        doc = build(tmp_path, override=override)
+        again = okr.from_csv(okr.csv_text(doc), (400, 800))
+        assert [(c["letter"], c["verdict"]) for c in again["claims"]] == \
+            [(c["letter"], c["verdict"]) for c in doc["claims"]]
+        for a, b in zip(again["claims"], doc["claims"]):
+            assert a["p"] == pytest.approx(b["p"], rel=1e-4, abs=1e-12)
+    bad = okr.csv_text(doc).replace(" ".join(f"{v:g}" for v in cell(doc, okr.ROPE, C)["accuracy"]["values"]), "")
+    with pytest.raises(okr.results.ResultsError, match="line 2"):
+        okr.from_csv(bad, (400, 800))
