@@ -18,7 +18,8 @@ the same runs (drope-train --resume) instead of starting again.
 
 Resumable: every result is one row of docs/results/real-model-recal.csv (--csv); rows already there are not
 computed again, so a fresh clone only trains what a missing row needs. Each row rewrites the results section of
-docs/real-model.md (--doc); --commit commits the CSV and the page at most every 20 minutes and at the end.
+docs/real-model.md (--doc) and the curve beside the CSV (real-model-recal.png: perplexity against tokens);
+--commit commits the CSV, the page and the curve at most every 20 minutes and at the end.
 
   OMP_NUM_THREADS=1 nohup nice -n 19 bash scripts/real_model.sh --recalibrate --commit \
       > runs/real_model_recal.log 2>&1 &
@@ -199,7 +200,8 @@ def results_md(s: Scale, rows: Sequence[dict]) -> str:
     marks = sorted({r["step"] for r in rows if r["metric"] == "ppl"} | set(s.marks))
     tps = next((r["tokens"] // r["step"] for r in rows if r["step"]), s.tokens_per_step)
     lines = [f"Measured at commit {', '.join(commits)} on {'; '.join(cpus)}; every number: "
-             "[real-model-recal.csv](results/real-model-recal.csv).", "",
+             "[real-model-recal.csv](results/real-model-recal.csv); the curve: "
+             "[real-model-recal.png](results/real-model-recal.png).", "",
              "| tokens (steps) | " + " | ".join(f"{m} ppl@{n}" for m in MODELS for n in s.ppl_lengths) + " |",
              "|---|" + "---:|" * (len(MODELS) * len(s.ppl_lengths))]
     for step in marks:
@@ -229,6 +231,46 @@ def results_md(s: Scale, rows: Sequence[dict]) -> str:
                     lines.append(f"| {m} | {step} | " + " | ".join(niah_cell(c) if c else "" for c in cells) + " |")
     lines += ["", paragraph(s, rows)]
     return "\n".join(lines)
+
+
+def plot(s: Scale, rows: Sequence[dict], path: pathlib.Path) -> bool:
+    """The curve: held-out perplexity against recalibration tokens, DroPE and RoPE at each length (log y; step 0
+    drawn at the left edge). False when matplotlib is missing or no perplexity row exists."""
+    ppl = [r for r in rows if r["metric"] == "ppl"]
+    if not ppl:
+        return False
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, m in enumerate(MODELS):
+        for j, n in enumerate(s.ppl_lengths):
+            pts = sorted((r["tokens"], r["value"]) for r in ppl if r["model"] == m and r["length"] == n)
+            if pts:
+                ax.plot([t for t, _ in pts], [v for _, v in pts], marker="o", color=f"C{i}",
+                        linestyle=("-", "--", ":")[j % 3], label=f"{m}, {n:,} tokens")
+    ax.set_xscale("symlog", linthresh=s.tokens_per_step * min((m for m in s.marks if m), default=1))
+    ax.set_yscale("log")
+    ax.set_xlabel("recalibration tokens (0 = as released / dropped, untrained)")
+    ax.set_ylabel("held-out perplexity (Persuasion)")
+    ax.set_title("SmolLM2-135M: DroPE (RoPE dropped, QK-norm) vs RoPE on the same tokens", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return True
+
+
+def plot_path(csv_path: pathlib.Path) -> pathlib.Path:
+    """The curve lies beside the CSV: real-model-recal.csv → real-model-recal.png."""
+    return csv_path.with_suffix(".png")
 
 
 def niah_cell(r: dict) -> str:
@@ -290,6 +332,7 @@ class Study:
             append_row(self.csv, row)
             if self.doc is not None:
                 update_doc(self.doc, results_md(self.s, read_rows(self.csv)))
+                plot(self.s, read_rows(self.csv), plot_path(self.csv))
         self.d.say(f"{model} step {step}: {metric} at {length} = {value:.4g} {detail}".rstrip())
         if self.on_row:
             self.on_row(row)
@@ -485,7 +528,9 @@ def study(argv: list[str]) -> int:
         if doc is None:
             ap.error("--report rewrites the page: name it with --doc")
         update_doc(doc, results_md(s, rows))
-        print(f"rewrote the results section of {doc} from {len(rows)} rows of {csv_path}")
+        drawn = plot(s, rows, plot_path(csv_path))
+        print(f"rewrote the results section of {doc} from {len(rows)} rows of {csv_path}"
+              + (f"; the curve {plot_path(csv_path)}" if drawn else ""))
         return 0
     if a.plan:
         print(plan_text(s, rows))
@@ -505,7 +550,8 @@ def study(argv: list[str]) -> int:
         def message() -> str:
             n = len(read_rows(csv_path))
             return f"docs: real-model recalibration at {n} result rows"
-        committer = prose_sweep.Committer([csv_path, *([doc] if doc else [])], a.commit_every * 60, message)
+        committer = prose_sweep.Committer([csv_path, *([doc, plot_path(csv_path)] if doc else [])],
+                                          a.commit_every * 60, message)
     st = Study(d, s, gguf, train_text, heldout, out, csv_path, doc, prose_sweep.commit_stamp(),
                prose_sweep.cpu_name(), committer.row if committer else None)
     try:

@@ -78,6 +78,9 @@ def test_recalibrate_page_lists_niah_of_every_step_with_wilson_intervals(tmp):
     text = doc.read_text()
     assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
     assert "| DroPE | 64 | 0 [0, 49] (4 trials) |" in text
+    # the curve beside the CSV: a PNG with DroPE's three points, linked from the page
+    png = tmp / "rows.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "(results/real-model-recal.png)" in text
 
 
 @pytest.mark.parametrize("args, needle", [
