@@ -31,6 +31,7 @@ DIR_OUT = {
     "run.sh failure_analysis": ["studies/run.sh", "failure_analysis", "--study", "{study}"],
     "run.sh prose_drop_study": ["studies/run.sh", "prose_drop_study"],
     "run.sh prose_sweep": ["studies/run.sh", "prose_sweep"],
+    "run.sh offset_key_claims": ["studies/run.sh", "offset_key_claims"],
     "run.sh rehearse": ["studies/run.sh", "rehearse"],
 }
 # Entry points whose --out is a file they write (an existing regular file is replaced).
