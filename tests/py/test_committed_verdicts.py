@@ -98,3 +98,13 @@ def test_posthoc_verdicts_read_the_two_sided_p():
     assert t.p == pytest.approx(0.0867, abs=1e-4) and cv.posthoc(t, +1) == "inconclusive"
     t = stats.fisher_exact(10, 10, 2, 10)
     assert cv.posthoc(t, +1) == "agrees" and cv.posthoc(t, -1) == "disagrees"
+
+
+def test_claims_study_redone_from_its_csv_match_its_committed_report(text):
+    """The claims study's six verdicts, redone from the per-seed CSV alone, are the lines of its committed report
+    (same test, statistic and p-value), and (c) reads the measured crop."""
+    report = (cv.RESULTS / "offset-key-claims.md").read_text(encoding="utf-8")
+    committed = [l for l in report.splitlines() if l.startswith("claim (")]
+    redone = [l[2:] for l in text.splitlines() if l.startswith("- claim (")][:6]
+    assert len(committed) == 6 and redone == committed
+    assert "| RoPE crop |" in report and "crop not measured" not in report
