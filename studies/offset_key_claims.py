@@ -55,7 +55,7 @@ def fits_table(out: pathlib.Path, plan: offset_key.Plan) -> str:
     c = offset_key.context(offset_key.ROPE_CONFIG)
     for spec in plan.specs():
         if spec.temperature == offset_key.FIT:
-            for mult in plan.multipliers[1:]:
+            for mult in (m for m in plan.multipliers if m > 1):  # factor 1 is plain RoPE
                 row(spec.label, f"{mult}C", [out / "fits" / f"{spec.slug}-s{s}-L{mult * c}.json" for s in plan.seeds])
     steps = config_steps(offset_key.DROPE_CONFIG)
     row(offset_key.DROPE_T, "all (one c)", [checkpoint(out / "train" / f"drope-s{s}", steps) /

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from drope_scripts import cli, corpus, stats
+from drope_scripts import cli, corpus, figures, stats
 from drope_scripts.atomic import write_atomic
 from drope_scripts.driver import NONE, ROOT, Driver, Method, ToolError, checkpoint, cpu_count, run_pipeline
 
@@ -473,12 +473,8 @@ def plot(cells: Sequence[Cell], rows: Sequence[dict], path: pathlib.Path) -> boo
     matplotlib is missing or there is nothing to draw."""
     if not rows:
         return False
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = figures.pyplot()
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.axhspan(-MARGIN, MARGIN, color="0.9", label=f"±{MARGIN:g} % (closed)")
@@ -508,10 +504,7 @@ def plot(cells: Sequence[Cell], rows: Sequence[dict], path: pathlib.Path) -> boo
     ax.title.set_fontsize(9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    figures.save_png(fig, path)
     return True
 
 

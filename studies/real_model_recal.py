@@ -41,7 +41,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from drope_scripts import cli, corpus, stats
+from drope_scripts import cli, corpus, figures, stats
 from drope_scripts.atomic import write_atomic
 from drope_scripts.driver import NONE, ROOT, Driver, Method, checkpoint, run_pipeline
 
@@ -239,12 +239,8 @@ def plot(s: Scale, rows: Sequence[dict], path: pathlib.Path) -> bool:
     ppl = [r for r in rows if r["metric"] == "ppl"]
     if not ppl:
         return False
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = figures.pyplot()
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for i, m in enumerate(MODELS):
@@ -261,10 +257,7 @@ def plot(s: Scale, rows: Sequence[dict], path: pathlib.Path) -> bool:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    figures.save_png(fig, path)
     return True
 
 
@@ -331,8 +324,9 @@ class Study:
         with self.lock:
             append_row(self.csv, row)
             if self.doc is not None:
-                update_doc(self.doc, results_md(self.s, read_rows(self.csv)))
-                plot(self.s, read_rows(self.csv), plot_path(self.csv))
+                rows = read_rows(self.csv)
+                update_doc(self.doc, results_md(self.s, rows))
+                plot(self.s, rows, plot_path(self.csv))
         self.d.say(f"{model} step {step}: {metric} at {length} = {value:.4g} {detail}".rstrip())
         if self.on_row:
             self.on_row(row)
