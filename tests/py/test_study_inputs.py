@@ -32,6 +32,7 @@ DIR_OUT = {
     "run.sh prose_drop_study": ["studies/run.sh", "prose_drop_study"],
     "run.sh prose_sweep": ["studies/run.sh", "prose_sweep"],
     "run.sh offset_key_claims": ["studies/run.sh", "offset_key_claims"],
+    "run.sh width_study": ["studies/run.sh", "width_study"],
     "run.sh rehearse": ["studies/run.sh", "rehearse"],
 }
 # Entry points whose --out is a file they write (an existing regular file is replaced).

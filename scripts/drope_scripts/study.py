@@ -1,0 +1,246 @@
+"""What the studies share: the provenance of a row (the commit of a clean tree, the CPU), retries around tools that
+are being rebuilt, typed CSV tables of rows, a page's generated section, and the statistics helpers a study's
+protocol names (Holm, least-squares slopes with their intervals). No study imports another; each imports this."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import pathlib
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from . import stats
+from .atomic import write_atomic
+from .driver import ROOT, ToolError, cpu_count
+
+T = TypeVar("T")
+# The paths whose state decides what the binaries are: a row measured with binaries built from a tree that differs
+# from HEAD in these cannot be reproduced from any commit.
+SOURCE_PATHS = ("src", "include", "apps", "CMakeLists.txt", "cmake")
+
+
+# --- provenance --------------------------------------------------------------------------------------------------
+
+
+def _git(repo: pathlib.Path, *args: str) -> str:
+    r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
+def head_commit(repo: pathlib.Path = ROOT) -> str:
+    """HEAD's short hash, or 'unknown' outside a git checkout."""
+    return _git(repo, "rev-parse", "--short", "HEAD") or "unknown"
+
+
+def dirty_sources(repo: pathlib.Path = ROOT) -> list[str]:
+    """The C++ source paths that differ from HEAD (modified, staged or untracked), as git prints them."""
+    out = _git(repo, "status", "--porcelain", "--", *SOURCE_PATHS)
+    return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+def commit_stamp(repo: pathlib.Path = ROOT) -> str:
+    """HEAD's short hash, with -dirty when the C++ sources differ from it."""
+    return head_commit(repo) + ("-dirty" if dirty_sources(repo) else "")
+
+
+def newest_source_mtime(repo: pathlib.Path = ROOT) -> float:
+    """The newest modification time of a tracked C++ source file."""
+    names = _git(repo, "ls-files", "--", *SOURCE_PATHS).splitlines()
+    return max((p.stat().st_mtime for p in (repo / n for n in names) if p.is_file()), default=0.0)
+
+
+class ProvenanceError(RuntimeError):
+    """A row could not be tied to a clean commit."""
+
+
+def snapshot_tools(build: pathlib.Path, tools: Sequence[str], dest_root: pathlib.Path,
+                   repo: pathlib.Path = ROOT) -> tuple[pathlib.Path, str]:
+    """Copies `tools` from `build` into dest_root/<commit>/ and returns (that folder, the commit). Refuses
+    (ProvenanceError) when the C++ sources differ from HEAD or a tool is older than the newest source: such binaries
+    cannot be rebuilt from the commit the row would name. An existing snapshot of the commit is reused."""
+    dirty = dirty_sources(repo)
+    if dirty:
+        raise ProvenanceError(f"the C++ sources differ from HEAD ({', '.join(dirty[:3])}"
+                              f"{', ...' if len(dirty) > 3 else ''}): commit or stash them, rebuild, and start again")
+    commit = head_commit(repo)
+    if commit == "unknown":
+        raise ProvenanceError(f"{repo} is not a git checkout: rows could not name a commit")
+    dest = dest_root / commit
+    if all((dest / t).is_file() for t in tools):
+        return dest, commit
+    newest = newest_source_mtime(repo)
+    for t in tools:
+        src = build / t
+        if not src.is_file():
+            raise ProvenanceError(f"{src} does not exist: build first (bash scripts/setup.sh)")
+        if src.stat().st_mtime < newest:
+            raise ProvenanceError(f"{src} is older than the newest C++ source: rebuild "
+                                  f"(cmake --build {build}) and start again")
+    tmp = dest_root / f".{commit}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for t in tools:
+        shutil.copy2(build / t, tmp / t)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return dest, commit
+
+
+def cpu_name() -> str:
+    """The CPU's model name and how many CPUs this process may use."""
+    name = "unknown CPU"
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name} ({cpu_count()} cpus)"
+
+
+def retrying(fn: Callable[[], T], say: Callable[[str], None], tries: int = 30, wait: float = 60.0,
+             tool_tries: int = 3) -> T:
+    """fn(), again after `wait` seconds when a binary could not be started (OSError: up to `tries` times) or a tool
+    failed (ToolError: up to `tool_tries` times). Finished work is kept between tries: the studies resume."""
+    oserrors = toolerrors = 0
+    while True:
+        try:
+            return fn()
+        except OSError as e:
+            oserrors += 1
+            if oserrors >= tries:
+                raise
+            say(f"could not start a tool ({e}); trying again in {wait:g} s ({oserrors} of {tries})")
+        except ToolError as e:
+            toolerrors += 1
+            if toolerrors >= tool_tries:
+                raise
+            say(f"{e}; trying again in {wait:g} s ({toolerrors} of {tool_tries})")
+        time.sleep(wait)
+
+
+# --- rows --------------------------------------------------------------------------------------------------------
+
+
+class Table:
+    """A study's CSV: fixed fields, each with a type (int, float or str). Rows are dicts; the file is rewritten
+    atomically for each appended row."""
+
+    def __init__(self, path: pathlib.Path, fields: dict[str, type]):
+        self.path, self.fields = path, dict(fields)
+
+    def read(self) -> list[dict]:
+        if not self.path.is_file():
+            return []
+        with self.path.open(newline="", encoding="utf-8") as f:
+            r = csv.DictReader(f)
+            if tuple(r.fieldnames or ()) != tuple(self.fields):
+                raise ValueError(f"{self.path}: header {r.fieldnames} is not {list(self.fields)}")
+            rows = []
+            for n, row in enumerate(r, start=2):
+                try:
+                    rows.append({k: kind(row[k]) for k, kind in self.fields.items()})
+                except (TypeError, ValueError) as e:
+                    raise ValueError(f"{self.path}:{n}: {e}") from None
+        return rows
+
+    def line(self, row: dict) -> str:
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow([row[k] for k in self.fields])
+        return buf.getvalue()
+
+    def append(self, row: dict) -> None:
+        missing = [k for k in self.fields if k not in row]
+        if missing:
+            raise ValueError(f"{self.path}: a row without {missing}")
+        old = self.path.read_text(encoding="utf-8") if self.path.is_file() else ",".join(self.fields) + "\n"
+        if not old.endswith("\n"):
+            old += "\n"
+        write_atomic(self.path, old + self.line(row))
+
+
+def update_section(doc: pathlib.Path, name: str, section: str) -> None:
+    """Replaces the text between `<!-- name:begin -->` and `<!-- name:end -->` in `doc` with `section`."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    text = doc.read_text(encoding="utf-8")
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ValueError(f"{doc}: needs one {begin} before one {end}")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    write_atomic(doc, f"{head}{begin}\n{section}\n{end}{tail}")
+
+
+def section_of(doc: pathlib.Path, name: str) -> str:
+    """The text between a page's markers (what update_section wrote)."""
+    text = doc.read_text(encoding="utf-8")
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    if begin not in text or end not in text:
+        raise ValueError(f"{doc}: the markers {begin} / {end} are missing")
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+
+
+# --- statistics --------------------------------------------------------------------------------------------------
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (nan stays nan and does not count)."""
+    idx = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
+    m, out, running = len(idx), [math.nan] * len(pvalues), 0.0
+    for k, (p, i) in enumerate(idx):
+        running = max(running, min(1.0, (m - k) * p))
+        out[i] = running
+    return out
+
+
+def slope(xs: Sequence[float], ys: Sequence[float]) -> dict | None:
+    """The least-squares slope of ys on xs with its standard error, n − 2 degrees of freedom, the 95 % and 90 % t
+    intervals and the one- and two-sided p-values against 0; None with fewer than three points or one distinct x."""
+    n = len(xs)
+    if n != len(ys):
+        raise ValueError(f"slope: {n} x values and {len(ys)} y values")
+    if n < 3 or len(set(xs)) < 2:
+        return None
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    resid = [y - my - b * (x - mx) for x, y in zip(xs, ys)]
+    df = n - 2
+    se = math.sqrt(sum(r * r for r in resid) / df / sxx)
+    t95, t90 = stats.t_quantile(0.975, df), stats.t_quantile(0.95, df)
+    out = {"slope": b, "se": se, "n": n, "df": df, "ci95": (b - t95 * se, b + t95 * se),
+           "ci90": (b - t90 * se, b + t90 * se)}
+    if se == 0:
+        out.update(p_less=0.0 if b < 0 else 1.0, p_greater=0.0 if b > 0 else 1.0, p_two=0.0 if b else 1.0)
+        return out
+    from scipy import stats as sps
+
+    t = b / se
+    out.update(t=t, p_less=float(sps.t.cdf(t, df)), p_greater=float(sps.t.sf(t, df)),
+               p_two=float(2 * sps.t.sf(abs(t), df)))
+    return out
+
+
+def slope_verdict(fit: dict | None, margin: float, alpha: float = 0.05) -> list[str]:
+    """The directional-and-equivalence verdict on a slope: 'shrinks' (the (1 − alpha) interval below 0, i.e. the
+    one-sided test at alpha/2), 'grows' (above 0), 'flat' (the (1 − 2·alpha) interval inside ±margin: TOST at alpha);
+    'shrinks' or 'grows' can come with 'flat'; ['inconclusive'] when none holds. The intervals are those of `slope`
+    (alpha 0.05 only)."""
+    if alpha != 0.05:
+        raise ValueError("slope_verdict: the intervals of `slope` are for alpha = 0.05")
+    if fit is None:
+        return ["inconclusive"]
+    out = []
+    lo95, hi95 = fit["ci95"]
+    lo90, hi90 = fit["ci90"]
+    if hi95 < 0:
+        out.append("shrinks")
+    if lo95 > 0:
+        out.append("grows")
+    if -margin < lo90 and hi90 < margin:
+        out.append("flat")
+    return out or ["inconclusive"]
