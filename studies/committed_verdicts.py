@@ -40,6 +40,7 @@ QUERIES = 1000  # per length and seed
 QUERY_TOKENS = 12  # the query block: 4 × (Q_c, SEP, value)
 RECOVERY_MARGIN = 2.0
 COLLAPSE_MARGIN = 10.0
+BEATS_MARGIN = offset_key_report.BEATS_MARGIN
 CROP_BOUND, CROP_MARGIN = 100.0 / 16, 5.0
 PPL_GAP_MARGIN = 5.0
 HALF_WIDTH_FLOOR = 0.05  # the committed tables print half-widths to 0.1
@@ -166,7 +167,8 @@ def headline(study: list[dict]) -> list[str]:
     conf = per_seed(study, SELECTED, "confirmation")
     rope, drope = column(conf, "rope_acc_C"), column(conf, "drope_acc_C")
     far = {m: column(conf, f"far_{m}C") for m in (2, 4, 8)}
-    e = stats.decide("(e)", [stats.equivalence_cell("DroPE − RoPE at C", drope, rope, RECOVERY_MARGIN)])
+    e = stats.decide("(e)", [stats.equivalence_cell("DroPE − RoPE at C", drope, rope, RECOVERY_MARGIN,
+                                                    ceiling=stats.CEILING)])
     seeds = list(conf)
     return [
         f"Confirmation seeds {seeds[0]}–{seeds[-1]} (test split, the selected recipe; recovery-study.csv):\n",
@@ -214,13 +216,15 @@ def reproduction(report: str) -> list[str]:
     def get(label, mult):
         return sd[label][col[mult]]
 
-    def welch_cell(label, x, y, alt_margin=0.0):
+    def welch_cell(label, x, y, alt_margin=BEATS_MARGIN):
         (m1, s1), (m2, s2) = x, y
+        numbers = f"{m1:.1f} vs {m2:.1f}"
+        if m1 >= stats.CEILING and m2 >= stats.CEILING:
+            return stats.saturated_cell(label, numbers=numbers)
         return stats.CellTest(label, stats.welch_t_from_summary(m1, s1, n, m2, s2, n, "greater", alt_margin),
-                              stats.welch_t_from_summary(m1, s1, n, m2, s2, n, "less", alt_margin),
-                              numbers=f"{m1:.1f} vs {m2:.1f}")
+                              stats.welch_t_from_summary(m1, s1, n, m2, s2, n, "less", alt_margin), numbers=numbers)
 
-    out = []
+    claims = []
     # (a): RoPE at C is 100.0 ± 0.0 (the same in every seed to the printed digit), so the paired difference
     # 100 − far(L) has far's spread: one-sample t of far(L) against 100 − 10.
     cells = []
@@ -230,12 +234,12 @@ def reproduction(report: str) -> list[str]:
             f"RoPE C − {mult}C", stats.one_sample_t_from_summary(m, s, n, 100 - COLLAPSE_MARGIN, "less"),
             stats.one_sample_t_from_summary(m, s, n, 100 - COLLAPSE_MARGIN, "greater"), what=f"mean far({mult}C)",
             numbers=f"far {m:.1f}"))
-    out.append(("(a) RoPE collapses beyond C (falls by more than 10 points)", stats.decide("(a)", cells)))
-    out.append(("(b) PI hurts at 2C", stats.decide("(b)", [welch_cell("RoPE − PI at 2C", get("RoPE", 2),
-                                                                       get("RoPE+PI", 2))])))
+    claims.append(("(a) RoPE collapses beyond C (falls by more than 10 points)", cells))
+    claims.append((f"(b) PI hurts at 2C (by more than {BEATS_MARGIN:g} points)",
+                   [welch_cell("RoPE − PI at 2C", get("RoPE", 2), get("RoPE+PI", 2))]))
     cells = [crop_cell(x, mult, get(x, mult), get("RoPE crop", mult) if "RoPE crop" in sd else None, n)
              for x in ("RoPE+NTK", "RoPE+YaRN") for mult in (2, 4, 8)]
-    out.append(("(c) NTK and YaRN behave like cropping the context to C", stats.decide("(c)", cells)))
+    claims.append(("(c) NTK and YaRN behave like cropping the context to C", cells))
     cells = []
     for mult in (4, 8):
         for x in ("RoPE+PI", "RoPE+NTK", "RoPE+YaRN"):
@@ -243,16 +247,19 @@ def reproduction(report: str) -> list[str]:
                                     get(x, mult)))
         cells += [stats.CellTest(f"DroPE − {x}+temp at {mult}C", why=f"RoPE+{x}+temp was not measured")
                   for x in ("PI", "NTK", "YaRN")]
-    untempered = stats.decide("(d) untempered", [c for c in cells if c.agree is not None])
-    out.append(("(d) DroPE beats every RoPE-scaling method, with and without a fitted temperature, at 4C and 8C",
-                stats.decide("(d)", cells)))
-    out.append(("(d′) the same against PI / NTK / YaRN without a temperature only", untempered))
+    untempered = [c for c in cells if c.agree is not None or c.saturated]
+    claims.append((f"(d) DroPE beats every RoPE-scaling method by more than {BEATS_MARGIN:g} points, with and without "
+                   "a fitted temperature, at 4C and 8C", cells))
     rope_c = [100.0] * n
-    out.append(("(e) DroPE recovers RoPE's accuracy at C (within 2 points)", stats.decide("(e)", [
-        stats.equivalence_cell("DroPE − RoPE at C", list(REPRO_DROPE_AT_C), rope_c, RECOVERY_MARGIN)])))
-    out.append(("(f) the temperature matters at 4C and 8C", stats.decide("(f)", [
+    claims.append(("(e) DroPE recovers RoPE's accuracy at C (within 2 points)", [
+        stats.equivalence_cell("DroPE − RoPE at C", list(REPRO_DROPE_AT_C), rope_c, RECOVERY_MARGIN,
+                               ceiling=stats.CEILING)]))
+    claims.append((f"(f) the temperature matters at 4C and 8C (by more than {BEATS_MARGIN:g} points)", [
         welch_cell(f"DroPE temp − c=0 at {mult}C", get("DroPE+temp", mult), get("DroPE c=0", mult))
-        for mult in (4, 8)])))
+        for mult in (4, 8)]))
+    out = list(zip([c[0] for c in claims], stats.decide_family(claims)))
+    out.insert(4, ("(d′) the same against PI / NTK / YaRN without a temperature only (outside the family, alone)",
+                   stats.decide("(d′)", untempered)))
     lines = ["| claim | verdict | deciding test |", "|---|---|---|"]
     lines += [f"| {what} | **{v.verdict}** | {v.test} |" for what, v in out]
     return lines + [""]
@@ -310,7 +317,7 @@ def prose(text: str) -> list[str]:
         above = stats.one_sample_t_from_summary(mean, sd, 5, PPL_GAP_MARGIN, "greater")
         tost = max(stats.one_sample_t_from_summary(mean, sd, 5, -PPL_GAP_MARGIN, "greater").p,
                    stats.one_sample_t_from_summary(mean, sd, 5, PPL_GAP_MARGIN, "less").p)
-        verdict = stats.AGREES if tost < stats.ALPHA else stats.DISAGREES if above.p < stats.ALPHA else \
+        verdict = stats.AGREES if tost < stats.ALPHA / 2 else stats.DISAGREES if above.p < stats.ALPHA / 2 else \
             stats.INCONCLUSIVE
         lines.append(f"| {share} | +{mean:.1f} % [{mean - half:.1f}, {mean + half:.1f}] | **{verdict}** | "
                      f"{above.text('mean gap %')} (TOST {stats.p_text(tost)}) |")

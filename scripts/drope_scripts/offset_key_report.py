@@ -31,37 +31,45 @@ SCALED_T = (PI_T, NTK_T, YARN_T)
 COLLAPSE_MARGIN = 10.0  # (a): "collapse" = a fall of more than 10 points
 CROP_MARGIN = 5.0  # (c): within 5 points of the cropped baseline
 RECOVERY_MARGIN = 2.0  # (e): within 2 points of RoPE at C (the recovery study's per-seed tolerance)
+# (b), (d), (f): "X beats Y" means by more than 2 points: the recovery study's per-seed tolerance, about the query
+# noise of one seed's cell (the Wilson half-width of 1,000 queries at 90 % is 1.9 points).
+BEATS_MARGIN = 2.0
+CEILING = stats.CEILING  # a cell whose two sides both average >= 99.5 % is saturated, not testable
 VALUES_PER_COLOUR = 16  # a colour's value is uniform over 16 tokens (tasks/offset_key)
 CROP_BOUND = 100.0 / VALUES_PER_COLOUR  # any model's expected far accuracy when the needle is cropped away
 
 CLAIMS = {
     "a": f"RoPE collapses beyond C on far needles (falls by more than {COLLAPSE_MARGIN:g} points)",
-    "b": "PI hurts at 2C",
+    "b": f"PI hurts at 2C (by more than {BEATS_MARGIN:g} points)",
     "c": "NTK and YaRN behave like cropping the context to C",
-    "d": "DroPE beats every RoPE-scaling method, with and without a fitted temperature, at 4C and 8C",
+    "d": f"DroPE beats every RoPE-scaling method by more than {BEATS_MARGIN:g} points, with and without a fitted "
+         "temperature, at 4C and 8C",
     "e": f"DroPE recovers RoPE's in-context accuracy (within {RECOVERY_MARGIN:g} points) with {{fraction}} of "
          "the budget",
-    "f": "the temperature matters at 4C and 8C",
+    "f": f"the temperature matters at 4C and 8C (by more than {BEATS_MARGIN:g} points)",
 }
 CRITERIA = {
     "a": f"directional, paired t over seeds: d = acc(RoPE, C) − far(RoPE, L) > {COLLAPSE_MARGIN:g} at L = 4C and 8C",
-    "b": "directional, paired t: d = far(RoPE, 2C) − far(RoPE+PI, 2C) > 0",
+    "b": f"directional, paired t: d = far(RoPE, 2C) − far(RoPE+PI, 2C) > {BEATS_MARGIN:g}",
     "c": f"equivalence, TOST (paired t): |far(X, L) − far(RoPE crop, L)| < {CROP_MARGIN:g} for X = NTK, YaRN and "
          f"L = 2C, 4C, 8C; without the measured crop a cell can only disagree, by the one-sample t test of "
          f"far(X, L) > {CROP_BOUND:g} + {CROP_MARGIN:g} (the crop's far accuracy is at most 100/16 = {CROP_BOUND:g} % "
          "for any model)",
-    "d": "directional, paired t: d = far(DroPE+temp, L) − far(X, L) > 0 for X = PI, NTK, YaRN, each without and "
-         "with its own fitted temperature, at L = 4C and 8C",
+    "d": f"directional, paired t: d = far(DroPE+temp, L) − far(X, L) > {BEATS_MARGIN:g} for X = PI, NTK, YaRN, each "
+         "without and with its own fitted temperature, at L = 4C and 8C",
     "e": f"equivalence, TOST (paired t): |acc(DroPE+temp, C) − acc(RoPE, C)| < {RECOVERY_MARGIN:g}, DroPE having "
          "recalibrated for the stated fraction of RoPE's steps",
-    "f": "directional, paired t: d = far(DroPE+temp, L) − far(DroPE c=0, L) > 0 at L = 4C and 8C",
+    "f": f"directional, paired t: d = far(DroPE+temp, L) − far(DroPE c=0, L) > {BEATS_MARGIN:g} at L = 4C and 8C",
 }
-RULES = (f"α = {ALPHA:g}. Directional: agrees when the one-sided test in the claim's direction has p < α, disagrees "
-         "when the opposite one-sided test does, else inconclusive. Equivalence: agrees when TOST has p < α, "
-         "disagrees when a one-sided test puts the difference outside the margin, else inconclusive. Over several "
-         "cells: agrees when every cell agrees, disagrees when one disagrees at α / k (Bonferroni, k cells). A "
-         "cell not measured, or with one seed, is not tested. Paired t p-values are approximate for accuracies "
-         "that are bimodal over seeds.")
+RULES = (f"α = {ALPHA:g}. Each one-sided test at α / 2, so that at most α of verdicts are wrong: a claim's p is twice "
+         "the smaller of its agree p (directional: the one-sided test in the claim's direction; equivalence: TOST; "
+         "over several cells the largest, every cell must pass) and its disagree p (the opposite one-sided test, or "
+         "for equivalence the one that puts the difference outside the margin; over k cells k × the smallest). The "
+         "six claims' p are Holm-adjusted as one family; a claim agrees or disagrees, in the direction its p points, "
+         f"when its Holm p < α, else it is inconclusive. A cell whose two sides both average ≥ {CEILING:g} % is "
+         "saturated, not testable: it keeps its claim from agreeing (verdict 'saturated, not testable' when nothing "
+         "else does). A cell not measured, or with one seed, is not tested. Paired t p-values are approximate for "
+         "accuracies that are bimodal over seeds.")
 
 
 def summary_of(rows: Sequence[dict]) -> dict:
@@ -216,6 +224,8 @@ class Claim:
     p: float | None
     criterion: str
     detail: str
+    p_claim: float | None = None  # the claim's p (twice its smaller side)
+    p_holm: float | None = None  # after Holm over the six claims
 
     def line(self) -> str:
         return f"claim ({self.letter}) {self.what}: {self.verdict} ({self.test})"
@@ -264,7 +274,7 @@ def _pair_cell(label: str, x: Cell | None, y: Cell | None, missing: str, make: C
     numbers = f"{x.text()} vs {y.text()}"
     if not xs:
         return stats.CellTest(label, why="no seed in common", numbers=numbers)
-    return make(label, xs, ys, numbers=numbers, **kw)
+    return make(label, xs, ys, numbers=numbers, ceiling=CEILING, **kw)
 
 
 def _first_missing(t: Table, needs: Sequence[tuple[str, str, int]]) -> str:
@@ -286,7 +296,8 @@ def _claim_a(t: Table) -> list[stats.CellTest]:
 
 def _claim_b(t: Table) -> list[stats.CellTest]:
     return [_pair_cell("RoPE − PI at 2C", t.far(ROPE, 2), t.far(PI, 2),
-                       _first_missing(t, [(ROPE, "far", 2), (PI, "far", 2)]), stats.directional_cell)]
+                       _first_missing(t, [(ROPE, "far", 2), (PI, "far", 2)]), stats.directional_cell,
+                       margin=BEATS_MARGIN)]
 
 
 def _claim_c(t: Table) -> list[stats.CellTest]:
@@ -315,7 +326,7 @@ def _claim_d(t: Table) -> list[stats.CellTest]:
         for x in (*SCALED, *SCALED_T):
             out.append(_pair_cell(f"DroPE − {x.removeprefix('RoPE+')} at {where(mult)}", t.far(DROPE_T, mult),
                                   t.far(x, mult), _first_missing(t, [(DROPE_T, "far", mult), (x, "far", mult)]),
-                                  stats.directional_cell))
+                                  stats.directional_cell, margin=BEATS_MARGIN))
     return out
 
 
@@ -327,7 +338,8 @@ def _claim_e(t: Table) -> list[stats.CellTest]:
 
 def _claim_f(t: Table) -> list[stats.CellTest]:
     return [_pair_cell(f"DroPE temp − c=0 at {where(mult)}", t.far(DROPE_T, mult), t.far(DROPE_0, mult),
-                       _first_missing(t, [(DROPE_T, "far", mult), (DROPE_0, "far", mult)]), stats.directional_cell)
+                       _first_missing(t, [(DROPE_T, "far", mult), (DROPE_0, "far", mult)]), stats.directional_cell,
+                       margin=BEATS_MARGIN)
             for mult in (4, 8)]
 
 
@@ -342,15 +354,13 @@ def _json_number(x: float | None) -> float | str | None:
 
 
 def claims(doc: dict) -> list[Claim]:
-    """The verdicts of claims (a)–(f) on an aggregate document (CRITERIA, stats.decide)."""
+    """The verdicts of claims (a)–(f) on an aggregate document (CRITERIA, stats.decide_family: Holm over the six)."""
     t = Table(doc)
     alpha = doc.get("alpha", ALPHA)
-    out = []
-    for letter, cells in DECIDE.items():
-        v = stats.decide(letter, cells(t), alpha)
-        out.append(Claim(letter, CLAIMS[letter].format(fraction=fraction(doc)), v.verdict, v.test,
-                         _json_number(v.statistic), v.p, CRITERIA[letter], v.detail))
-    return out
+    verdicts = stats.decide_family([(letter, cells(t)) for letter, cells in DECIDE.items()], alpha)
+    return [Claim(letter, CLAIMS[letter].format(fraction=fraction(doc)), v.verdict, v.test, _json_number(v.statistic),
+                  v.p, CRITERIA[letter], v.detail, v.p_claim, v.p_holm)
+            for letter, v in zip(DECIDE, verdicts)]
 
 
 def fraction(doc: dict) -> str:
@@ -392,11 +402,19 @@ def markdown(doc: dict, where: str) -> str:
         fewer = f" ({n} seed{'s' if n > 1 else ''})" if n < seeds[-1] else ""  # rows over fewer seeds say so
         lines.append(f"| {m['label']}{fewer} | " + " | ".join(cells) + " |")
     lines += [f"\nPlot: `{where}/far.png` (far-needle accuracy vs length; mean over seeds, band min–max).\n",
-              "```"] + [Claim(**cl).line() for cl in doc["claims"]] + ["```\n",
-              "Tests (scripts/drope_scripts/offset_key_report.py; docs/design.md#statistics-protocol). "
-              f"{RULES}\n"]
-    lines += [f"- ({cl['letter']}) {cl['criterion']}. {cl['detail']}." for cl in doc["claims"]]
+              f"<!-- {VERDICTS_SECTION}:begin -->", verdicts_md(doc), f"<!-- {VERDICTS_SECTION}:end -->"]
     return "\n".join(lines) + "\n"
+
+
+VERDICTS_SECTION = "offset-key-verdicts"  # the markers around verdicts_md in a page (docs/results/offset-key-claims.md)
+
+
+def verdicts_md(doc: dict) -> str:
+    """The claim lines with their deciding tests, the rules, and every claim's criterion and cells."""
+    lines = ["```"] + [Claim(**cl).line() for cl in doc["claims"]] + ["```\n",
+             f"Tests (scripts/drope_scripts/offset_key_report.py; docs/design.md#statistics-protocol). {RULES}\n"]
+    lines += [f"- ({cl['letter']}) {cl['criterion']}. {cl['detail']}." for cl in doc["claims"]]
+    return "\n".join(lines)
 
 
 def csv_text(doc: dict) -> str:

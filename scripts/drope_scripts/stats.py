@@ -322,16 +322,34 @@ def fisher_odds(a: int, b: int, c: int, d: int) -> float:
 
 # ---- verdicts -----------------------------------------------------------------------------------------------
 
+CEILING = 99.5  # percent: a cell whose two sides both average at least this is saturated, not testable
+SATURATED = "saturated, not testable"
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (nan stays nan and does not count)."""
+    idx = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
+    m, out, running = len(idx), [math.nan] * len(pvalues), 0.0
+    for k, (p, i) in enumerate(idx):
+        running = max(running, min(1.0, (m - k) * p))
+        out[i] = running
+    return out
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """A claim's verdict and the test behind it (docs/design.md#statistics-protocol)."""
+    """A claim's verdict and the test behind it (docs/design.md#statistics-protocol). `p` is the deciding one-sided
+    test's p; `p_claim` the claim's own p (twice the smaller of its agree and disagree p: each side at α / 2);
+    `p_holm` the claim's p after Holm over the study's claims (None when it was decided alone)."""
 
     claim: str
-    verdict: str  # agrees | disagrees | inconclusive
+    verdict: str  # agrees | disagrees | inconclusive | saturated, not testable
     test: str  # the deciding test, its hypothesis and p, or why there is none
     statistic: float | None
     p: float | None
     detail: str  # every cell's test and numbers
+    p_claim: float | None = None
+    p_holm: float | None = None
 
     def line(self) -> str:
         return f"{self.claim}: {self.verdict} ({self.test})"
@@ -340,14 +358,16 @@ class Verdict:
 @dataclass(frozen=True)
 class CellTest:
     """One cell of a claim: the test whose passing agrees, the one whose passing disagrees, and a label / what
-    the difference is. `agree`/`disagree` None: not measured or not testable (`why`)."""
+    the difference is. `agree`/`disagree` None: not measured, not testable (`why`) or `saturated` (both sides at
+    the ceiling)."""
 
     label: str
     agree: TestResult | None = None
     disagree: TestResult | None = None
     what: str = "mean d"
-    why: str = ""  # why there is no test (not measured, one seed)
+    why: str = ""  # why there is no test (not measured, one seed, saturated)
     numbers: str = ""  # the cell's numbers for the detail
+    saturated: bool = False
 
     def text(self, alpha: float = ALPHA) -> str:
         head = f"{self.label}: " + (f"{self.numbers}; " if self.numbers else "")
@@ -363,48 +383,135 @@ class CellTest:
         return head + "; ".join(parts + ([self.why] if self.why else []))
 
 
+def at_ceiling(x: Sequence[float], y: Sequence[float], ceiling: float | None) -> bool:
+    """Both sides' means at or above `ceiling` (None: no ceiling, e.g. perplexities)."""
+    return ceiling is not None and float(np.mean(x)) >= ceiling and float(np.mean(y)) >= ceiling
+
+
+def saturated_cell(label: str, what: str = "mean d", numbers: str = "", ceiling: float = CEILING) -> CellTest:
+    """A cell at the ceiling: no test either way (a difference there is bounded by the ceiling's headroom)."""
+    return CellTest(label, what=what, why=f"{SATURATED}: both sides ≥ {ceiling:g} %", numbers=numbers, saturated=True)
+
+
 def directional_cell(label: str, x: Sequence[float], y: Sequence[float], margin: float = 0.0,
-                     what: str = "mean d", numbers: str = "") -> CellTest:
+                     what: str = "mean d", numbers: str = "", ceiling: float | None = None) -> CellTest:
     """Directional claim 'x exceeds y by more than margin', paired over seeds: agree test H1: mean(x − y) >
-    margin, disagree test H1: mean(x − y) < margin."""
+    margin, disagree test H1: mean(x − y) < margin. Saturated (no test) when both means are ≥ `ceiling`."""
     if len(x) < 2:
         return CellTest(label, what=what, why="one seed: no test over seeds", numbers=numbers)
+    if at_ceiling(x, y, ceiling):
+        return saturated_cell(label, what, numbers, ceiling)
     return CellTest(label, paired_t(x, y, "greater", margin), paired_t(x, y, "less", margin), what, numbers=numbers)
 
 
 def equivalence_cell(label: str, x: Sequence[float], y: Sequence[float], margin: float, what: str = "mean d",
-                     numbers: str = "") -> CellTest:
+                     numbers: str = "", ceiling: float | None = None) -> CellTest:
     """Equivalence claim 'x equals y within ±margin', paired: agree test TOST, disagree test the one-sided test
-    that puts the difference outside the margin (the smaller p of H1: mean d < −margin and H1: mean d > margin)."""
+    that puts the difference outside the margin (the smaller p of H1: mean d < −margin and H1: mean d > margin).
+    Saturated (no test) when both means are ≥ `ceiling`: agreement there only shows that both saturate."""
     if len(x) < 2:
         return CellTest(label, what=what, why="one seed: no test over seeds", numbers=numbers)
+    if at_ceiling(x, y, ceiling):
+        return saturated_cell(label, what, numbers, ceiling)
     tost, _, _ = tost_paired(x, y, margin)
     below, above = paired_t(x, y, "less", -margin), paired_t(x, y, "greater", margin)
     return CellTest(label, tost, below if below.p <= above.p else above, what, numbers=numbers)
 
 
-def decide(claim: str, cells: Sequence[CellTest], alpha: float = ALPHA) -> Verdict:
-    """A claim over its cells: agrees when every cell's agree test has p < alpha (intersection–union); disagrees
-    when some cell's disagree test has p < alpha / k (Bonferroni over the k cells); else inconclusive. The deciding
-    test: the largest p among the agreeing cells, or the smallest among the disagreeing ones; otherwise the cell
-    that keeps the claim from agreeing."""
+def decide(claim: str, cells: Sequence[CellTest], alpha: float = ALPHA, adjusted: float | None = None,
+           family: int = 1) -> Verdict:
+    """A claim over its cells, each side of it at α / 2 so that at most α of verdicts are wrong (at the margin
+    both 'agrees' and 'disagrees' are false; each has at most α / 2). The claim's agree p is the largest of its
+    cells' agree p (intersection–union: every cell must pass), its disagree p k × the smallest of its k cells'
+    disagree p (Bonferroni), and its own p = 2 × the smaller of the two, capped at 1. It agrees when that p < α
+    and points to agreement, disagrees when p < α and points to disagreement, else inconclusive. A cell not
+    measured or with one seed keeps it from agreeing (inconclusive); a saturated cell too (verdict 'saturated, not
+    testable' when nothing else stands in the way). `adjusted`: the claim's p after Holm over a family of
+    `family` claims (decide_family), read in place of its own."""
     if not cells:
         raise ValueError(f"{claim}: no cells")
     k = len(cells)
     detail = "; ".join(c.text(alpha) for c in cells)
-    disagreeing = [c for c in cells if c.disagree is not None and c.disagree.p < alpha / k]
-    if disagreeing:
-        c = min(disagreeing, key=lambda c: c.disagree.p)
-        bonf = f" < {alpha:g}/{k}" if k > 1 else ""
-        return Verdict(claim, DISAGREES, f"{c.label}: {c.disagree.text(c.what)}{bonf}", c.disagree.statistic,
-                       c.disagree.p, detail)
-    untested = [c for c in cells if c.agree is None]
+    untested = [c for c in cells if c.agree is None and not c.saturated]
+    saturated = [c for c in cells if c.saturated]
+    tested = [c for c in cells if c.agree is not None]
+    dis = [c for c in cells if c.disagree is not None]
+    best_dis = min(dis, key=lambda c: c.disagree.p) if dis else None
+    worst = max(tested, key=lambda c: c.agree.p) if tested else None
+    p_dis = min(1.0, k * best_dis.disagree.p) if best_dis else math.nan
+    p_agr = worst.agree.p if worst and not untested and not saturated else math.nan
+    sides = [p for p in (p_agr, p_dis) if not math.isnan(p)]
+    p_claim = min(1.0, 2 * min(sides)) if sides else math.nan
+    p_read = p_claim if adjusted is None else adjusted
+    pc = None if math.isnan(p_claim) else p_claim
+    ph = None if adjusted is None or math.isnan(adjusted) else adjusted
+    leans_dis = not math.isnan(p_dis) and (math.isnan(p_agr) or p_dis < p_agr)
+
+    def because(c: CellTest, t: TestResult, bonf: bool) -> str:
+        how = f"claim p = 2 × {fmt_p(t.p if not bonf else p_dis)} = {fmt_p(p_claim)}"
+        if adjusted is not None:
+            how += f", Holm over {family} claims {fmt_p(p_read)}"
+        times = f" (× {k} cells)" if bonf and k > 1 else ""
+        return f"{c.label}: {t.text(c.what)}{times}; {how} {'<' if p_read < alpha else '≥'} {alpha:g}"
+
+    if leans_dis and p_read < alpha:
+        return Verdict(claim, DISAGREES, because(best_dis, best_dis.disagree, True), best_dis.disagree.statistic,
+                       best_dis.disagree.p, detail, pc, ph)
     if untested:
         c = untested[0]
-        return Verdict(claim, INCONCLUSIVE, f"{c.label}: {c.why or 'no test'}", None, None, detail)
-    worst = max(cells, key=lambda c: c.agree.p)
-    if worst.agree.p < alpha:
-        return Verdict(claim, AGREES, f"{worst.label}: {worst.agree.text(worst.what)}", worst.agree.statistic,
-                       worst.agree.p, detail)
-    return Verdict(claim, INCONCLUSIVE, f"{worst.label}: {worst.agree.text(worst.what)} ≥ {alpha:g}",
-                   worst.agree.statistic, worst.agree.p, detail)
+        return Verdict(claim, INCONCLUSIVE, f"{c.label}: {c.why or 'no test'}", None, None, detail, pc, ph)
+    if saturated:
+        names = ", ".join(c.label for c in saturated)
+        if worst is None:
+            return Verdict(claim, SATURATED, f"{names}: {saturated[0].why}", None, None, detail, pc, ph)
+        # the claim is 'saturated' only when its other cells would let it agree (each at α / 2); else they decide
+        others = (f"the weakest of the other {len(tested)} cell{'s' * (len(tested) != 1)}: {worst.label}: "
+                  f"{worst.agree.text(worst.what)}")
+        if worst.agree.p < alpha / 2:
+            return Verdict(claim, SATURATED, f"{names}: {saturated[0].why}; {others} < {alpha / 2:g}", None, None,
+                           detail, pc, ph)
+        return Verdict(claim, INCONCLUSIVE, f"{others} ≥ {alpha / 2:g}; {names}: {saturated[0].why}",
+                       worst.agree.statistic, worst.agree.p, detail, pc, ph)
+    if leans_dis:
+        return Verdict(claim, INCONCLUSIVE, because(best_dis, best_dis.disagree, True), best_dis.disagree.statistic,
+                       best_dis.disagree.p, detail, pc, ph)
+    verdict = AGREES if p_read < alpha else INCONCLUSIVE
+    return Verdict(claim, verdict, because(worst, worst.agree, False), worst.agree.statistic, worst.agree.p, detail,
+                   pc, ph)
+
+
+def decide_family(claims: Sequence[tuple[str, Sequence[CellTest]]], alpha: float = ALPHA) -> list[Verdict]:
+    """The claims of one study decided together: each claim's p (decide) Holm-adjusted over the claims that have
+    one, and every verdict read from its adjusted p, so that the chance of any wrong verdict in the study stays
+    at α."""
+    alone = [decide(name, cells, alpha) for name, cells in claims]
+    ps = [math.nan if v.p_claim is None else v.p_claim for v in alone]
+    family = sum(not math.isnan(p) for p in ps)
+    return [decide(name, cells, alpha, adjusted=p, family=family) if not math.isnan(p) else v
+            for (name, cells), p, v in zip(claims, holm(ps), alone)]
+
+
+# ---- group-sequential looks ---------------------------------------------------------------------------------
+
+def pocock_alpha(looks: Sequence[int], alpha: float = ALPHA) -> float:
+    """The nominal two-sided level of each look of a Pocock group-sequential design with looks after `looks`
+    units (e.g. seeds 3, 4, 5): the constant c with P(|Z_k| > c for some k) = alpha when Z_k are the z statistics
+    of the cumulative means (corr(Z_i, Z_j) = sqrt(n_i / n_j)), returned as 2·(1 − Φ(c)). Applied to each look's
+    t-test p-value (the nominal-p form), so approximate for few seeds."""
+    n = np.asarray(sorted(looks), dtype=np.float64)
+    if n.size == 0 or n[0] <= 0:
+        raise ValueError(f"pocock_alpha: looks must be positive, got {list(looks)}")
+    if n.size == 1:
+        return alpha
+    corr = np.sqrt(np.minimum.outer(n, n) / np.maximum.outer(n, n))
+    mvn = stats.multivariate_normal(mean=np.zeros(n.size), cov=corr, seed=0, maxpts=200_000, abseps=1e-7,
+                                    releps=1e-7)  # a seeded integration: the same level on every run
+
+    def excess(c: float) -> float:
+        inside = mvn.cdf(np.full(n.size, c), lower_limit=np.full(n.size, -c))
+        return (1 - inside) - alpha
+
+    from scipy import optimize
+
+    c = optimize.brentq(excess, float(special.ndtri(1 - alpha / 2)), 6.0, xtol=1e-6)
+    return float(2 * stats.norm.sf(c))

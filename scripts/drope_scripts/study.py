@@ -90,6 +90,19 @@ def snapshot_tools(build: pathlib.Path, tools: Sequence[str], dest_root: pathlib
     return dest, commit
 
 
+DIRTY = "-dirty"  # the end of a row's commit when its binaries were built from a tree that differed from it
+
+
+def dirty_note(commits: Sequence[str]) -> str:
+    """'' when every row names a clean commit; else 'K of N rows from a dirty build (commit ending in -dirty), not
+    reproducible from a commit' (docs/design.md#statistics-protocol, provenance)."""
+    k = sum(str(c).endswith(DIRTY) for c in commits)
+    if not k:
+        return ""
+    return (f"{k} of {len(commits)} row{'s' * (len(commits) != 1)} from a dirty build (commit ending in {DIRTY}), "
+            "not reproducible from a commit")
+
+
 def cpu_name() -> str:
     """The CPU's model name and how many CPUs this process may use."""
     name = "unknown CPU"
@@ -188,13 +201,8 @@ def section_of(doc: pathlib.Path, name: str) -> str:
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm-adjusted p-values (nan stays nan and does not count)."""
-    idx = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
-    m, out, running = len(idx), [math.nan] * len(pvalues), 0.0
-    for k, (p, i) in enumerate(idx):
-        running = max(running, min(1.0, (m - k) * p))
-        out[i] = running
-    return out
+    """Holm-adjusted p-values (nan stays nan and does not count): stats.holm."""
+    return stats.holm(pvalues)
 
 
 def slope(xs: Sequence[float], ys: Sequence[float]) -> dict | None:

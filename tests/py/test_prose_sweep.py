@@ -7,6 +7,7 @@ import pathlib
 import pytest
 from scipy import stats as sps
 
+from drope_scripts import stats
 from drope_scripts.driver import Driver
 from studies import prose_sweep as ps
 
@@ -281,3 +282,25 @@ def test_an_inconclusive_follow_up_gets_seeds_for_both_of_its_cells(tmp):
     assert ps.open_follow_ups(cs, [r for r in rows if r["seed"] < 3]) == {"b16-nope", "b16-quickstart"}
     # the pre-registered comparisons read the seeds common to both cells: unchanged by the extra quickstart seeds
     assert {o["n"] for o in ps.comparisons(cs, rows)} == {3}
+
+
+def test_the_follow_ups_are_read_sequentially_at_pococks_level():
+    """A comparison at Holm p between Pocock's per-look level (looks at 3, 4, 5 seeds) and 0.05 is decided by the
+    uncorrected reading only; the sequential reading keeps it open, and the extension gives it the next seed."""
+    assert ps.LOOK_ALPHA == pytest.approx(stats.pocock_alpha([3, 4, 5])) and 0.022 < ps.LOOK_ALPHA < 0.03
+    cs = cells()
+    rows = []
+    for seed, (q, n) in enumerate([(60.0, 57.0), (58.0, 51.0), (62.0, 48.0), (61.0, 52.0)]):
+        for cell, gap in (("b3200-quickstart", q), ("b3200-nope", n)):
+            rows.append({"cell": cell, "budget": 3200, "recipe": cell.split("-", 1)[1], "seed": seed,
+                         "ppl_rope": 32.0, "ppl_drope": 32.0 * (1 + gap / 100), "gap_pct": gap,
+                         "commit": "abc1234-dirty", "cpu": "test cpu"})
+    o = next(o for o in ps.comparisons(cs, rows, "nope") if o["cell"] == "b3200-nope")
+    assert ps.LOOK_ALPHA < o["p_holm"] < 0.05, o
+    e = next(e for e in ps.looks(cs, rows, "nope") if e["cell"] == "b3200-nope")
+    assert e["final"]["reading"].endswith(": inconclusive") and e["final"]["n"] == 4
+    assert "recalibration falls short of NoPE" in ps.follow_up_reading(o, rows)
+    assert {"b3200-nope", "b3200-quickstart"} <= ps.open_follow_ups(cs, rows)
+    md = ps.results_md(cs, rows)
+    assert "Pocock's nominal level" in md and "Uncorrected (each look at 0.05" in md
+    assert "8 of 8 rows from a dirty build (commit ending in -dirty), not reproducible from a commit" in md

@@ -82,7 +82,7 @@ def test_table7_rows(run):
     assert ("DroPE matches RoPE (per-seed gap ppl_DroPE / ppl_RoPE − 1 within ±5 %): **inconclusive** (gap: TOST "
             "(paired t), H1: |mean gap %| < 5, t(1) = ") in lines[-1]
     assert "DroPE better than NoPE (lower perplexity): **inconclusive** (NoPE − DroPE: paired t, H1: mean d > 0, " \
-           "t(1) = 5, p = 0.0628 ≥ 0.05)" in lines[-1]
+           "t(1) = 5, p = 0.0628; claim p = 2 × 0.0628 = 0.126 ≥ 0.05)" in lines[-1]
     assert "added at step 105 (7/8)" in lines[1]
 
 

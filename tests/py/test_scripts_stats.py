@@ -270,14 +270,19 @@ def test_directional_and_equivalence_verdicts():
 
 
 def test_bonferroni_over_cells_for_disagreement():
-    # p just under 0.05 disagrees alone, not as one of two cells
-    x = [1.0, 2.3, 0.0, 0.5, 1.5]
+    # each side is tested at α / 2: a one-sided p just under 0.025 disagrees alone, not as one of two cells, and a
+    # p between 0.025 and 0.05 decides nothing (the rule before, at α per side, had it disagree)
+    x = [1.0, 2.0, 0.0, 0.5, 1.0]
     y = [2.0] * 5
     p = stats.paired_t(x, y, "less").p
-    assert 0.025 < p < 0.05
+    assert 0.0125 < p < 0.025
     cell = stats.directional_cell("L", x, y)
-    assert stats.decide("one", [cell]).verdict == "disagrees"
+    v = stats.decide("one", [cell])
+    assert v.verdict == "disagrees" and v.p_claim == pytest.approx(2 * p)
     assert stats.decide("two", [cell, stats.directional_cell("M", x, x)]).verdict == "inconclusive"
+    x = [1.0, 2.3, 0.0, 0.5, 1.5]
+    assert 0.025 < stats.paired_t(x, y, "less").p < 0.05
+    assert stats.decide("one", [stats.directional_cell("L", x, y)]).verdict == "inconclusive"
 
 
 def test_verdict_and_test_text():
@@ -289,3 +294,98 @@ def test_verdict_and_test_text():
     assert stats.fmt_p(0.0) == "< 1e-300" and stats.fmt_p(1.23e-5) == "1.23e-05" and stats.fmt_p(0.0499) == "0.0499"
     v = stats.Verdict("(e) x", "agrees", "C: TOST", 5.0, 0.001, "")
     assert v.line() == "(e) x: agrees (C: TOST)"
+
+
+# ---- error rates the verdict rules promise (simulations) ----------------------------------------------------
+
+def _verdict_rates(make, sims: int, rng) -> dict[str, float]:
+    out = {"agrees": 0, "disagrees": 0, "inconclusive": 0}
+    for _ in range(sims):
+        out[stats.decide("x", [make(rng)]).verdict] += 1
+    return {k: v / sims for k, v in out.items()}
+
+
+def test_a_directional_claim_at_its_margin_is_wrong_at_most_alpha_of_the_time():
+    """True difference exactly at the margin: 'exceeds by more than δ' and 'falls short of δ' are both false. Each
+    side at α / 2: about α / 2 each, α together (the rule with α per side gave 2α)."""
+    rng = np.random.default_rng(1)
+    sims = 4000
+    rates = _verdict_rates(lambda r: stats.directional_cell("L", 2.0 + r.normal(0, 3, 10), np.zeros(10), 2.0), sims,
+                           rng)
+    se = math.sqrt(0.05 * 0.95 / sims)
+    assert abs(rates["agrees"] + rates["disagrees"] - 0.05) < 4 * se, rates
+    assert abs(rates["agrees"] - 0.025) < 4 * math.sqrt(0.025 / sims) and abs(rates["disagrees"] - 0.025) < 0.01
+    # the old rule, each one-sided test at α, on the same kind of data: twice the wrong verdicts
+    old = 0
+    for _ in range(sims):
+        x = 2.0 + rng.normal(0, 3, 10)
+        old += sps.ttest_1samp(x, 2.0, alternative="greater").pvalue < 0.05 or \
+            sps.ttest_1samp(x, 2.0, alternative="less").pvalue < 0.05
+    assert abs(old / sims - 0.10) < 4 * math.sqrt(0.1 * 0.9 / sims)
+
+
+def test_an_equivalence_claim_at_its_margin_is_wrong_at_most_alpha_of_the_time():
+    rng = np.random.default_rng(2)
+    sims = 4000
+    rates = _verdict_rates(lambda r: stats.equivalence_cell("C", 2.0 + r.normal(0, 1, 10), np.zeros(10), 2.0), sims,
+                           rng)
+    assert rates["agrees"] + rates["disagrees"] < 0.05 + 4 * math.sqrt(0.05 * 0.95 / sims), rates
+    assert rates["agrees"] < 0.025 + 4 * math.sqrt(0.025 / sims)
+
+
+def test_holm_over_a_studys_claims_keeps_any_wrong_verdict_at_alpha():
+    """Six independent claims, every one at its margin: without the family correction about 1 − 0.95^6 = 26 % of
+    studies have a wrong verdict; with Holm over the claims at most α."""
+    rng = np.random.default_rng(3)
+    sims = 1500
+    wrong = alone = 0
+    for _ in range(sims):
+        claims = [(f"({k})", [stats.directional_cell("L", 2.0 + rng.normal(0, 3, 10), np.zeros(10), 2.0)])
+                  for k in "abcdef"]
+        wrong += any(v.verdict != "inconclusive" for v in stats.decide_family(claims))
+        alone += any(stats.decide(n, c).verdict != "inconclusive" for n, c in claims)
+    assert wrong / sims < 0.05 + 4 * math.sqrt(0.05 * 0.95 / sims)
+    assert abs(alone / sims - (1 - 0.95 ** 6)) < 4 * math.sqrt(0.26 * 0.74 / sims)
+
+
+def test_holm_equals_the_step_down_by_hand_and_decide_family_reads_it():
+    assert stats.holm([0.01, 0.04, 0.03, math.nan]) == pytest.approx([0.03, 0.06, 0.06, math.nan], nan_ok=True)
+    strong = stats.directional_cell("L", [5.0, 6.0, 7.0, 5.5, 6.5], [0.0] * 5)
+    weak = stats.directional_cell("L", [1.0, 2.3, 0.8, 0.5, 1.5], [0.0] * 5)
+    p_weak = stats.paired_t([1.0, 2.3, 0.8, 0.5, 1.5], [0.0] * 5, "greater").p
+    v = stats.decide_family([("s", [strong]), ("w", [weak])])
+    assert v[1].p_claim == pytest.approx(2 * p_weak) and v[1].p_holm == pytest.approx(max(2 * p_weak,
+                                                                                           v[0].p_holm))
+    assert "Holm over 2 claims" in v[1].test
+
+
+def test_saturated_cells_are_not_tested_either_way():
+    top, yarn = [100.0] * 10, [99.5, 99.6, 99.4, 99.7, 99.5, 99.6, 99.5, 99.6, 99.4, 99.6]
+    c = stats.directional_cell("4C", top, yarn, 2.0, ceiling=stats.CEILING)
+    assert c.saturated and c.agree is None and c.disagree is None and "saturated, not testable" in c.why
+    assert stats.decide("(d)", [c]).verdict == "saturated, not testable"
+    assert stats.equivalence_cell("C", top, yarn, 2.0, ceiling=stats.CEILING).saturated
+    # one side below the ceiling: tested (and here DroPE does not beat it by 2 points)
+    low = [y - 1.0 for y in yarn]
+    assert stats.decide("(d)", [stats.directional_cell("4C", top, low, 2.0, ceiling=stats.CEILING)]).verdict == \
+        "disagrees"
+    # a saturated cell beside a failing one: the failing one decides (inconclusive), not the ceiling
+    noisy = stats.directional_cell("8C", [100.0, 90.0, 70.0, 100.0, 95.0], [80.0, 95.0, 85.0, 90.0, 99.0], 2.0)
+    assert stats.decide("(d)", [c, noisy]).verdict == "inconclusive"
+
+
+def test_pocock_nominal_level_matches_its_published_value_and_controls_repeated_looks():
+    """Pocock's per-look level for 3 equally spaced looks at two-sided 0.05 is 0.0221 (Pocock 1977, Table 1); at
+    looks after 3, 4, 5 seeds the level is computed for that spacing. A simulation of paired t tests of no
+    difference, looked at after 3, 4 and 5 seeds: uncorrected (each look at 0.05) about twice α, at the Pocock
+    level about α."""
+    assert stats.pocock_alpha([1, 2, 3]) == pytest.approx(0.0221, abs=2e-4)
+    level = stats.pocock_alpha([3, 4, 5])
+    assert 0.0221 < level < 0.05 and stats.pocock_alpha([5]) == 0.05
+    rng = np.random.default_rng(4)
+    sims = 20000
+    x = rng.normal(0, 1, (sims, 5))
+    p = np.stack([sps.ttest_1samp(x[:, :n], 0.0, axis=1).pvalue for n in (3, 4, 5)], axis=1)
+    uncorrected, corrected = (p < 0.05).any(axis=1).mean(), (p < level).any(axis=1).mean()
+    se = math.sqrt(0.05 * 0.95 / sims)
+    assert uncorrected > 0.085 and abs(corrected - 0.05) < 5 * se, (uncorrected, corrected)
