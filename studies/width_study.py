@@ -43,6 +43,8 @@ MARGIN = 5.0  # points of gap per doubling of the width: the equivalence margin 
 ALPHA = 0.05
 PRIMARY_BUDGET = 1600
 TOOLS = ("drope-train", "drope-eval", "drope-data")
+# The modules the tools dlopen from beside themselves (the tokenizer and Parquet readers): copied with them.
+MODULES = ("libdrope_sentencepiece.so", "libdrope_parquet.so")
 CSV_PATH = ROOT / "docs" / "results" / "width-study.csv"
 DOC_PATH = ROOT / "docs" / "width-study.md"
 PLOT_PATH = ROOT / "docs" / "results" / "width-study.png"
@@ -412,7 +414,7 @@ def study(argv: list[str]) -> int:
         return 0
     bin_dir = cli.checked_build(ap, a, "DROPE_BUILD_DIR", TOOLS)
     try:
-        snap, commit = common.snapshot_tools(bin_dir, TOOLS, out / "bin")
+        snap, commit = common.snapshot_tools(bin_dir, TOOLS + MODULES, out / "bin")
     except common.ProvenanceError as e:
         ap.error(f"no row can be recorded: {e}")
     os.chdir(ROOT)
