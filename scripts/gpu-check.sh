@@ -31,7 +31,9 @@
 #                          C = 2048 on prose in its own tokenizer, temperature fitted, then NIAH at 4K..32K for the
 #                          model as released, with YaRN, and DroPE (loss curve in real/run/log.jsonl)
 # After every stage $OUT_DIR/summary.json and summary.md are rewritten (atomically) from what the stages left
-# there (scripts/drope_scripts/gpu_check.py). Extra arguments go to both drope-bench attention runs.
+# there (scripts/drope_scripts/gpu_check.py). Other arguments are options of drope-bench attention for both of its
+# runs (--cases, --impls, --lengths, ...: the list is below, each value checked); anything else is refused before
+# any stage runs, as is a bad knob (DROPE_CUDA_ARCHS, DROPE_GPU_REAL_STEPS, DROPE_GPU_CHECK_BUDGET_<STAGE>, ...).
 # --dry-run prints every stage with its budget and command and writes a summary of "dry run" stages
 # (tests/py/test_gpu_check.py runs it on the CPU). --rehearse runs every stage end to end on the CPU through the
 # same stage functions, commands and configs with only the device and the sizes changed (device cpu, a few steps,
@@ -40,18 +42,90 @@
 # skipped by name ("skipped (CUDA-only: ...)", or "ok; CUDA-only parts skipped: ..."). Exit status: 0 when every
 # stage is ok (or, rehearsing, skipped as CUDA-only).
 set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/lib/knobs.sh"
+WHO=scripts/gpu-check.sh
 DRY_RUN=0
 REHEARSE=0
+# The arguments: --dry-run, --rehearse, and options of drope-bench attention, each checked here (a mistyped flag is
+# refused, never passed on): those below, as "--opt VALUE" or "--opt=VALUE". The stage sets --device, --dtype,
+# --head-dim, --json and --quiet itself; an option of the stage's own sizes (--heads, --lengths, ...) replaces it.
+declare -A BENCH_GIVEN=()
+BENCH_USER=()
+bench_value() {  # OPTION VALUE: checks VALUE for OPTION
+  local o="$1" v="$2" item
+  case "$o" in
+    --lengths) [[ "$v" =~ ^[1-9][0-9]{0,6}(,[1-9][0-9]{0,6})*$ ]] ||
+      knob_fail "$WHO" "$o must be a comma list of positive integers, got '$v'" ;;
+    --batch | --heads | --gqa-kv-heads | --window | --repeats) [[ "$v" =~ ^[1-9][0-9]{0,5}$ ]] ||
+      knob_fail "$WHO" "$o must be a positive integer, got '$v'" ;;
+    --warmup) [[ "$v" =~ ^[0-9]{1,6}$ ]] || knob_fail "$WHO" "$o must be an integer >= 0, got '$v'" ;;
+    --max-seconds | --max-mem-gb) [[ "$v" =~ ^([0-9]{1,6}(\.[0-9]*)?|\.[0-9]+)$ && "$v" =~ [1-9] ]] ||
+      knob_fail "$WHO" "$o must be a number > 0, got '$v'" ;;
+    --cases | --impls)
+      local allowed="causal alibi window gqa"
+      [ "$o" = --impls ] && allowed="ours sdpa sdpa_mask reference flash mem_efficient cudnn own_cuda"
+      [ -n "$v" ] || knob_fail "$WHO" "$o must be a comma list of: ${allowed// /, }, got ''"
+      IFS=, read -r -a items <<<"$v"
+      for item in "${items[@]}"; do
+        [[ " $allowed " == *" $item "* ]] || knob_fail "$WHO" "$o: '$item' is not one of ${allowed// /, }"
+      done ;;
+  esac
+}
 while [ $# -gt 0 ]; do
-  case "$1" in
-    --dry-run) DRY_RUN=1; shift ;;
-    --rehearse) REHEARSE=1; shift ;;
-    *) break ;;
+  arg="$1" opt="${1%%=*}"
+  shift
+  case "$opt" in
+    --dry-run | --rehearse)
+      [ "$arg" = "$opt" ] || knob_fail "$WHO" "$opt takes no value, got '$arg'"
+      if [ "$opt" = --dry-run ]; then DRY_RUN=1; else REHEARSE=1; fi ;;
+    --lengths | --batch | --heads | --gqa-kv-heads | --window | --repeats | --warmup | --max-seconds | --max-mem-gb | \
+      --cases | --impls)
+      if [ "$arg" = "$opt" ]; then
+        [ $# -ge 1 ] || knob_fail "$WHO" "$opt needs a value"
+        value="$1"
+        shift
+      else
+        value="${arg#*=}"
+      fi
+      [ -z "${BENCH_GIVEN[$opt]+x}" ] || knob_fail "$WHO" "$opt is given twice"
+      bench_value "$opt" "$value"
+      BENCH_GIVEN[$opt]=1
+      BENCH_USER+=("$opt" "$value") ;;
+    --forward-only)
+      [ "$arg" = "$opt" ] || knob_fail "$WHO" "$opt takes no value, got '$arg'"
+      BENCH_USER+=("$opt") ;;
+    --device | --dtype | --head-dim | --json | --quiet)
+      knob_fail "$WHO" "$opt is set by the benchmark stages themselves (not an argument of $WHO)" ;;
+    *) knob_fail "$WHO" "unknown argument '$arg' (expected --dry-run, --rehearse or options of drope-bench attention: \
+--lengths, --batch, --heads, --gqa-kv-heads, --window, --repeats, --warmup, --max-seconds, --max-mem-gb, --cases, \
+--impls, --forward-only)" ;;
   esac
 done
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The environment, before any work (the dry run checks it too): a relative DROPE_BUILD_DIR is read from the
+# repository root, as scripts/setup.sh reads it.
+knob_switch "$WHO" DROPE_GPU_CHECK_PREBUILT
+knob_int "$WHO" DROPE_GPU_REAL_STEPS 1 100000
+knob_cuda_archs "$WHO" DROPE_CUDA_ARCHS "${DROPE_CUDA_ARCHS:-80;90}"
+knob_out_dir "$WHO" DROPE_GPU_CHECK_OUT "$PWD"
+if [ -n "${DROPE_PEAK_TFLOPS+x}" ] && ! [[ "$DROPE_PEAK_TFLOPS" =~ ^([0-9]{1,6}(\.[0-9]*)?|\.[0-9]+)$ &&
+  "$DROPE_PEAK_TFLOPS" =~ [1-9] ]]; then
+  knob_fail "$WHO" "DROPE_PEAK_TFLOPS must be a number > 0 (dense bf16 TFLOP/s of one GPU), got '$DROPE_PEAK_TFLOPS'"
+fi
+DROPE_CMAKE_ARGS="" DROPE_SETUP_TARGETS="" setup_knobs "$WHO" "$ROOT"  # the set-up stage's (it sets those two)
+if [ -n "${DROPE_BUILD_DIR-}" ] && [[ "$DROPE_BUILD_DIR" != /* ]]; then DROPE_BUILD_DIR="$ROOT/$DROPE_BUILD_DIR"; fi
+# Every stage, in the order they run (the run_stage calls at the end): DROPE_GPU_CHECK_BUDGET_<STAGE> must name one.
+STAGE_NAMES=(setup gpu gpu_tests attention_bench_d64 attention_bench_d128 train_step_qwen2_0_5b
+  train_step_qwen2_0_5b_eager train_step_qwen2_0_5b_compiled train_step_qwen2_0_5b_fused_loss_off
+  train_step_qwen2_0_5b_cuda_graphs nccl_smoke two_ranks greedy_gpu_vs_cpu real_smollm2_drope)
+for var in $(compgen -v DROPE_GPU_CHECK_BUDGET_); do
+  stage="${var#DROPE_GPU_CHECK_BUDGET_}"
+  [[ " ${STAGE_NAMES[*]^^} " == *" $stage "* ]] ||
+    knob_fail "$WHO" "$var: no stage ${stage,,} (stages: ${STAGE_NAMES[*]})"
+  [[ "${!var}" =~ ^[1-9][0-9]{0,4}$ ]] ||
+    knob_fail "$WHO" "$var='${!var}': expected a whole number of seconds in 1..99999"
+done
 PREBUILT="${DROPE_GPU_CHECK_PREBUILT:-0}"
-case "$PREBUILT" in 0 | 1) ;; *) echo "error: DROPE_GPU_CHECK_PREBUILT='$PREBUILT': expected 0 or 1" >&2; exit 2 ;; esac
 # The sizes of each stage: the GPU call's, or the rehearsal's on the CPU (same commands, smaller numbers).
 if [ "$REHEARSE" = 1 ]; then
   BUILD_DIR="${DROPE_BUILD_DIR:-$ROOT/build}"
@@ -81,7 +155,13 @@ fi
 cuda_only() { echo "CUDA-only, skipped in the rehearsal: $*"; }
 CUDA_ARCHS="${DROPE_CUDA_ARCHS:-80;90}"
 PY="$ROOT/.venv/bin/python"
-BENCH_ARGS_STR="$*"
+BENCH_ARGS_STR="${BENCH_USER[*]}"  # checked above: no value holds a space
+# An option the user gave replaces the stage's own (drope-bench refuses an option given twice).
+read -r -a SIZE_WORDS <<<"$BENCH_SIZES"
+BENCH_SIZES=""
+for ((i = 0; i < ${#SIZE_WORDS[@]}; i += 2)); do
+  [ -n "${BENCH_GIVEN[${SIZE_WORDS[i]}]+x}" ] || BENCH_SIZES+="${BENCH_SIZES:+ }${SIZE_WORDS[i]} ${SIZE_WORDS[i + 1]}"
+done
 log() { printf '\033[1m[gpu-check]\033[0m %s\n' "$*"; }
 STAGES=()
 FAILED=0
@@ -105,11 +185,8 @@ summarize() {
 # stages/NAME.log (and on the console), its status in stages/NAME.json; then rewrites the summary.
 run_stage() {
   local name="$1" budget="$2" fn="$3" var="DROPE_GPU_CHECK_BUDGET_${1^^}"
-  budget="${!var:-$((budget * BUDGET_SCALE))}"
-  if ! [[ "$budget" =~ ^[0-9]+$ ]] || [ "$budget" -lt 1 ]; then
-    log "error: $var='$budget': expected a whole number of seconds >= 1"
-    exit 2
-  fi
+  budget="${!var:-$((budget * BUDGET_SCALE))}"  # an override is checked with the other knobs, before any stage
+  [[ " ${STAGE_NAMES[*]} " == *" $name "* ]] || { log "error: stage $name is not in STAGE_NAMES"; exit 2; }
   STAGES+=("$name")
   log "stage $name (budget ${budget}s): $(describe_"$fn")"
   local status seconds=0 rc

@@ -7,6 +7,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+source "$ROOT/scripts/lib/knobs.sh"  # every knob and argument before any work (scripts/lib/knobs.sh)
+sanitize_knobs scripts/sanitize.sh "$ROOT"
+sanitize_args scripts/sanitize.sh "$@"
 BUILD="${DROPE_ASAN_BUILD_DIR:-$ROOT/build-asan}"
 if [ ! -f "$BUILD/build.ninja" ]; then
   TORCH_CMAKE="$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')"

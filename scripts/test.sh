@@ -2,6 +2,15 @@
 # Set up (idempotent), build, and run the whole test suite. GPU tests (label gpu) skip without CUDA.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+# Every knob of this script and of the scripts it runs, and the ctest arguments, before the first step.
+source "$ROOT/scripts/lib/knobs.sh"
+setup_knobs scripts/test.sh "$ROOT"
+sanitize_knobs scripts/test.sh "$ROOT"
+knob_int scripts/test.sh DROPE_TEST_JOBS 1 1024
+knob_switch scripts/test.sh DROPE_SANITIZE_TESTS
+knob_switch scripts/test.sh DROPE_REQUIRE_PYTHON_EXT
+ctest_args scripts/test.sh "$@"
 phase() { printf '\033[1m[test]\033[0m %s (%d s so far)\n' "$*" "$SECONDS"; }
 bash "$ROOT/scripts/setup.sh"
 phase "set-up and build done"
@@ -10,7 +19,7 @@ bash "$ROOT/scripts/lint.sh"
 phase "lint done"
 # ASan + UBSan over the torch-free unit tests in build-asan/ (LibTorch is not instrumented); 0 skips.
 # First, so that ctest's summary line is the last thing the run prints.
-if [ "${DROPE_SANITIZE_TESTS:-1}" != 0 ]; then bash "$ROOT/scripts/sanitize.sh"; fi
+if [ "${DROPE_SANITIZE_TESTS:-1}" = 1 ]; then bash "$ROOT/scripts/sanitize.sh"; fi
 phase "sanitizer tests done; ctest next"
 cd "${DROPE_BUILD_DIR:-$ROOT/build}"
 # setup.sh installed the Python package: its tests must not skip for want of it.

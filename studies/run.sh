@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs one study: bash studies/run.sh NAME [ARGS...]   (NAME: a file studies/NAME.py; --help after NAME lists
-# its options). The study runs with the project venv's python from the repository root (scripts/run_python.sh).
+# Runs one study: bash studies/run.sh NAME [ARGS...]   (NAME: a module studies/NAME.py with a main(); --help after
+# NAME lists its options). The study runs with the project venv's python from the repository root (scripts/run_python.sh).
 # quickstart, quickstart_isa, reproduce and real_model run scripts/setup.sh (idempotent; DROPE_SKIP_SETUP=1
 # skips it); the others need a build already. Once the venv is set up (its requirements stamp is current), the
 # study checks its arguments before the set-up (DROPE_SETUP_PENDING=1: drope_scripts.cli.run_pending_setup), so a
@@ -8,11 +8,17 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NAME="${1:-}"
-if [ -z "$NAME" ] || [ ! -f "$ROOT/studies/$NAME.py" ] || [ "$NAME" = __init__ ]; then
-  echo "usage: bash studies/run.sh NAME [ARGS...]; NAME is one of:" >&2
+# A study is a module studies/NAME.py with a main(): NAME is a plain module name (no path, no suffix), so that
+# "../x", "sub/y" or "__init__" are not run as studies.
+is_study() { [[ "$1" =~ ^[a-z][a-z0-9_]*$ ]] && [ -f "$ROOT/studies/$1.py" ] && grep -q '^def main(' "$ROOT/studies/$1.py"; }
+if ! is_study "$NAME"; then
+  names=()
   for f in "$ROOT"/studies/*.py; do
-    n="$(basename "$f" .py)"; [ "$n" = __init__ ] || echo "  $n" >&2
+    n="$(basename "$f" .py)"; ! is_study "$n" || names+=("$n")
   done
+  list="$(printf '%s, ' "${names[@]}")"
+  if [ -z "$NAME" ]; then echo "usage: bash studies/run.sh NAME [ARGS...]; NAME is one of: ${list%, }" >&2
+  else echo "studies/run.sh: '$NAME' is not a study (expected one of: ${list%, })" >&2; fi
   exit 2
 fi
 shift

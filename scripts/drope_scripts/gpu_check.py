@@ -292,6 +292,13 @@ def main(argv: list[str]) -> int:
     if not out.is_dir():
         print(f"gpu_check: {out} is not a directory", file=sys.stderr)
         return 2
+    for i, name in enumerate(argv[1:]):
+        if name not in STAGES:
+            print(f"gpu_check: '{name}' is not a stage (expected some of: {', '.join(STAGES)})", file=sys.stderr)
+            return 2
+        if name in argv[1:i + 1]:
+            print(f"gpu_check: stage '{name}' is named twice", file=sys.stderr)
+            return 2
     doc = summarize(out, argv[1:])
     write_atomic(out / "summary.json", json.dumps(doc, indent=2) + "\n")
     write_atomic(out / "summary.md", markdown(doc))

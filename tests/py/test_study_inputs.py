@@ -188,7 +188,7 @@ def fake_root(tmp, stamp_current):
     (root / "scripts").mkdir()
     (root / ".venv" / "bin").mkdir(parents=True)
     shutil.copy(ROOT / "studies" / "run.sh", root / "studies" / "run.sh")
-    (root / "studies" / "real_model.py").write_text("")
+    (root / "studies" / "real_model.py").write_text("def main(argv=None):\n    pass\n")
     (root / "scripts" / "setup.sh").write_text('echo "[setup] ran"\n')
     (root / "scripts" / "run_python.sh").write_text('echo "study $1 pending=${DROPE_SETUP_PENDING:-} args ${*:2}"\n')
     (root / ".venv" / "bin" / "python").write_text("#!/bin/sh\n")
