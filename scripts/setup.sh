@@ -4,6 +4,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# Every knob is checked before any work starts (scripts/lib/knobs.sh); relative paths are from the repository root.
+source "$ROOT/scripts/lib/knobs.sh"
+knob_no_args scripts/setup.sh "$@"
+setup_knobs scripts/setup.sh "$ROOT"
 BUILD_DIR="${DROPE_BUILD_DIR:-$ROOT/build}"
 
 APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv python3-pip
@@ -54,6 +58,12 @@ export CCACHE_BASEDIR="$ROOT"  # relative paths in the cache key: fresh clones (
 log "building (ccache $(command -v ccache >/dev/null && echo on || echo off))"
 read -r -a TARGETS <<<"${DROPE_SETUP_TARGETS:-}"
 TARGET_ARGS=()
+if ((${#TARGETS[@]})); then  # named before the build starts, not as ninja's "unknown target" after it
+  KNOWN_TARGETS="$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | sed 's/:.*//')"
+  for t in "${TARGETS[@]}"; do
+    grep -qxF "$t" <<<"$KNOWN_TARGETS" || knob_fail scripts/setup.sh "DROPE_SETUP_TARGETS: no target '$t' in $BUILD_DIR"
+  done
+fi
 ((${#TARGETS[@]})) && TARGET_ARGS=(--target "${TARGETS[@]}")
 cmake --build "$BUILD_DIR" -j "${DROPE_JOBS:-$(nproc)}" "${TARGET_ARGS[@]}"
 log "done: binaries in $BUILD_DIR"
