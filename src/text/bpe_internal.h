@@ -154,6 +154,7 @@ class BpeTokenizer final : public Tokenizer {
   // (a file claiming id 2^31 - 1 would otherwise allocate billions of strings).
   void check_dense(const JsonIn& in, const char* key, int64_t entries) const;
   void parse_added_tokens(const JsonIn& in, const json* list);
+  void check_added_ids(const JsonIn& in, const json& list) const;
   void parse_decoder(const JsonIn& in, const json* d);
   // EOS/BOS from tokenizer_config.json beside the file, else from well-known special tokens.
   void resolve_special_ids(const std::string* config_text);

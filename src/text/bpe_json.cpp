@@ -226,12 +226,52 @@ void BpeTokenizer::parse_added_tokens(const JsonIn& in, const json* list) {
     added_.push_back(std::move(a));
   }
   check_dense(in, "added_tokens", static_cast<int64_t>(token_to_id_.size() + added_.size()));
+  check_added_ids(in, *list);
   id_to_token_.resize(static_cast<size_t>(vocab_size_));
   // Longest first, so the first hit at a position is the longest one.
   std::stable_sort(added_.begin(), added_.end(),
                    [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
   for (size_t i = 0; i < added_.size(); ++i)
     added_by_first_byte_[static_cast<unsigned char>(added_[i].content[0])].push_back(i);
+}
+
+// HF tokenizers does not take an added token's id from the file: it numbers the list itself, in order. A token
+// already in model.vocab, or added before, keeps that id; a new one takes max(the vocabulary's size, the largest
+// added id + 1) (tokenizers' AddedVocabulary::add_tokens). A file whose ids differ from that numbering (an id that
+// collides with a vocabulary entry, two tokens sharing an id, a gap, a reordering) would give other ids than HF
+// does, so it is refused naming the token, its id and HF's (tests/py/test_tokenizer_parity.py).
+void BpeTokenizer::check_added_ids(const JsonIn& in, const json& list) const {
+  const auto vocab_entries = static_cast<int64_t>(token_to_id_.size());
+  std::unordered_map<std::string, std::pair<int32_t, size_t>> added;  // content → (id, index), as HF numbers them
+  std::unordered_map<int32_t, size_t> index_of_id;
+  int64_t max_added = -1;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string raw = list[i]["content"].get<std::string>();
+    const auto declared = list[i]["id"].get<int64_t>();
+    int64_t hf = 0;
+    std::string why;
+    if (auto v = token_to_id_.find(raw); v != token_to_id_.end()) {
+      hf = v->second;
+      why = fmt::format("it is model.vocab's token {}", hf);
+    } else if (auto a = added.find(raw); a != added.end()) {
+      hf = a->second.first;
+      why = fmt::format("added_tokens[{}] adds it with id {}", a->second.second, hf);
+    } else {
+      hf = max_added < 0 || max_added < vocab_entries ? vocab_entries : max_added + 1;
+      if (declared < static_cast<int64_t>(id_to_token_.size()) && !id_to_token_[declared].empty())
+        why = fmt::format("id {} is model.vocab's \"{}\"", declared, id_to_token_[declared]);
+      else if (auto o = index_of_id.find(static_cast<int32_t>(declared)); o != index_of_id.end())
+        why = fmt::format("id {} is also added_tokens[{}]'s", declared, o->second);
+      else why = "a token not in model.vocab takes the next id after the vocabulary and the tokens added before it";
+    }
+    if (declared != hf)
+      in.bad(
+          fmt::format("added_tokens[{}]", i),
+          fmt::format("\"{}\" has id {}, but HF tokenizers gives it id {} ({}); fix the id", raw, declared, hf, why));
+    max_added = std::max(max_added, hf);
+    added.emplace(raw, std::make_pair(static_cast<int32_t>(hf), i));
+    index_of_id.emplace(static_cast<int32_t>(hf), i);
+  }
 }
 
 void BpeTokenizer::parse_decoder(const JsonIn& in, const json* d) {

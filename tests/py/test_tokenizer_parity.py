@@ -6,7 +6,7 @@ import random
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from conftest import run_cli
+from conftest import expect_error, run_cli
 
 LICENSES = pathlib.Path("/usr/share/common-licenses")
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
@@ -214,3 +214,53 @@ def test_prepare_cli(tmp):
     assert r.returncode == 1 and "x.jsonl:3" in r.stderr and not (tmp / "data2").exists()
     r = run_cli("drope-data", "prepare", "--input", docs, "--train-tokenizer", "--out", tmp / "data3", check=False)
     assert r.returncode == 1 and "--vocab-size" in r.stderr
+
+
+def added(token_id, content, special=True):
+    return {"id": token_id, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+            "normalized": not special, "special": special}
+
+
+def added_token_cases(j):
+    """(name, added_tokens to append, index of the token HF numbers otherwise) for a trained tokenizer.json `j`:
+    every way an added token's id can disagree with the numbering HF tokenizers gives it."""
+    vocab = j["model"]["vocab"]
+    n = max([*vocab.values(), *(a["id"] for a in j["added_tokens"])]) + 1  # HF's next id
+    some_vocab_id = sorted(vocab.values())[len(vocab) // 2]
+    some_token = next(t for t, i in vocab.items() if i == some_vocab_id + 1)
+    base = len(j["added_tokens"])
+    return [
+        ("collides with a vocabulary entry", [added(some_vocab_id, "<tool>")], base),
+        ("two tokens share an id", [added(n, "<a>"), added(n, "<b>")], base + 1),
+        ("a gap", [added(n + 3, "<a>")], base),
+        ("reordered", [added(n + 1, "<a>"), added(n, "<b>")], base),
+        ("vocabulary content at another id", [added(n, some_token, special=False)], base),
+        ("the same content twice", [added(n, "<a>"), added(n + 1, "<a>")], base + 1),
+    ]
+
+
+def test_added_token_ids_are_hf_tokenizers_or_refused(tmp):
+    """HF tokenizers ignores an added token's id and numbers the list itself; drope takes a file whose ids are that
+    numbering (parity) and refuses any other, naming the token, its id and HF's, instead of giving other ids."""
+    hf = train_bpe(pre_tokenizers.ByteLevel(add_prefix_space=False), vocab_size=600)
+    j = json.loads(hf.to_str())
+    n = max([*j["model"]["vocab"].values(), *(a["id"] for a in j["added_tokens"])]) + 1
+    good = dict(j, added_tokens=[*j["added_tokens"], added(n, "<a>"), added(n + 1, "<b>", special=False)])
+    path = save(good, tmp / "good" / "tokenizer.json")
+    reloaded = Tokenizer.from_file(str(path))
+    assert (reloaded.token_to_id("<a>"), reloaded.token_to_id("<b>")) == (n, n + 1)
+    check_parity(reloaded, path, tmp, texts=["x<a>y <b> z", "<a><b>the"])
+    cases = added_token_cases(j)
+    assert len(cases) == 6
+    for k, (name, extra, index) in enumerate(cases):
+        doc = dict(j, added_tokens=[*j["added_tokens"], *extra])
+        path = save(doc, tmp / f"bad{k}" / "tokenizer.json")
+        token = doc["added_tokens"][index]
+        hf_id = Tokenizer.from_file(str(path)).token_to_id(token["content"])
+        assert hf_id != token["id"], f"{name}: HF keeps id {hf_id}; the case does not test a disagreement"
+        texts = tmp / "t.json"
+        texts.write_text(json.dumps(["x"]))
+        r = run_cli("drope-data", "encode", "--tokenizer", path, "--texts", texts, check=False)
+        expect_error(r, path, f"added_tokens[{index}]", f'"{token["content"]}" has id {token["id"]}',
+                     f"HF tokenizers gives it id {hf_id}")
+        assert len(r.stderr.strip().splitlines()) == 1 and not r.stdout, (name, r.stderr)
