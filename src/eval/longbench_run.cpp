@@ -76,7 +76,11 @@ PromptTokens prompt_tokens(const text::Tokenizer& tok, const lb::Dataset& ds, co
 
 void run_longbench(const LongBenchRun& r) {
   if (r.limit < 0) fail("--limit must be >= 0, got {}", r.limit);
-  if (r.max_length < 0) fail("--max-length must be > 0, got {}", r.max_length);
+  // The middle truncation keeps max_length / 2 tokens of each end: 1 would keep nothing.
+  if (r.max_length < 0 || r.max_length == 1)
+    fail("--max-length must be 0 (the model's context less 500 generated tokens) or at least 2 (the middle "
+         "truncation keeps half of it from each end of a prompt), got {}",
+         r.max_length);
   const auto tasks = lb::parse_tasks(r.tasks, r.e);
   if (!r.chat_format.empty()) lb::format_prompt(r.chat_format, {{"prompt", ""}});  // validate early
   // Validate every data file before loading the model, so a bad file costs no generation time. A prompt is
@@ -116,6 +120,10 @@ void run_longbench(const LongBenchRun& r) {
     int64_t truncated = 0;
     for (const auto& s : samples) {
       auto p = prompt_tokens(tok, *ds, s, max_length, r.bos, r.chat_format);
+      if (p.ids.size() <= (r.bos ? 1u : 0u))
+        fail("--max-length {}: the prompt of {}:{} is empty after the middle truncation to {} tokens; give a "
+             "larger --max-length",
+             r.max_length, path, s.line, max_length);
       truncated += p.truncated ? 1 : 0;
       prompts.push_back(std::move(p.ids));
     }

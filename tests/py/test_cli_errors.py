@@ -320,3 +320,17 @@ def test_numbers_and_flags_that_used_to_pass(tmp, model_dir):
                            check=False), "already has QK-norm qk", "QK-norm q", "QK-norm none")
     assert not (tmp / "d2").exists()
     run_cli("drope-model", "drop", "--model", tmp / "d1", "--out", tmp / "d3")  # keeps the model's QK-norm
+
+
+@pytest.mark.parametrize("value", ["1", "-3"])
+def test_longbench_max_length_too_small_is_named(tmp, model_dir, value):
+    """The middle truncation keeps max_length / 2 tokens of each end: --max-length 1 keeps nothing and is refused
+    naming the flag (it used to end as "prompt 0 is empty" after the model was loaded)."""
+    data = tmp / "lb"
+    data.mkdir()
+    sample = {"input": "Who?", "context": "Ann wrote it.", "answers": ["Ann"], "all_classes": None, "length": 3}
+    (data / "hotpotqa.jsonl").write_text(json.dumps(sample) + "\n")
+    r = run_cli("drope-eval", "longbench", "--model", model_dir, "--data", data, "--tasks", "hotpotqa",
+                f"--max-length={value}", "--out", tmp / "lb-res", check=False)
+    expect_error(r, "--max-length must be 0", "or at least 2", f"got {value}")
+    assert len(r.stderr.strip().splitlines()) == 1 and not list(tmp.glob("lb-res*")), r.stderr

@@ -169,3 +169,15 @@ def test_compare_plot_seeds(tmp):
     expect_error(run_cli("drope-eval", "compare", *files, "--plot", "nothing", "--out", tmp / "bad", check=False),
                  "--plot nothing", "no file has a summary entry 'nothing@L'")
     assert not (tmp / "bad.json").exists() and not (tmp / "bad.png").exists()
+
+
+def test_crop_refuses_a_model_without_positions(model, tmp):
+    """The cropped-context baseline keeps a positional model inside its training length; a model that is NoPE in
+    every layer has none, so --crop is refused naming it (the plain evaluation still runs)."""
+    run_cli("drope-model", "drop", "--model", model / "m", "--out", tmp / "nope")
+    r = run_cli("drope-eval", "offset-key", "--model", tmp / "nope", "--out", tmp / "x", "--lengths", 64, "--crop",
+                check=False)
+    expect_error(r, "--crop", "has no positional encoding (NoPE in every layer)")
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp / "x.json").exists(), r.stderr
+    run_cli("drope-eval", "offset-key", "--model", tmp / "nope", "--out", tmp / "plain", "--lengths", 64,
+            "--queries", 4, "--threads", 1)
