@@ -89,3 +89,45 @@ def test_example_builds_against_the_moved_package_and_generates(moved_prefix, tm
     bad = subprocess.run([str(build / "drope-generate"), str(tmp_path / "missing")], capture_output=True, text=True)
     assert bad.returncode == 1 and bad.stderr.startswith("error: ") and len(bad.stderr.splitlines()) == 1
     assert subprocess.run([str(build / "drope-generate")], capture_output=True).returncode == 2
+
+
+CONSUMER = """cmake_minimum_required(VERSION 3.22)
+project(consumer CXX)
+find_package(drope REQUIRED ${DROPE_COMPONENTS})
+file(GENERATE OUTPUT "${CMAKE_BINARY_DIR}/where-$<CONFIG>.txt"
+     CONTENT "$<TARGET_LINKER_FILE:drope::core>\\n$<TARGET_LINKER_FILE:drope::model>\\n")
+"""
+
+
+def configure_consumer(prefix, tmp_path, name, *args):
+    """Configures (no build) a project that finds the package and writes where its libraries are."""
+    src = tmp_path / name
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(CONSUMER)
+    torch_cmake = run(PY, "-c", "import torch; print(torch.utils.cmake_prefix_path)").stdout.strip()
+    return subprocess.run(["cmake", "-S", str(src), "-B", str(src / "b"), "-G", "Ninja",
+                           f"-DCMAKE_PREFIX_PATH={prefix};{torch_cmake}", *args],
+                          capture_output=True, text=True, timeout=300), src / "b"
+
+
+@pytest.mark.parametrize("args", [
+    ["-DCMAKE_BUILD_TYPE=Debug"],
+    ["-DCMAKE_BUILD_TYPE=Debug", "-DCMAKE_MAP_IMPORTED_CONFIG_DEBUG=Debug"],
+    ["-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DCMAKE_MAP_IMPORTED_CONFIG_RELWITHDEBINFO=RelWithDebInfo"],
+    ["-DCMAKE_BUILD_TYPE=Debug", "-DDROPE_COMPONENTS=COMPONENTS;model;io"],
+])
+def test_a_consumer_in_another_configuration_links_the_installed_libraries(moved_prefix, tmp_path, args):
+    r, build = configure_consumer(moved_prefix, tmp_path, "c", *args)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    config = args[0].split("=")[1]
+    where = (build / f"where-{config}.txt").read_text().split()
+    assert where == [str(moved_prefix / "lib" / "libdrope_core.a"), str(moved_prefix / "lib" / "libdrope_model.a")]
+
+
+@pytest.mark.parametrize("components", ["bogus", "model;bogus", "Model"])
+def test_an_unknown_component_is_named(moved_prefix, tmp_path, components):
+    r, _ = configure_consumer(moved_prefix, tmp_path, "c", f"-DDROPE_COMPONENTS=COMPONENTS;{components}")
+    bad = next(c for c in components.split(";") if c != "model")
+    err = " ".join(r.stderr.split())  # CMake wraps its messages
+    assert r.returncode != 0
+    assert f"drope has no component '{bad}'" in err and "its layers: core, config" in err, r.stderr[-3000:]
