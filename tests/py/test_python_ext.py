@@ -273,3 +273,113 @@ def test_compile_fullgraph_matches_eager():
     got = out_and_grads(compiled, *case.inputs(torch.float32, requires_grad=True), dout)
     for a, b in zip(got, eager):
         torch.testing.assert_close(a, b)
+
+
+def type_errors():
+    """(description, call, words): a Python value of the wrong type for one argument of drope.attention."""
+    q, k, v = Case(T=4, S=6, H=4, Hkv=2).inputs(torch.float32)
+    a = drope.attention
+    return [
+        ("causal None", lambda: a(q, k, v, causal=None), "causal must be True or False"),
+        ("causal int", lambda: a(q, k, v, causal=1), "causal must be True or False"),
+        ("causal str", lambda: a(q, k, v, causal="yes"), "causal must be True or False"),
+        ("window float", lambda: a(q, k, v, window=2.5), "window must be an int"),
+        ("window str", lambda: a(q, k, v, window="3"), "window must be an int"),
+        ("window bool", lambda: a(q, k, v, window=True), "window must be an int"),
+        ("scale str", lambda: a(q, k, v, scale="0.5"), "scale must be a number"),
+        ("scale tensor", lambda: a(q, k, v, scale=[0.5]), "scale must be a number"),
+        ("scale inf", lambda: a(q, k, v, scale=float("inf")), "scale must be > 0"),
+        ("q_offset float", lambda: a(q, k, v, q_offset=1.0), "q_offset must be an int"),
+        ("temperature str", lambda: a(q, k, v, temperature="1.2"), "temperature must be a number"),
+        ("temperature None", lambda: a(q, k, v, temperature=None), "temperature must be a number"),
+        ("slopes list", lambda: a(q, k, v, alibi_slopes=[0.5] * 4), "alibi_slopes must be a tensor"),
+        ("q list", lambda: a(q.tolist(), k, v), "q must be a torch.Tensor"),
+        ("v None", lambda: a(q, k, None), "v must be a torch.Tensor"),
+    ]
+
+
+@needs_drope
+@pytest.mark.parametrize("index", range(15))
+def test_bad_python_types_are_named(index):
+    calls = type_errors()
+    assert len(calls) == 15
+    what, call, words = calls[index]
+    with pytest.raises((TypeError, ValueError)) as e:
+        call()
+    assert words in str(e.value) and str(e.value).startswith("drope.attention: "), f"{what}: {e.value}"
+
+
+@needs_drope
+@pytest.mark.parametrize("index", [i for i in range(26) if i not in (9, 15)])  # 9: a meta k; 15: autograd's own
+def test_fake_implementation_refuses_what_the_op_refuses(index):
+    """Every bad call of bad_calls() raises the same error type, with the same words, under FakeTensorMode (the fake
+    implementations, what torch.compile traces) as with real tensors: a call that traces also runs."""
+    what, call, words = bad_calls()[index]
+    with pytest.raises((ValueError, TypeError)) as real:
+        call()
+    with pytest.raises(type(real.value)) as fake, torch._subclasses.fake_tensor.FakeTensorMode(
+            allow_non_fake_inputs=True):
+        call()
+    assert words in str(fake.value), f"{what}: fake says {fake.value!r}, the op says {real.value!r}"
+
+
+@needs_drope
+def test_fake_implementation_under_compile_refuses_a_bad_shape():
+    q, k, v = Case(T=4, S=6, H=4, Hkv=2).inputs(torch.float32)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: drope.attention(q, k, v), fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match="q must be 4-D"):
+        compiled(q[0], k, v)
+
+
+@needs_drope
+def test_double_backward_is_refused():
+    """Second derivatives are not implemented: gradgradcheck (and any backward through the gradients) raises a clear
+    error instead of returning wrong numbers; first derivatives with create_graph=True still work."""
+    case = replace(GRID["gqa_alibi_window"], B=1)
+    q, k, v = case.inputs(torch.float64, requires_grad=True)
+    kw = {**case.kwargs(), "alibi_slopes": case.slopes(torch.float64)}
+    with pytest.raises(RuntimeError, match=r"double backward .* is not implemented"):
+        torch.autograd.gradgradcheck(lambda q, k, v: drope.attention(q, k, v, **kw), (q, k, v))
+    out = drope.attention(q, k, v, **kw)
+    (dq,) = torch.autograd.grad(out.sum(), q, create_graph=True)
+    ref = torch.autograd.grad(sdpa_reference(case, q, k, v).sum(), q)[0]
+    torch.testing.assert_close(dq, ref)
+    with pytest.raises(RuntimeError, match="double backward"):
+        dq.sum().backward()
+
+
+@needs_drope
+@pytest.mark.parametrize("name", GRID)
+def test_float64_is_computed_in_float64(name):
+    """float64 output and gradients agree with SDPA in float64 to float64 precision (not float32's log-sum-exp)."""
+    case = GRID[name]
+    dout = torch.randn(case.B, case.H, case.T, case.D, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    kw = case.kwargs()
+    if kw["alibi_slopes"] is not None:
+        kw["alibi_slopes"] = kw["alibi_slopes"].double()
+    ours = out_and_grads(lambda q, k, v: drope.attention(q, k, v, **kw), *case.inputs(torch.float64, True), dout)
+    exact = out_and_grads(lambda q, k, v: sdpa_reference(case, q, k, v), *case.inputs(torch.float64, True), dout)
+    for what, a, b in zip(("out", "dq", "dk", "dv"), ours, exact):
+        assert a.dtype == torch.float64
+        err = (a - b).abs().max().item() / b.abs().max().item()
+        assert err < 1e-12, f"{what}: relative error {err:.3g}"
+
+
+@needs_drope
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", GRID)
+def test_opcheck_over_the_grid(name, dtype):
+    """torch.library.opcheck (schema, fake implementation, autograd registration, AOT dispatch) over the whole grid,
+    for attention_fwd and attention_bwd."""
+    case = replace(GRID[name], B=1)
+    q, k, v = case.inputs(dtype, requires_grad=True)
+    kw = case.kwargs()
+    slopes = None if kw["alibi_slopes"] is None else kw["alibi_slopes"].to(dtype)
+    q_offset = -1 if case.q_offset is None else case.q_offset
+    scale = 0.0 if case.scale is None else case.scale
+    opts = (kw["causal"], kw["window"], slopes, scale, q_offset, kw["temperature"])
+    torch.library.opcheck(torch.ops.drope.attention_fwd.default, (q, k, v, *opts))
+    out, lse = torch.ops.drope.attention_fwd(q.detach(), k.detach(), v.detach(), *opts)
+    torch.library.opcheck(torch.ops.drope.attention_bwd.default,
+                          (torch.ones_like(out), q.detach(), k.detach(), v.detach(), out, lse, *opts))
