@@ -5,8 +5,10 @@
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="drope")
 
 ``attention_forward`` takes transformers' arguments: query (B, H, T, D), key/value (B, H_kv, S, D) without repeating
-the key/value heads, ``scaling``, ``sliding_window`` and ``is_causal``. ``register`` also registers the mask
-function, so that a causal or sliding-window mask is not materialised (the op applies both itself, as
+the key/value heads, ``scaling``, ``sliding_window`` and ``is_causal``; a call the op does not compute exactly
+(dropout, a two-sided window, attention sinks, soft-capping, a position bias, ...) runs through transformers' own
+function for it (SDPA's, or the model's eager one) with the same scale and temperature. ``register`` also registers
+the mask function, so that a causal or sliding-window mask is not materialised (the op applies both itself, as
 FlashAttention does); a mask that is more than that (padding, packed sequences, a static cache while decoding,
 chunked prefill) reaches the attention function and runs through transformers' SDPA function with the same scale
 and temperature.
@@ -17,7 +19,10 @@ beta = 1 + c * ln(S / C) when the S keys a layer sees exceed C = ``config.max_po
 """
 
 import math
+import numbers
+import sys
 
+import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -26,41 +31,120 @@ from ._ops import attention
 
 __all__ = ["attention_forward", "register", "softmax_temperature"]
 
+# Keyword arguments transformers passes to attention functions that do not change what attention computes (the
+# mask carries packed sequences for SDPA-style functions, as for "sdpa"; the rest is bookkeeping or flash-kernel
+# options). Every other keyword argument with a value (attention sinks `s_aux`, `softcap`, `position_bias`, a paged
+# `cache`, ...) sends the call to transformers' own function for it (_route).
+INERT_KWARGS = frozenset({
+    "position_ids", "cache_position", "use_cache", "output_attentions", "output_hidden_states",
+    "output_router_logits", "num_items_in_batch", "past_key_values", "past_key_value", "position_embeddings",
+    "layer_idx", "deterministic", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx",
+    "return_dict",
+})
+# Handled by transformers' SDPA function exactly as attn_implementation="sdpa" does; anything else needs the model's
+# own eager function (the reference of every model, e.g. gpt-oss's sinks, Gemma 2's soft-capping).
+SDPA_KWARGS = frozenset({"position_bias", "cache"})
+
 
 def softmax_temperature(config, length):
-    """beta for `length` positions: 1 + c * ln(length / C) beyond C, else 1 (c = config.drope_softmax_temperature)."""
-    c = getattr(config, "drope_softmax_temperature", None) or 0.0
+    """beta for `length` positions: 1 + c * ln(length / C) beyond C, else 1 (c = config.drope_softmax_temperature:
+    None or 0 is off; a negative, non-finite or non-numeric c is refused naming it)."""
+    c = getattr(config, "drope_softmax_temperature", None)
+    if c is None:
+        return 1.0
+    if isinstance(c, bool) or not isinstance(c, numbers.Real):
+        raise TypeError(f"drope attention: config.drope_softmax_temperature must be a number (c >= 0; 0 or None: off), "
+                        f"got {c!r}")
+    if not (math.isfinite(c) and c >= 0):
+        raise ValueError(f"drope attention: config.drope_softmax_temperature must be a finite number >= 0 (0 or None: "
+                         f"off), got {c}")
     train_length = getattr(config, "max_position_embeddings", None)
-    if c <= 0 or not train_length or length <= train_length:
+    if c == 0 or not train_length or length <= train_length:
         return 1.0
     return 1.0 + c * math.log(length / train_length)
 
 
-def _sdpa_with_mask(module, query, key, value, attention_mask, scaling, temperature, is_causal, **kwargs):
+def _check_options(dropout, scaling, sliding_window, is_causal):
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0 <= dropout < 1:
+        raise ValueError(f"drope attention: dropout must be a number in [0, 1), got {dropout!r}")
+    if scaling is not None and (isinstance(scaling, bool) or not isinstance(scaling, numbers.Real)
+                                or not (math.isfinite(scaling) and scaling > 0)):
+        raise ValueError(f"drope attention: scaling must be None or a finite number > 0, got {scaling!r}")
+    if sliding_window is not None and (isinstance(sliding_window, bool) or not isinstance(sliding_window, int)
+                                       or sliding_window < 1):
+        raise ValueError(f"drope attention: sliding_window must be None or an int >= 1, got {sliding_window!r}")
+    if is_causal is not None and not isinstance(is_causal, bool):
+        raise ValueError(f"drope attention: is_causal must be None, True or False, got {is_causal!r}")
+
+
+def _pattern_mask(query, key, is_causal, sliding_window):
+    """(1, 1, T, S) bool, True where a key is visible: the pattern a call without a mask tensor stands for (its
+    queries end the keys). transformers' sliding_window is one-sided when causal (i - j < w) and two-sided otherwise
+    (|i - j| < w, ModernBERT's local layers, as its flash-attention path reads it). None: every key visible."""
+    T, S = query.shape[2], key.shape[2]
+    if not is_causal and not sliding_window:
+        return None
+    i = torch.arange(S - T, S, device=query.device).view(T, 1)
+    j = torch.arange(S, device=query.device).view(1, S)
+    if is_causal:
+        visible = j <= i
+        if sliding_window:
+            visible = visible & (j > i - sliding_window)
+    else:
+        visible = (i - j).abs() < sliding_window
+    return visible.view(1, 1, T, S)
+
+
+def _eager_function(module, names):
+    fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if fn is None:
+        raise ValueError(f"drope attention: {', '.join(names)} need the eager attention function of "
+                         f"{type(module).__module__}, which has none; use attn_implementation='eager'")
+    return fn
+
+
+def _route(module, query, key, value, attention_mask, dropout, scaling, temperature, sliding_window, is_causal,
+           routed, **kwargs):
+    """A call the op does not compute exactly, through transformers' own function with drope's temperature: SDPA's
+    (dropout, a mask tensor, position_bias, a paged cache), or the model's eager function (any other argument).
+    The mask is the one that attn_implementation "sdpa" / "eager" would have been given."""
     base = scaling if scaling is not None else query.shape[-1] ** -0.5
-    return sdpa_attention_forward(
-        module, query, key, value, attention_mask, scaling=base * temperature, is_causal=is_causal, **kwargs
-    )
+    mask = attention_mask
+    if mask is None and (sliding_window or routed - SDPA_KWARGS):
+        mask = _pattern_mask(query, key, is_causal, sliding_window)
+    if routed - SDPA_KWARGS:
+        fn = _eager_function(module, sorted(routed - SDPA_KWARGS))
+        if mask is not None and mask.dtype == torch.bool:  # eager functions add the mask to the logits
+            mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+                ~mask, torch.finfo(query.dtype).min)
+        return fn(module, query, key, value, mask, dropout=dropout, scaling=base * temperature, **kwargs)
+    return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=base * temperature,
+                                  is_causal=is_causal, **kwargs)
 
 
 def attention_forward(
     module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None, is_causal=None, **kwargs
 ):
-    """transformers' attention interface: returns (attn_output (B, T, H, D), None)."""
-    if dropout:
-        raise ValueError("drope attention has no dropout: set the config's attention_dropout to 0 or call model.eval()")
-    if kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
-        raise ValueError("drope attention takes no logit soft-capping or position bias; use attn_implementation='sdpa'")
+    """transformers' attention interface: returns (attn_output (B, T, H, D), None). What the op computes exactly runs
+    the op; every other call (a mask tensor, dropout, a two-sided window, sinks, soft-capping, ...) runs through
+    transformers' own function for it (_route), never with an argument dropped."""
+    _check_options(dropout, scaling, sliding_window, is_causal)
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     T, S = query.shape[2], key.shape[2]
     temperature = softmax_temperature(getattr(module, "config", None), S)
-    if attention_mask is not None or kwargs.get("cache") is not None:
-        return _sdpa_with_mask(module, query, key, value, attention_mask, scaling, temperature, is_causal, **kwargs)
-    if is_causal and 1 < T < S:
+    routed = {k for k, v in kwargs.items() if v is not None and k not in INERT_KWARGS}
+    if attention_mask is None and is_causal and 1 < T < S:
         # No mask with more keys than queries: the prefill of an empty static cache (transformers' SDPA does the same).
         key, value = key[:, :, :T], value[:, :, :T]
-    out = attention(query, key, value, causal=is_causal, window=sliding_window or 0, scale=scaling,
-                    temperature=temperature)
+        S = T
+    # A window that covers every key is no window: |i - j| and i - j are at most S - 1.
+    window = sliding_window if sliding_window and sliding_window < S else None
+    if attention_mask is not None or dropout or routed:
+        return _route(module, query, key, value, attention_mask, dropout, scaling, temperature, window, is_causal,
+                      routed, **kwargs)
+    if window and not is_causal:  # a two-sided window: the op's window is one-sided
+        return _route(module, query, key, value, None, 0.0, scaling, temperature, window, False, set(), **kwargs)
+    out = attention(query, key, value, causal=is_causal, window=window or 0, scale=scaling, temperature=temperature)
     return out.transpose(1, 2).contiguous(), None
 
 

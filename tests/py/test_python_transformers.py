@@ -10,13 +10,20 @@ import math
 import pytest
 import torch
 from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    GptOssConfig,
+    GptOssForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
+    ModernBertConfig,
+    ModernBertModel,
     Qwen2Config,
     Qwen2ForCausalLM,
     SmolLM3Config,
     SmolLM3ForCausalLM,
 )
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 try:
     import drope.transformers
@@ -35,15 +42,20 @@ MODELS = {
                                                            max_window_layers=1)),
     "smollm3": (SmolLM3Config, SmolLM3ForCausalLM, dict(no_rope_layers=[1, 0])),
     "smollm3_drope": (SmolLM3Config, SmolLM3ForCausalLM, dict(no_rope_layers=[0, 0], max_position_embeddings=16)),
+    # attention sinks (s_aux) and a sliding layer; gpt-oss has no SDPA path: its reference is "eager"
+    "gpt_oss": (GptOssConfig, GptOssForCausalLM, dict(head_dim=16, num_local_experts=2, num_experts_per_tok=1,
+                                                      sliding_window=8, intermediate_size=64)),
+    # logit soft-capping (SDPA refuses it: "eager" is the reference)
+    "gemma2": (Gemma2Config, Gemma2ForCausalLM, dict(head_dim=16, sliding_window=8, attn_logit_softcapping=5.0)),
 }
 SEQ = 40
 
 
-def pair(name, seed=0, **extra):
-    """The same random model twice: with attn_implementation "sdpa" and "drope"."""
+def pair(name, seed=0, reference="sdpa", **extra):
+    """The same random model twice: with attn_implementation `reference` ("sdpa" or "eager") and "drope"."""
     cfg_cls, model_cls, kw = MODELS[name]
     models = []
-    for impl in ("sdpa", "drope"):
+    for impl in (reference, "drope"):
         torch.manual_seed(seed)
         model = model_cls(cfg_cls(**{**BASE, **kw, **extra}, attn_implementation=impl))
         with torch.no_grad():  # every weight random (norms around 1), so that a wrong mapping cannot hide
@@ -72,7 +84,7 @@ def fused_only(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("drope attention fell back to SDPA")
 
-    monkeypatch.setattr(drope.transformers, "_sdpa_with_mask", refuse)
+    monkeypatch.setattr(drope.transformers, "_route", refuse)
 
 
 def assert_same(a, b, tol=1e-5):
@@ -109,8 +121,8 @@ def test_drope_temperature_on_a_nope_model(fused_only):
 
 def test_padded_batch_falls_back_to_sdpa(monkeypatch):
     calls = []
-    fallback = drope.transformers._sdpa_with_mask
-    monkeypatch.setattr(drope.transformers, "_sdpa_with_mask", lambda *a, **k: calls.append(1) or fallback(*a, **k))
+    fallback = drope.transformers._route
+    monkeypatch.setattr(drope.transformers, "_route", lambda *a, **k: calls.append(1) or fallback(*a, **k))
     sdpa, ours = pair("qwen2_sliding")
     ids = tokens()
     mask = torch.ones_like(ids)
@@ -147,3 +159,138 @@ def test_compile_fullgraph_model_matches_eager(fused_only):
         eager[0][:, :-1].reshape(-1, BASE["vocab_size"]), ids[:, 1:].reshape(-1)), rtol=1e-5, atol=1e-5)
     for n, p in ours.named_parameters():
         torch.testing.assert_close(p.grad, eager[1][n], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, routed", [("gpt_oss", "s_aux"), ("gemma2", "softcap")])
+def test_sinks_and_soft_capping_match_eager(name, routed, monkeypatch):
+    """Attention sinks (gpt-oss's s_aux) and logit soft-capping (Gemma 2) are not dropped: such calls run the
+    model's own eager function (with drope's temperature), so logits and gradients equal attn_implementation
+    "eager"'s."""
+    seen = []
+    route = drope.transformers._route
+    monkeypatch.setattr(drope.transformers, "_route", lambda *a, **k: seen.append(sorted(a[10])) or route(*a, **k))
+    eager, ours = pair(name, reference="eager")
+    ids = tokens()
+    assert_same(logits_and_grads(ours, ids), logits_and_grads(eager, ids))
+    assert seen and all(routed in s for s in seen), seen
+
+
+def test_sinks_change_the_output():
+    """The sinks matter (so the test above can fail): zeroing gpt-oss's sinks changes its logits."""
+    _, ours = pair("gpt_oss", reference="eager")
+    ids = tokens(batch=1, seq=12)
+    with torch.no_grad():
+        before = ours(ids).logits
+        for layer in ours.model.layers:
+            layer.self_attn.sinks.fill_(-1e4)
+        assert (ours(ids).logits - before).abs().max() > 1e-3
+
+
+def modernbert_pair(seed=0):
+    models = []
+    for impl in ("sdpa", "drope"):
+        torch.manual_seed(seed)
+        cfg = ModernBertConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                               num_attention_heads=4, local_attention=8, global_attn_every_n_layers=3,
+                               max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                               cls_token_id=1, sep_token_id=2, attn_implementation=impl)
+        model = ModernBertModel(cfg)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm" in n else 0.2 * torch.randn_like(p))
+        models.append(model)
+    return models
+
+
+@pytest.mark.parametrize("seq", [6, 40])
+def test_modernbert_two_sided_windows_match_sdpa(seq):
+    """ModernBERT's local layers see a two-sided window (|i - j| <= local_attention / 2): drope equals "sdpa" below
+    and beyond the window, forward and backward."""
+    sdpa, ours = modernbert_pair()
+    ids = tokens(seq=seq)
+    outs = []
+    for model in (ours, sdpa):
+        model.zero_grad()
+        h = model(ids).last_hidden_state
+        (h * torch.linspace(-1, 1, h.shape[-1])).sum().backward()
+        outs.append((h.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    assert_same(*outs)
+
+
+def call_kwargs(T=10, S=10, H=4, Hkv=2, D=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, H, T, D, generator=g)
+    k, v = (torch.randn(2, Hkv, S, D, generator=g) for _ in "kv")
+    module = torch.nn.Module()
+    module.num_key_value_groups = H // Hkv
+    module.is_causal = True
+    return module, q, k, v
+
+
+def eager_reference(q, k, v, visible, scale):
+    G = q.shape[1] // k.shape[1]
+    bias = torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))
+    return torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(G, 1), v.repeat_interleave(G, 1),
+                                                            attn_mask=bias, scale=scale).transpose(1, 2)
+
+
+def test_direct_calls_windows_one_and_two_sided():
+    """sliding_window is one-sided when causal (i - j < w) and two-sided otherwise (|i - j| < w)."""
+    module, q, k, v = call_kwargs()
+    i, j = torch.arange(10).view(10, 1), torch.arange(10).view(1, 10)
+    scale = 8 ** -0.5
+    for causal, visible in ((True, (j <= i) & (i - j < 3)), (False, (i - j).abs() < 3)):
+        out, _ = drope.transformers.attention_forward(module, q, k, v, None, sliding_window=3, is_causal=causal)
+        torch.testing.assert_close(out, eager_reference(q, k, v, visible, scale))
+
+
+def test_dropout_runs_sdpa_with_the_same_generator():
+    module, q, k, v = call_kwargs()
+    torch.manual_seed(5)
+    out, _ = drope.transformers.attention_forward(module, q, k, v, None, dropout=0.5, is_causal=True)
+    torch.manual_seed(5)
+    ref, _ = sdpa_attention_forward(module, q, k, v, None, dropout=0.5, is_causal=True)
+    torch.testing.assert_close(out, ref)
+    assert not torch.allclose(out, drope.transformers.attention_forward(module, q, k, v, None, is_causal=True)[0])
+
+
+def test_unknown_keyword_arguments_are_not_ignored():
+    """A keyword argument drope does not know goes to the model's eager function (which takes it or refuses it)."""
+    module, q, k, v = call_kwargs()
+    with pytest.raises(ValueError, match="head_mask need the eager attention function"):
+        drope.transformers.attention_forward(module, q, k, v, None, head_mask=torch.ones(4))
+    out, _ = drope.transformers.attention_forward(module, q, k, v, None, position_ids=torch.arange(10)[None],
+                                                  output_attentions=False, cu_seq_lens_q=None)
+    torch.testing.assert_close(out, drope.transformers.attention_forward(module, q, k, v, None)[0])
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(is_causal="yes"), "is_causal must be None, True or False"),
+    (dict(sliding_window=0), "sliding_window must be None or an int >= 1"),
+    (dict(sliding_window=2.5), "sliding_window must be None or an int >= 1"),
+    (dict(scaling="0.3"), "scaling must be None or a finite number > 0"),
+    (dict(scaling=-1.0), "scaling must be None"),
+    (dict(dropout="0.1"), "dropout must be a number in [0, 1)"),
+    (dict(dropout=1.0), "dropout must be a number in [0, 1)"),
+])
+def test_bad_transformers_arguments_are_named(kwargs, words):
+    module, q, k, v = call_kwargs()
+    with pytest.raises(ValueError) as e:
+        drope.transformers.attention_forward(module, q, k, v, None, **kwargs)
+    assert words in str(e.value)
+
+
+@pytest.mark.parametrize("c, error, words", [
+    (-0.1, ValueError, "drope_softmax_temperature must be a finite number >= 0"),
+    (float("nan"), ValueError, "drope_softmax_temperature must be a finite number >= 0"),
+    ("0.1", TypeError, "drope_softmax_temperature must be a number"),
+    (True, TypeError, "drope_softmax_temperature must be a number"),
+])
+def test_bad_softmax_temperature_is_refused(c, error, words):
+    _, ours = pair("smollm3_drope", drope_softmax_temperature=c)
+    with pytest.raises(error) as e:
+        ours(tokens(batch=1, seq=20))
+    assert words in str(e.value)
+    for off in (None, 0, 0.0):
+        assert drope.transformers.softmax_temperature(type("C", (), {"drope_softmax_temperature": off,
+                                                                      "max_position_embeddings": 4})(), 64) == 1.0
