@@ -14,6 +14,7 @@ struct TrainFlags {
   std::string config;
   std::vector<std::string> sets;
   bool resume = false, print_config = false, force = false;
+  bool allow_foreign_checkpoint = false;
   bool plan = false, plan_json = false;
   int64_t plan_world = 0;
   double gpu_mem_gb = 80;

@@ -19,6 +19,9 @@ void add_train_options(CLI::App& cli, TrainFlags& f) {
   cli.add_flag("--resume", f.resume,
                "Continue from the newest checkpoint in run.out_dir, or start the run when it holds none (so one "
                "command line serves every launch; automatic after a torchrun restart)");
+  cli.add_flag("--allow-foreign-checkpoint", f.allow_foreign_checkpoint,
+               "Load a checkpoint (--resume, or run.init) whose files do not match the digests or the run and step "
+               "its state.json records, with a warning naming each file and tensor: weights grafted on purpose");
   cli.add_flag("--print-config", f.print_config, "Print the resolved config and exit");
   cli.add_flag("--force", f.force,
                "Write into run.out_dir even if it is a non-empty directory that is not a drope-train run");
@@ -59,6 +62,7 @@ int run_train(const TrainFlags& f) {
     }
     opt.resume = f.resume || train::read_dist_env().restart_count > 0;
     opt.force = f.force;
+    cfg.init_import.allow_foreign_checkpoint = f.allow_foreign_checkpoint;
     train::install_tensor_memory_tracker_from_env();  // before the model's tensors exist
     train::Trainer(cfg, opt).run();
     return 0;

@@ -10,6 +10,7 @@
 #include "drope/core/files.h"
 #include "drope/core/json.h"
 #include "drope/core/log.h"
+#include "drope/formats/checkpoint_digest.h"
 #include "drope/io/gguf_import.h"
 #include "drope/io/safetensors.h"
 #include "drope/model/drope.h"
@@ -52,6 +53,73 @@ ModelSource read_model_source(const std::string& dir, const ImportOptions& opt) 
 }
 
 namespace {
+// drope.yaml describes a model directory; the config.json beside it (written for transformers) must describe
+// the same model. Compares every key the config.json expresses but initializer_range (which only matters to
+// a fresh initialisation); the first disagreement is an error naming the key and both values.
+void check_configs_agree(const ModelConfig& ours_in, const ModelConfig& hf, const std::string& yaml_path,
+                         const std::string& json_path) {
+  // Through the writer's own spelling where it applies (an unset token id written as null reads back as
+  // Llama's default; an original_max_position of 0 is written resolved).
+  const ModelConfig rt = ours_in.hf_expressible() ? parse_hf_config(hf_config_json(ours_in), yaml_path) : ours_in;
+  const ModelConfig& ours = rt;
+  auto same = [&](const char* json_key, const char* yaml_key, const auto& a, const auto& b) {
+    if (fmt::format("{}", a) == fmt::format("{}", b)) return;
+    fail("{}: '{}' is {}, but {} says {} ({}): the two configs of this model directory disagree (drope.yaml is the "
+         "one read; fix or remove config.json)",
+         json_path, json_key, b, yaml_path, a, yaml_key);
+  };
+  same("model_type", "model.arch", ours.arch, hf.arch);
+  same("vocab_size", "model.vocab_size", ours.vocab_size, hf.vocab_size);
+  same("hidden_size", "model.hidden_size", ours.hidden_size, hf.hidden_size);
+  same("intermediate_size", "model.intermediate_size", ours.intermediate_size, hf.intermediate_size);
+  same("num_hidden_layers", "model.num_layers", ours.num_layers, hf.num_layers);
+  same("num_attention_heads", "model.num_heads", ours.num_heads, hf.num_heads);
+  same("num_key_value_heads", "model.num_kv_heads", ours.num_kv_heads, hf.num_kv_heads);
+  same("head_dim", "model.head_dim", ours.resolved_head_dim(), hf.resolved_head_dim());
+  same("rms_norm_eps", "model.rms_eps", ours.rms_eps, hf.rms_eps);
+  same("tie_word_embeddings", "model.tie_embeddings", ours.tie_embeddings, hf.tie_embeddings);
+  same("max_position_embeddings", "model.max_position", ours.max_position, hf.max_position);
+  same("bos_token_id", "model.bos_token_id", ours.bos_token_id, hf.bos_token_id);
+  same("eos_token_id", "model.eos_token_id", ours.eos_token_id, hf.eos_token_id);
+  same("attention_bias", "model.attention_bias", ours.attention_bias, hf.attention_bias);
+  same("attention_bias", "model.attention_out_bias", ours.attention_out_bias, hf.attention_out_bias);
+  same("mlp_bias", "model.mlp_bias", ours.mlp_bias, hf.mlp_bias);
+  const auto a = ours.layer_plan(), b = hf.layer_plan();
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const auto kind = [](const LayerPositional& l) {
+      return fmt::format("{}{}",
+                         l.kind == PositionalKind::kRope   ? "rope"
+                         : l.kind == PositionalKind::kNope ? "nope"
+                                                           : "alibi",
+                         l.window > 0 ? fmt::format(" with window {}", l.window) : "");
+    };
+    if (!(a[i] == b[i]))
+      same("model_type", fmt::format("model.positional, layer {}", i).c_str(), kind(a[i]), kind(b[i]));
+  }
+  same("attention_type", "model.qk_norm", ours.qk_norm, hf.qk_norm);
+  if (ours.qk_norm != QkNorm::kNone)
+    same("attention_type", "model.qk_norm_per_head", ours.qk_norm_per_head, hf.qk_norm_per_head);
+  same("softmax_scale", "model.softmax_scale", ours.softmax_scale, hf.softmax_scale);
+  same("(none: config.json has no long-context temperature)", "model.softmax_temperature", ours.softmax_temperature,
+       hf.softmax_temperature);
+  if (!ours_in.hf_expressible()) return;
+  const auto &p = ours.positional, &q = hf.positional;
+  same("rope_theta", "model.positional.rope_theta", p.rope_theta, q.rope_theta);
+  same("rope_parameters.rope_type", "model.positional.scaling.type", p.scaling.type, q.scaling.type);
+  same("rope_parameters.factor", "model.positional.scaling.factor", p.scaling.factor, q.scaling.factor);
+  same("rope_parameters.original_max_position_embeddings", "model.positional.scaling.original_max_position",
+       p.scaling.original_max_position, q.scaling.original_max_position);
+  same("rope_parameters.attention_factor", "model.positional.scaling.attention_factor", p.scaling.attention_factor,
+       q.scaling.attention_factor);
+  same("rope_parameters.beta_fast", "model.positional.scaling.beta_fast", p.scaling.beta_fast, q.scaling.beta_fast);
+  same("rope_parameters.beta_slow", "model.positional.scaling.beta_slow", p.scaling.beta_slow, q.scaling.beta_slow);
+  same("rope_parameters.truncate", "model.positional.scaling.truncate", p.scaling.truncate, q.scaling.truncate);
+  same("rope_parameters.low_freq_factor", "model.positional.scaling.low_freq_factor", p.scaling.low_freq_factor,
+       q.scaling.low_freq_factor);
+  same("rope_parameters.high_freq_factor", "model.positional.scaling.high_freq_factor", p.scaling.high_freq_factor,
+       q.scaling.high_freq_factor);
+}
+
 void read_dir_source(const std::string& dir, ModelSource& src) {
   if (!fs::is_directory(dir)) fail("{}: model directory not found", dir);
   const auto ours = (fs::path(dir) / "drope.yaml").string();
@@ -59,6 +127,8 @@ void read_dir_source(const std::string& dir, ModelSource& src) {
   if (fs::exists(ours)) {
     src.config_file = ours;
     src.config = load_model_config_file(ours);
+    if (fs::exists(hf))
+      check_configs_agree(src.config, import_hf_config(read_file(hf, kMaxConfigBytes), hf).config, ours, hf);
   } else if (fs::exists(hf)) {
     src.config_file = hf;
     HfImport imp = import_hf_config(read_file(hf, kMaxConfigBytes), hf);
@@ -140,6 +210,10 @@ WeightSet open_weights(const std::string& dir) {
   return ws;
 }
 
+bool is_float_dtype(const std::string& dtype) {
+  return dtype == "F32" || dtype == "F16" || dtype == "BF16" || dtype == "F64";
+}
+
 bool ignorable(const std::string& name) {
   return name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0;
 }
@@ -173,6 +247,10 @@ void load_weights_from(DecoderLM& model, const WeightSet& ws, const std::string&
     auto it = ws.where.find(kv.key());
     if (it == ws.where.end()) fail("{}: missing tensor '{}'", dir, kv.key());
     const auto& e = it->second->header().tensors.at(kv.key());
+    if (!is_float_dtype(e.dtype))
+      fail("{}: tensor '{}' has dtype {}; weights must be floating point (F32, F16, BF16 or F64), and integers or "
+           "booleans are not converted",
+           it->second->path(), kv.key(), e.dtype);
     if (at::IntArrayRef(e.shape) != kv.value().sizes())
       fail("{}: tensor '{}' has shape {} but the model expects {}", it->second->path(), kv.key(),
            c10::str(at::IntArrayRef(e.shape)), c10::str(kv.value().sizes()));
@@ -269,6 +347,18 @@ void check_config_against_weights(const ModelConfig& cfg, const WeightSet& ws, c
 }
 }  // namespace
 
+namespace {
+// A training checkpoint's model files against its state.json (a directory without state.json is a plain model).
+// After the weights are read, so that a weight that is wrong in its own terms (shape, dtype, NaN) is named so.
+void verify_checkpoint_model(const std::string& dir, bool allow_foreign) {
+  const auto state_path = (fs::path(dir) / "state.json").string();
+  if (!fs::exists(state_path)) return;
+  const auto st = train::parse_checkpoint_state(read_file(state_path, kMaxConfigBytes), state_path);
+  train::enforce_checkpoint_integrity(dir, st, train::check_checkpoint_integrity(dir, st, train::is_model_file),
+                                      allow_foreign);
+}
+}  // namespace
+
 DecoderLM load_model(const std::string& dir, const ImportOptions& opt) {
   if (is_gguf_file(dir)) {
     const gguf::File f(dir);
@@ -284,6 +374,7 @@ DecoderLM load_model(const std::string& dir, const ImportOptions& opt) {
   check_config_against_weights(src.config, ws, dir);
   DecoderLM m(src.config);
   load_weights_from(m, ws, dir, src);
+  if (opt.verify_checkpoint) verify_checkpoint_model(dir, opt.allow_foreign_checkpoint);
   m->eval();
   return m;
 }
@@ -303,7 +394,9 @@ bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptio
         tensors.emplace_back("model.layers." + std::to_string(l) + "." + u.suffix, at::ones({u.size}, opt.dtype));
   if (!reference) write_file_atomic((fs::path(dir) / "drope.yaml").string(), model_config_to_yaml(cfg));
   if (!config_json.empty()) write_file_atomic((fs::path(dir) / "config.json").string(), config_json);
-  save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  auto metadata = opt.metadata;
+  metadata["format"] = "pt";
+  save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, metadata);
   for (const auto& [name, content] : opt.extra_files) write_file_atomic((fs::path(dir) / name).string(), content);
   return !config_json.empty();
 }

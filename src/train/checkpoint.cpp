@@ -8,6 +8,7 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
+#include "drope/formats/checkpoint_digest.h"
 #include "drope/io/model_io.h"
 #include "drope/io/safetensors.h"
 #include "drope/train/distributed.h"
@@ -69,6 +70,15 @@ void prune_checkpoints(const std::string& run_dir, int64_t keep_last) {
 }
 }  // namespace
 
+namespace {
+// state.json, last (its presence marks a complete checkpoint), with the digest of every file written before it.
+void write_state(const std::string& tmp, TrainState st) {
+  TORCH_INTERNAL_ASSERT(!st.run.id.empty(), "a checkpoint needs its run's identity (begin_run_identity)");
+  st.digests = digest_directory(tmp);
+  write_file_atomic((fs::path(tmp) / "state.json").string(), checkpoint_state_json(st));
+}
+}  // namespace
+
 std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const AdamW& opt, const TrainState& st,
                             const std::string& run_yaml, int64_t keep_last) {
   const auto dir = (fs::path(run_dir) / "checkpoints" / checkpoint_name(st.step)).string();
@@ -81,14 +91,16 @@ std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const 
     if (!torch::isfinite(kv.second).all().item<bool>())
       fail("refusing to write checkpoint {}: the optimizer state has non-finite values ({})", dir, kv.first);
   write_dir_atomic(dir, [&](const std::string& tmp) {
-    io::write_model_files(model, tmp);
-    io::save_safetensors((fs::path(tmp) / "optimizer.safetensors").string(), opt.state_tensors(),
-                         {{"steps", std::to_string(opt.steps_taken())}});
+    io::SaveOptions so;
+    so.metadata = identity_metadata(st);
+    io::write_model_files(model, tmp, so);
+    auto meta = identity_metadata(st);
+    meta["steps"] = std::to_string(opt.steps_taken());
+    io::save_safetensors((fs::path(tmp) / "optimizer.safetensors").string(), opt.state_tensors(), meta);
     TrainState saved = st;
     saved.skipped = st.step - opt.steps_taken();
     write_file_atomic((fs::path(tmp) / "run.yaml").string(), run_yaml);
-    // state.json last: its presence marks a complete checkpoint.
-    write_file_atomic((fs::path(tmp) / "state.json").string(), checkpoint_state_json(saved));
+    write_state(tmp, saved);
   });
   prune_checkpoints(run_dir, keep_last);
   return dir;
@@ -240,7 +252,9 @@ std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_di
       for (const auto& kv : model->named_parameters())
         if (!torch::isfinite(kv.value()).all().item<bool>())
           fail("refusing to write checkpoint {}: the model has non-finite weights ({})", dir, kv.key());
-      io::write_model_files(model, staging);
+      io::SaveOptions so;
+      so.metadata = identity_metadata(st);
+      io::write_model_files(model, staging, so);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -253,10 +267,11 @@ std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_di
           fail("refusing to write checkpoint {}: the optimizer state has non-finite values ({})", dir, kv.first);
         pieces.emplace_back(kv.first, kv.second.cpu());
       }
-      io::save_safetensors((fs::path(staging) / shard_file_name(dist.rank(), dist.world())).string(), pieces,
-                           {{"steps", std::to_string(sdp.steps_taken())},
-                            {"rank", std::to_string(dist.rank())},
-                            {"world", std::to_string(dist.world())}});
+      auto meta = identity_metadata(st);
+      meta["steps"] = std::to_string(sdp.steps_taken());
+      meta["rank"] = std::to_string(dist.rank());
+      meta["world"] = std::to_string(dist.world());
+      io::save_safetensors((fs::path(staging) / shard_file_name(dist.rank(), dist.world())).string(), pieces, meta);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -277,7 +292,7 @@ std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_di
         TrainState saved = st;
         saved.skipped = st.step - sdp.steps_taken();
         write_file_atomic((fs::path(tmp) / "run.yaml").string(), run_yaml);
-        write_file_atomic((fs::path(tmp) / "state.json").string(), checkpoint_state_json(saved));
+        write_state(tmp, saved);
       });
       prune_checkpoints(run_dir, keep_last);
     } catch (const std::exception& e) {
@@ -424,7 +439,36 @@ void load_sharded_moments(const std::string& dir, const std::string& manifest_pa
 }
 }  // namespace
 
-LoadedCheckpoint load_checkpoint(const std::string& dir) {
+namespace {
+// A checkpoint of another run among this run's checkpoints (every checkpoint of a run directory carries one run
+// id; those of older builds carry none): a whole checkpoint directory copied in from elsewhere.
+void check_sibling_runs(const std::string& dir, const TrainState& st, std::vector<std::string>& problems) {
+  const fs::path parent = fs::path(dir).lexically_normal().parent_path();
+  if (st.run.id.empty() || parent.filename() != "checkpoints") return;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const auto state = e.path() / "state.json";
+    if (step_of_name(e.path().filename().string()) < 0 || e.path().filename() == fs::path(dir).filename() ||
+        !fs::exists(state))
+      continue;
+    TrainState other;
+    try {
+      other = parse_checkpoint_state(read_file(state.string(), 64 << 20), state.string());
+    } catch (const Error&) {
+      continue;  // not the one being loaded; a damaged older checkpoint is refused when it is loaded
+    }
+    if (!other.run.id.empty() && other.run.id != st.run.id)
+      problems.push_back(fmt::format("{}: run {}, but {} in the same run directory is of run {} (a checkpoint of "
+                                     "another run copied in?)",
+                                     (fs::path(dir) / "state.json").string(), st.run.id, e.path().string(),
+                                     other.run.id));
+  }
+}
+
+bool any_file(const std::string&) { return true; }
+}  // namespace
+
+LoadedCheckpoint load_checkpoint(const std::string& dir, bool allow_foreign) {
   LoadedCheckpoint c;
   const auto state_path = (fs::path(dir) / "state.json").string();
   c.state = parse_checkpoint_state(read_file(state_path), state_path);
@@ -433,7 +477,9 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
   if (named_step != c.state.step)
     fail("{}: step {} disagrees with its checkpoint directory {} (expected {})", state_path, c.state.step, dir,
          checkpoint_name(c.state.step));
-  c.model = io::load_model(dir);
+  io::ImportOptions model_opt;
+  model_opt.verify_checkpoint = false;  // below, with the optimizer's files
+  c.model = io::load_model(dir, model_opt);
   std::map<std::string, int64_t> numel;
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& kv : c.model->named_parameters()) {
@@ -455,7 +501,23 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
   if (c.state.skipped >= 0 ? c.optimizer_steps != c.state.step - c.state.skipped : c.optimizer_steps > c.state.step)
     fail("{}: the optimizer has taken {} steps, but {} says step {}{}", opt_where, c.optimizer_steps, state_path,
          c.state.step, c.state.skipped > 0 ? fmt::format(" with {} skipped", c.state.skipped) : std::string());
+  // Integrity last: what is wrong in the data's own terms (a shape, a NaN, a step count) is named so above.
+  auto problems = check_checkpoint_integrity(dir, c.state, any_file);
+  check_sibling_runs(dir, c.state, problems);
+  enforce_checkpoint_integrity(dir, c.state, problems, allow_foreign);
   return c;
+}
+
+void begin_run_identity(TrainState& st, const std::string& init, Distributed& dist, const torch::Device& device) {
+  if (!st.run.id.empty()) return;  // resumed: the checkpoint's run goes on
+  st.run = RunIdentity{};
+  st.run.id = broadcast_path(dist, dist.rank() == 0 ? new_run_id() : std::string(), device);  // one id for all ranks
+  const auto parent_state = (fs::path(init) / "state.json").string();
+  if (init.empty() || !fs::exists(parent_state)) return;
+  const TrainState parent = parse_checkpoint_state(read_file(parent_state, 64 << 20), parent_state);
+  st.run.parent_id = parent.run.id;
+  st.run.parent_step = parent.step;
+  st.run.parent_path = init;
 }
 
 }  // namespace drope::train

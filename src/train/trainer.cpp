@@ -215,6 +215,7 @@ bool Trainer::build() {
   build_device();
   build_data();
   resumed_ = resume();
+  begin_run_identity(state_, cfg_.init, *dist_, device_);  // a new run (or an older build's checkpoint)
   if (resumed_.checkpoint) out_.resumed_from = resumed_.step;
   if (resumed_.complete) {
     out_.last_checkpoint = *resumed_.checkpoint;
@@ -287,7 +288,7 @@ Trainer::ResumePoint Trainer::resume() {
   p.newest = latest_checkpoint(cfg_.out_dir);
   if (!opt_.resume || !p.newest) return p;
   p.checkpoint = p.newest;
-  auto c = load_checkpoint(*p.checkpoint);
+  auto c = load_checkpoint(*p.checkpoint, cfg_.init_import.allow_foreign_checkpoint);
   check_resume_settings(cfg_, *p.checkpoint, c.state, c.model->config());  // before config.yaml records this start
   model_ = c.model;
   state_ = c.state;

@@ -3,6 +3,7 @@
 // export and strict weight loading.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -21,6 +22,11 @@ struct ImportOptions {
   // rope or nope: the positional encoding of every layer, whatever the config says (a RoPE-less checkpoint
   // saved as plain Llama: nope). Weights, windows and QK-norm are kept; RoPE scaling goes with nope.
   std::optional<PositionalType> positional;
+  // A training checkpoint (a model directory with state.json) is verified against the digests and run identity
+  // its state.json records; a mismatch is an error naming the file and tensor, or with this set (weights
+  // grafted on purpose: drope-train --allow-foreign-checkpoint) a warning.
+  bool allow_foreign_checkpoint = false;
+  bool verify_checkpoint = true;  // false: the caller verifies the checkpoint itself (train::load_checkpoint)
 };
 
 // The positional types an import may be overridden with (rope, nope: names from the positional-type table).
@@ -36,18 +42,21 @@ struct ModelSource {
   std::string unused_reason;
 };
 
-// Reads the config of a model directory: drope.yaml when present, else config.json; then applies `opt`.
+// Reads the config of a model directory: drope.yaml when present (then a config.json beside it must describe
+// the same model: a key that disagrees is an error naming both files and the key), else config.json; then
+// applies `opt`.
 // A `*.gguf` file stands for a directory here and in load_model / load_weights (drope/io/gguf_import.h).
 ModelSource read_model_source(const std::string& dir, const ImportOptions& opt = {});
 // read_model_source(dir, opt).config.
 ModelConfig load_model_config_dir(const std::string& dir, const ImportOptions& opt = {});
 
 // Loads weights by HF name into `model` (converted to the model's dtype). Every parameter must be
-// present with the right shape; unknown tensors are errors (rotary inv_freq buffers are ignored, and so are
-// the unused norms the DroPE authors' q-only / k-only checkpoints store, with a warning).
+// present with the right shape and a floating-point dtype (F32, F16, BF16, F64); unknown tensors are errors (rotary
+// inv_freq buffers are ignored, and so are the unused norms the DroPE authors' q-only / k-only checkpoints store, with
+// a warning).
 void load_weights(DecoderLM& model, const std::string& dir);
 
-// Config + weights, float32 on CPU.
+// Config + weights, float32 on CPU; a training checkpoint's files are verified as ImportOptions says.
 DecoderLM load_model(const std::string& dir, const ImportOptions& opt = {});
 
 struct SaveOptions {
@@ -58,6 +67,7 @@ struct SaveOptions {
   // tokenizer files of an imported GGUF.
   std::vector<std::pair<std::string, std::string>> extra_files;
   std::vector<std::pair<std::string, std::string>> inputs;  // (flag, path) the output must not be, be in or hold
+  std::map<std::string, std::string> metadata;  // more model.safetensors metadata (a checkpoint's run and step)
 };
 // Fails (naming --out) unless `dir` may receive a model under check_output_dir's rule: not an input, and
 // absent, empty or a drope model directory unless opt.replace_any.

@@ -60,7 +60,15 @@ struct LoadedCheckpoint {
   std::string saved_shard = "none";
 };
 // Loads a checkpoint directory and cross-checks it: state.json's step against the directory name and the
-// optimizer's step count, optimizer moments finite (second moments also non-negative). Errors name the file.
-LoadedCheckpoint load_checkpoint(const std::string& dir);
+// optimizer's step count, optimizer moments finite (second moments also non-negative); then its integrity:
+// every file and tensor against the digests state.json records, the run and step in the safetensors files'
+// metadata against state.json's, and the run against the other checkpoints of its run directory. Errors name
+// the file (and tensor); with `allow_foreign` (weights grafted on purpose) an integrity mismatch is a warning.
+LoadedCheckpoint load_checkpoint(const std::string& dir, bool allow_foreign = false);
+
+// Gives a run its identity unless it has one (resumed from a checkpoint of this build): a random id, the same
+// on every rank, and as parent the run and step of `init` (run.init) when that is a checkpoint. For a run
+// that starts, or resumes a checkpoint of an older build; before its first checkpoint.
+void begin_run_identity(TrainState& st, const std::string& init, Distributed& dist, const torch::Device& device);
 
 }  // namespace drope::train
