@@ -68,6 +68,25 @@ void check_configs_agree(const ModelConfig& ours_in, const ModelConfig& hf, cons
          "one read; fix or remove config.json)",
          json_path, json_key, b, yaml_path, a, yaml_key);
   };
+  // What config.json cannot express first: the plan, QK-norm and logit scaling.
+  const auto a = ours_in.layer_plan(), b = hf.layer_plan();
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const auto kind = [](const LayerPositional& l) {
+      return fmt::format("{}{}",
+                         l.kind == PositionalKind::kRope   ? "rope"
+                         : l.kind == PositionalKind::kNope ? "nope"
+                                                           : "alibi",
+                         l.window > 0 ? fmt::format(" with window {}", l.window) : "");
+    };
+    if (!(a[i] == b[i]))
+      same("model_type", fmt::format("model.positional, layer {}", i).c_str(), kind(a[i]), kind(b[i]));
+  }
+  same("attention_type", "model.qk_norm", ours_in.qk_norm, hf.qk_norm);
+  if (ours_in.qk_norm != QkNorm::kNone)
+    same("attention_type", "model.qk_norm_per_head", ours_in.qk_norm_per_head, hf.qk_norm_per_head);
+  same("softmax_scale", "model.softmax_scale", ours_in.softmax_scale, hf.softmax_scale);
+  same("(none: config.json has no long-context temperature)", "model.softmax_temperature", ours_in.softmax_temperature,
+       hf.softmax_temperature);
   same("model_type", "model.arch", ours.arch, hf.arch);
   same("vocab_size", "model.vocab_size", ours.vocab_size, hf.vocab_size);
   same("hidden_size", "model.hidden_size", ours.hidden_size, hf.hidden_size);
@@ -84,24 +103,6 @@ void check_configs_agree(const ModelConfig& ours_in, const ModelConfig& hf, cons
   same("attention_bias", "model.attention_bias", ours.attention_bias, hf.attention_bias);
   same("attention_bias", "model.attention_out_bias", ours.attention_out_bias, hf.attention_out_bias);
   same("mlp_bias", "model.mlp_bias", ours.mlp_bias, hf.mlp_bias);
-  const auto a = ours.layer_plan(), b = hf.layer_plan();
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    const auto kind = [](const LayerPositional& l) {
-      return fmt::format("{}{}",
-                         l.kind == PositionalKind::kRope   ? "rope"
-                         : l.kind == PositionalKind::kNope ? "nope"
-                                                           : "alibi",
-                         l.window > 0 ? fmt::format(" with window {}", l.window) : "");
-    };
-    if (!(a[i] == b[i]))
-      same("model_type", fmt::format("model.positional, layer {}", i).c_str(), kind(a[i]), kind(b[i]));
-  }
-  same("attention_type", "model.qk_norm", ours.qk_norm, hf.qk_norm);
-  if (ours.qk_norm != QkNorm::kNone)
-    same("attention_type", "model.qk_norm_per_head", ours.qk_norm_per_head, hf.qk_norm_per_head);
-  same("softmax_scale", "model.softmax_scale", ours.softmax_scale, hf.softmax_scale);
-  same("(none: config.json has no long-context temperature)", "model.softmax_temperature", ours.softmax_temperature,
-       hf.softmax_temperature);
   if (!ours_in.hf_expressible()) return;
   const auto &p = ours.positional, &q = hf.positional;
   same("rope_theta", "model.positional.rope_theta", p.rope_theta, q.rope_theta);

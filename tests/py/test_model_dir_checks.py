@@ -1,0 +1,72 @@
+"""Model directories: integer and boolean weights are refused naming the tensor (never converted to float), and a
+config.json beside drope.yaml that disagrees with it is refused naming the key (drope.yaml is the one read)."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from conftest import expect_model_dir_error, run_cli
+
+TENSOR = "model.layers.0.mlp.up_proj.weight"
+
+
+@pytest.fixture
+def model(tmp):
+    d = tmp / "m"
+    run_cli("drope-model", "init", "--preset", "micro", "--out", d)
+    assert (d / "config.json").exists() and (d / "drope.yaml").exists()
+    run_cli("drope-model", "info", "--model", d)
+    return d
+
+
+@pytest.mark.parametrize("dtype,name", [(np.int32, "I32"), (np.int64, "I64"), (np.uint8, "U8"), (np.bool_, "BOOL")])
+@pytest.mark.parametrize("layout", ["drope", "hf"])
+def test_non_float_weights_are_refused_naming_the_tensor(model, tmp, dtype, name, layout):
+    if layout == "hf":
+        (model / "drope.yaml").unlink()
+    w = load_file(str(model / "model.safetensors"))
+    w[TENSOR] = (w[TENSOR] != 0).astype(dtype)
+    save_file(w, str(model / "model.safetensors"), metadata={"format": "pt"})
+    expect_model_dir_error(model, tmp, "model.safetensors", TENSOR, name, "floating point")
+
+
+def test_half_precision_weights_still_load(model):
+    w = load_file(str(model / "model.safetensors"))
+    save_file({k: v.astype(np.float16) for k, v in w.items()}, str(model / "model.safetensors"))
+    run_cli("drope-model", "info", "--model", model)
+
+
+@pytest.mark.parametrize("key,value,yaml_key", [
+    ("rope_theta", 500000.0, "model.positional.rope_theta"),
+    ("rms_norm_eps", 1e-3, "model.rms_eps"),
+    ("num_hidden_layers", 3, "model.num_layers"),
+    ("tie_word_embeddings", False, "model.tie_embeddings"),
+    ("max_position_embeddings", 4096, "model.max_position"),
+    ("model_type", "qwen2", "model.arch"),
+    ("eos_token_id", 5, "model.eos_token_id"),
+])
+def test_a_config_json_that_disagrees_with_drope_yaml_is_refused(model, tmp, key, value, yaml_key):
+    p = model / "config.json"
+    c = json.loads(p.read_text())
+    c[key] = value
+    if key == "rope_theta":
+        c["rope_parameters"]["rope_theta"] = value
+    p.write_text(json.dumps(c))
+    expect_model_dir_error(model, tmp, "config.json", f"'{key}'", "drope.yaml", yaml_key, "disagree")
+
+
+def test_a_drope_yaml_edited_alone_is_refused(model, tmp):
+    p = model / "drope.yaml"
+    p.write_text(p.read_text().replace("rope_theta: 10000", "rope_theta: 20000"))
+    assert "20000" in p.read_text()
+    expect_model_dir_error(model, tmp, "config.json", "'rope_theta'", "10000", "20000")
+
+
+def test_a_rope_config_json_beside_a_nope_drope_yaml_is_refused(model, tmp):
+    nope = tmp / "nope"
+    run_cli("drope-model", "drop", "--model", model, "--out", nope)
+    assert not (nope / "config.json").exists()
+    shutil.copy(model / "config.json", nope / "config.json")
+    expect_model_dir_error(nope, tmp, "config.json", "model.positional, layer 0", "nope", "rope")
