@@ -53,21 +53,27 @@ std::string json_line(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-// Greedy generations for `prompts`, `batch` at a time, reporting progress per batch.
-std::vector<Generation> generate_all(EvalModel& em, const std::vector<std::string>& prompts, const NiahRunCommon& c,
-                                     const std::string& what) {
+// Greedy generations for `prompts`, `batch` at a time, reporting progress per batch (unless `what` is empty).
+std::vector<Generation> generate_all(DecoderLM& model, const text::Tokenizer& tok,
+                                     const std::vector<std::string>& prompts, int64_t max_new_tokens, int64_t batch,
+                                     bool bos, const std::string& what) {
   GenerateOptions g;
-  g.max_new_tokens = c.max_new_tokens;
-  g.batch_size = c.batch;
+  g.max_new_tokens = max_new_tokens;
+  g.batch_size = batch;
   std::vector<Generation> out;
-  for (size_t b = 0; b < prompts.size(); b += static_cast<size_t>(c.batch)) {
-    const size_t e = std::min(prompts.size(), b + static_cast<size_t>(c.batch));
+  for (size_t b = 0; b < prompts.size(); b += static_cast<size_t>(batch)) {
+    const size_t e = std::min(prompts.size(), b + static_cast<size_t>(batch));
     std::vector<std::string> chunk(prompts.begin() + static_cast<std::ptrdiff_t>(b),
                                    prompts.begin() + static_cast<std::ptrdiff_t>(e));
-    for (auto& gen : generate(em.model, *em.tokenizer, chunk, g, c.bos)) out.push_back(std::move(gen));
-    logging::progress(fmt::format("  {}: {}/{}", what, e, prompts.size()));
+    for (auto& gen : generate(model, tok, chunk, g, bos)) out.push_back(std::move(gen));
+    if (!what.empty()) logging::progress(fmt::format("  {}: {}/{}", what, e, prompts.size()));
   }
   return out;
+}
+
+std::vector<Generation> generate_all(EvalModel& em, const std::vector<std::string>& prompts, const NiahRunCommon& c,
+                                     const std::string& what) {
+  return generate_all(em.model, *em.tokenizer, prompts, c.max_new_tokens, c.batch, c.bos, what);
 }
 
 // --dump-prompts: sizes the prompts with the tokenizer alone (no model) and writes what `fill` appends,
@@ -197,6 +203,28 @@ void dump_niah_prompts(const NiahRunCommon& c, const std::vector<tasks::NiahTask
 
 }  // namespace
 
+NiahCell niah_cell(DecoderLM& model, const text::Tokenizer& tok, const tasks::NiahTask& task, int64_t length,
+                   const tasks::EssayText& essay, const NiahCellOptions& o) {
+  tasks::NiahOptions nopt;
+  nopt.max_new_tokens = o.max_new_tokens;
+  nopt.random_excerpt = o.random_excerpt;
+  const auto counter = make_counter(tok, o.bos);
+  NiahCell cell;
+  std::vector<std::string> prompts;
+  int64_t hint = 0;
+  for (int64_t t = 0; t < o.trials; ++t) {
+    cell.samples.push_back(tasks::make_niah_sample(task, length, o.seed, t, essay, counter, nopt, &hint));
+    prompts.push_back(cell.samples.back().prompt);
+  }
+  cell.generations = generate_all(model, tok, prompts, o.max_new_tokens, o.batch, o.bos, o.progress);
+  for (size_t i = 0; i < cell.samples.size(); ++i) {
+    cell.outputs.push_back(tasks::niah_postprocess(cell.generations[i].text));
+    cell.scores.push_back(tasks::string_match_all(cell.outputs.back(), cell.samples[i].expected));
+  }
+  cell.score = mean(cell.scores);
+  return cell;
+}
+
 // ---- niah -------------------------------------------------------------------------------------------
 
 void run_niah(const NiahRun& o) {
@@ -234,29 +262,19 @@ void run_niah(const NiahRun& o) {
     std::vector<double> task_scores;
     for (size_t li = 0; li < lengths.size(); ++li) {
       const int64_t L = lengths[li];
-      std::vector<tasks::NiahSample> samples;
-      std::vector<std::string> prompts;
-      int64_t hint = 0;
-      for (int64_t t = 0; t < c.trials; ++t) {
-        samples.push_back(tasks::make_niah_sample(task, L, c.seed, t, essay, counter, nopt, &hint));
-        prompts.push_back(samples.back().prompt);
-      }
       const std::string what = fmt::format("niah_{} @ {}", task.name, L);
-      const auto gens = generate_all(em, prompts, c, what);
-      std::vector<double> scores;
+      const NiahCell cell = niah_cell(em.model, *em.tokenizer, task, L, essay,
+                                      {c.trials, c.seed, c.max_new_tokens, c.batch, c.bos, nopt.random_excerpt, what});
       double tokens = 0, units = 0;
-      for (size_t i = 0; i < samples.size(); ++i) {
-        const auto& s = samples[i];
-        const std::string output = tasks::niah_postprocess(gens[i].text);
-        const double score = tasks::string_match_all(output, s.expected);
-        scores.push_back(score);
+      for (size_t i = 0; i < cell.samples.size(); ++i) {
+        const auto& s = cell.samples[i];
         tokens += static_cast<double>(s.prompt_tokens);
         units += static_cast<double>(s.haystack_units);
         auto j = niah_sample_json(s);
-        j.update({{"output", output}, {"finish", gens[i].finish}, {"score", score}});
+        j.update({{"output", cell.outputs[i]}, {"finish", cell.generations[i].finish}, {"score", cell.scores[i]}});
         samples_jsonl += json_line(j);
       }
-      const double score = mean(scores);
+      const double score = cell.score;
       logging::info("{}  {}: {:.2f}  (mean prompt {:.0f} tokens)", em.label, what, score, tokens / c.trials);
       results.push_back({{"task", task.name},
                          {"length", L},

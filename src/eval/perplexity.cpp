@@ -29,11 +29,13 @@ void check_fits_in_memory(const ModelConfig& c, int64_t tokens, int64_t kv_token
                         "activations and KV cache; use shorter lengths or a smaller batch");
 }
 
-double window_nll(DecoderLM& model, const torch::Tensor& ids, int64_t first) {
+double window_nll(DecoderLM& model, const torch::Tensor& ids, int64_t first, const BlockRunner& runner) {
   const int64_t T = ids.size(1);
   TORCH_CHECK(first >= 1 && first < T, "window_nll: first scored token ", first, " outside [1, ", T, ")");
   torch::NoGradGuard no_grad;
-  auto h = model->hidden(ids);                                              // (1, T, C)
+  ForwardOptions fwd;
+  fwd.block_runner = runner;
+  auto h = model->hidden(ids, fwd);                                         // (1, T, C)
   // Only the scored positions go through the LM head, in row chunks: T × V logits at once would not fit
   // for long windows and large vocabularies (32K × 151K floats = 19 GB).
   const int64_t n = T - first, rows = 1024;
@@ -92,7 +94,7 @@ PerplexityResult perplexity_sliding(DecoderLM& model, const std::vector<int32_t>
     const int64_t end = std::min(begin + o.length, n);
     const int64_t first = std::max<int64_t>(prev_end - begin, 1);
     if (end - begin >= 2 && first < end - begin) {
-      nlls.push_back(window_nll(model, all.narrow(1, begin, end - begin), first));
+      nlls.push_back(window_nll(model, all.narrow(1, begin, end - begin), first, o.block_runner));
       scored += end - begin - first;
     }
     prev_end = end;
@@ -109,7 +111,7 @@ PerplexityResult perplexity_truncate(DecoderLM& model, const std::vector<std::ve
   for (const auto& d : documents) {
     if (int64_t(d.size()) < o.length) continue;
     auto ids = torch::tensor(std::vector<int64_t>(d.begin(), d.begin() + o.length), torch::kLong).view({1, o.length});
-    nlls.push_back(window_nll(model, ids, 1));
+    nlls.push_back(window_nll(model, ids, 1, o.block_runner));
     scored += o.length - 1;
     if (o.max_windows > 0 && int64_t(nlls.size()) >= o.max_windows) break;
   }

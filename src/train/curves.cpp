@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -41,6 +42,8 @@ std::vector<std::string> plot_training_curves(const std::string& run_dir, std::s
     fail("{}: missing: '{}' is not a drope-train run directory, or the run has not started", log, run_dir);
   plot::Series loss, val, lr;
   loss.label = "train", val.label = "validation", lr.label = "";
+  // The long-context probes (eval.lengths, eval.niah_lengths): one series per "ppl@L" / "niah_<task>@L" key.
+  std::map<std::string, plot::Series> ppl, niah;
   text::for_each_jsonl_object(log, [&](int64_t n, const nlohmann::json& j) {
     const std::string where = fmt::format("{}:{}", log, n);
     auto it = j.find("step");
@@ -50,6 +53,11 @@ std::vector<std::string> plot_training_curves(const std::string& run_dir, std::s
     take(j, "loss", double(step), loss, where);
     take(j, "val_loss", double(step), val, where);
     take(j, "lr", double(step), lr, where);
+    for (const auto& [key, value] : j.items()) {
+      const bool is_ppl = key.rfind("ppl@", 0) == 0, is_niah = key.rfind("niah_", 0) == 0;
+      if (!is_ppl && !is_niah) continue;
+      take(j, key.c_str(), double(step), (is_ppl ? ppl : niah)[key], where);
+    }
     return true;
   });
   if (loss.x.empty()) fail("{}: no training step logged yet (no line with \"loss\")", log);
@@ -72,6 +80,26 @@ std::vector<std::string> plot_training_curves(const std::string& run_dir, std::s
   rp.series.push_back(lr);
   fig.panels = {lp};
   if (!lr.x.empty()) fig.panels.push_back(rp);
+  // Probe panels: perplexity per window length (log scale) and NIAH score per length, against the step.
+  const auto probe_panel = [&](std::map<std::string, plot::Series>& series, const char* title, const char* ylabel,
+                               bool log_y) {
+    if (series.empty()) return;
+    plot::Panel pp;
+    pp.title = title;
+    pp.xlabel = "step";
+    pp.ylabel = ylabel;
+    pp.log_y = log_y;
+    int color = 0;
+    for (auto& [key, s] : series) {
+      s.label = key;
+      s.color = color++;
+      s.markers = s.x.size() <= 60;
+      pp.series.push_back(s);
+    }
+    fig.panels.push_back(pp);
+  };
+  probe_panel(ppl, "perplexity by context length", "perplexity", true);
+  probe_panel(niah, "needle in a haystack by length", "score (%)", false);
 
   if (out_prefix.empty()) out_prefix = (fs::path(run_dir) / "curves").string();
   const std::vector<std::string> formats{"png", "svg"};

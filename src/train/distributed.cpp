@@ -1,7 +1,12 @@
 #include "drope/train/distributed.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <c10/util/Logging.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -107,7 +112,7 @@ class QuietC10Logs {
 
 }  // namespace
 
-Distributed::Distributed(const DistEnv& e, const torch::Device& device, double timeout_s)
+Distributed::Distributed(const DistEnv& e, const torch::Device& device, double timeout_s, const Consensus& consensus)
     : env_(e), impl_(std::make_unique<Impl>()) {
   impl_->device = device;
   impl_->timeout_s = timeout_s;
@@ -130,6 +135,10 @@ Distributed::Distributed(const DistEnv& e, const torch::Device& device, double t
   } catch (const std::exception& ex) {
     fail("rank {}: cannot reach the rendezvous store at {}:{} ({})", e.rank, e.master_addr, e.master_port,
          first_line(ex));
+  }
+  if (!consensus.empty() && e.world > 1) {
+    const QuietC10Logs quiet;  // a timed-out wait is reported in one line below, not with c10's backtrace
+    agree(consensus);
   }
   // NCCL refuses two ranks on one GPU (ncclCommInitRank: "Duplicate GPU detected"): ranks that share a device
   // (torchrun's LOCAL_WORLD_SIZE above the device count) use Gloo over the CUDA tensors instead.
@@ -156,6 +165,102 @@ Distributed::Distributed(const DistEnv& e, const torch::Device& device, double t
     }
     impl_->backend = "gloo";
   }
+}
+
+namespace {
+
+std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+std::string string_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+std::string encode(const Consensus& c) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& [k, v] : c) j.push_back({k, v});
+  return j.dump();
+}
+
+Consensus decode(const std::string& s) {
+  Consensus c;
+  for (const auto& kv : nlohmann::json::parse(s))
+    c.emplace_back(kv.at(0).get<std::string>(), kv.at(1).get<std::string>());
+  return c;
+}
+
+// The first key on which `theirs` (rank r) differs from `mine` (rank 0), as a sentence; empty when they agree.
+std::string first_difference(const Consensus& mine, const Consensus& theirs, int r) {
+  std::map<std::string, std::string> other(theirs.begin(), theirs.end());
+  for (const auto& [k, v] : mine) {
+    auto it = other.find(k);
+    if (it == other.end()) return fmt::format("{} is '{}' on rank 0 but not set on rank {}", k, v, r);
+    if (it->second != v) return fmt::format("{} is '{}' on rank 0 but '{}' on rank {}", k, v, it->second, r);
+    other.erase(it);
+  }
+  if (!other.empty())
+    return fmt::format("{} is '{}' on rank {} but not set on rank 0", other.begin()->first, other.begin()->second, r);
+  return {};
+}
+
+}  // namespace
+
+// Before the process group exists: every rank publishes what must agree; rank 0 compares each rank's with its own
+// and publishes one verdict that every rank reads. A mismatched WORLD_SIZE cannot form a process group, so this
+// goes through the rendezvous store alone.
+void Distributed::agree(const Consensus& mine) {
+  auto& store = *impl_->store;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(impl_->timeout_s * 1000));
+  const std::string verdict_key = "consensus/verdict";
+  store.set(fmt::format("consensus/{}", env_.rank), bytes_of(encode(mine)));
+  const auto refuse = [&](const std::string& why) {
+    fail("rank {} of {}: ranks disagree before the first step: {}; start every rank with the same config, data, "
+         "flags and binary",
+         env_.rank, env_.world, why);
+  };
+  if (env_.rank == 0) {
+    std::string verdict;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (int r = 1; r < env_.world && verdict.empty(); ++r) {
+      const std::string key = fmt::format("consensus/{}", r);
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      try {
+        store.wait({key}, std::max(left, std::chrono::milliseconds(1)));
+      } catch (const std::exception&) {
+        verdict = fmt::format(
+            "missing:rank {} did not arrive within train.dist_timeout_s = {} s (it died before its first step, or it "
+            "was started with another WORLD_SIZE, MASTER_ADDR or MASTER_PORT)",
+            r, impl_->timeout_s);
+        break;
+      }
+      const std::string why = first_difference(mine, decode(string_of(store.get(key))), r);
+      if (!why.empty()) verdict = "differ:" + why;
+    }
+    store.set(verdict_key, bytes_of(verdict.empty() ? std::string("ok") : verdict));
+    if (!verdict.empty()) {
+      // Rank 0 may host the store: it stays until every rank that arrived has read the verdict (bounded).
+      for (int r = 1; r < env_.world; ++r) {
+        if (!store.check({fmt::format("consensus/{}", r)})) continue;
+        try {
+          store.wait({fmt::format("consensus/seen/{}", r)}, std::min(timeout, std::chrono::milliseconds(10000)));
+        } catch (const std::exception&) {
+        }
+      }
+    }
+    if (verdict.rfind("missing:", 0) == 0) fail("rank 0 of {}: {}", env_.world, verdict.substr(8));
+    if (!verdict.empty()) refuse(verdict.substr(7));
+    return;
+  }
+  std::string verdict;
+  try {
+    store.wait({verdict_key}, timeout);
+    verdict = string_of(store.get(verdict_key));
+    store.set(fmt::format("consensus/seen/{}", env_.rank), bytes_of("1"));
+  } catch (const std::exception&) {
+    fail("rank {} of {}: rank 0 did not compare the ranks' settings within train.dist_timeout_s = {} s (rank 0 died "
+         "or never started, or the ranks were started with different WORLD_SIZE values)",
+         env_.rank, env_.world, impl_->timeout_s);
+  }
+  if (verdict == "ok") return;
+  if (verdict.rfind("missing:", 0) == 0) fail("rank {} of {}: {}", env_.rank, env_.world, verdict.substr(8));
+  refuse(verdict.substr(7));
 }
 
 Distributed::~Distributed() = default;

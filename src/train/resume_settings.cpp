@@ -60,6 +60,9 @@ bool is_one_of(std::string_view key, const std::string_view (&list)[N]) {
 // The learning rate of each step comes from optim.lr and schedule.*; compared step by step below.
 bool shapes_lr(const std::string& key) { return key == "optim.lr" || key.rfind("schedule.", 0) == 0; }
 
+// The long-context probes (eval.*) only read the model: free on resume.
+bool is_probe(const std::string& key) { return key.rfind("eval.", 0) == 0; }
+
 // Every leaf of a YAML document as ("a.b.c", value), in document order; a sequence is one leaf.
 void flatten(const YAML::Node& n, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
   if (n.IsMap()) {
@@ -74,12 +77,6 @@ void flatten(const YAML::Node& n, const std::string& prefix, std::vector<std::pa
   YAML::Emitter e;
   e << YAML::Flow << n;
   out.emplace_back(prefix, e.c_str());
-}
-
-std::vector<std::pair<std::string, std::string>> leaves(const RunConfig& c) {
-  std::vector<std::pair<std::string, std::string>> out;
-  flatten(YAML::Load(run_config_to_yaml(c)), "", out);
-  return out;
 }
 
 std::string shown(const std::string* v) {
@@ -127,6 +124,12 @@ void check_same_shape(const ModelConfig& want, const ModelConfig& got, const std
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> config_leaves(const RunConfig& c) {
+  std::vector<std::pair<std::string, std::string>> out;
+  flatten(YAML::Load(run_config_to_yaml(c)), "", out);
+  return out;
+}
+
 void check_resume_settings(const RunConfig& now, const std::string& ckpt_dir, const TrainState& state,
                            const ModelConfig& ckpt_model) {
   const std::string path = (fs::path(ckpt_dir) / "run.yaml").string();
@@ -136,7 +139,7 @@ void check_resume_settings(const RunConfig& now, const std::string& ckpt_dir, co
     return;
   }
   const RunConfig was = parse_run_config(load_yaml_file(path), path);
-  const auto before = leaves(was), after = leaves(now);
+  const auto before = config_leaves(was), after = config_leaves(now);
   std::map<std::string, const std::string*> old_value, new_value;
   for (const auto& [k, v] : before) old_value[k] = &v;
   for (const auto& [k, v] : after) new_value[k] = &v;
@@ -158,7 +161,7 @@ void check_resume_settings(const RunConfig& now, const std::string& ckpt_dir, co
     const std::string* o = old_value.count(key) ? old_value[key] : nullptr;
     const std::string* n = new_value.count(key) ? new_value[key] : nullptr;
     if (o && n && *o == *n) continue;
-    if (is_one_of(key, kFree)) continue;
+    if (is_one_of(key, kFree) || is_probe(key)) continue;
     if (o && n && is_one_of(key, kPaths) && same_file(*o, *n)) continue;
     if (shapes_lr(key)) {
       if (!lr_keys_changed) first_lr_key = key;

@@ -4,6 +4,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/numbers.h"
+#include "drope/tasks/niah.h"
 #include "drope/tasks/offset_key.h"
 
 namespace drope::train {
@@ -128,6 +129,60 @@ void read_train(YamlMap t, TrainLoopConfig& train) {
   t.finish();
 }
 
+void read_eval(YamlMap e, EvalConfig& ev) {
+  e.get("lengths", ev.lengths);
+  e.get("max_tokens", ev.max_tokens);
+  e.get("stride", ev.stride);
+  e.get("niah_lengths", ev.niah_lengths);
+  e.get("niah_task", ev.niah_task);
+  e.get("niah_trials", ev.niah_trials);
+  e.get("niah_max_new_tokens", ev.niah_max_new_tokens);
+  int64_t seed = 0;
+  if (e.get("niah_seed", seed)) {
+    if (seed < 0) fail("{}: eval.niah_seed must be >= 0", e.where("niah_seed"));
+    ev.niah_seed = static_cast<uint64_t>(seed);
+  }
+  e.get("niah_haystack", ev.niah_haystack);
+  e.get("at_start", ev.at_start);
+  e.finish();
+}
+
+// eval.*: lengths and counts in range, a known NIAH task, a token dataset to read the val split and tokenizer from.
+void check_eval(const RunConfig& c, const std::string& source) {
+  const EvalConfig& e = c.eval;
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) fail("{}: {}", source, what);
+  };
+  constexpr int64_t kMaxLength = int64_t(1) << 22;
+  for (const auto* list : {&e.lengths, &e.niah_lengths}) {
+    const char* key = list == &e.lengths ? "eval.lengths" : "eval.niah_lengths";
+    for (size_t i = 0; i < list->size(); ++i) {
+      const int64_t L = (*list)[i];
+      need(L >= 2 && L <= kMaxLength, fmt::format("{}: each length must be in [2, {}], got {}", key, kMaxLength, L));
+      for (size_t j = 0; j < i; ++j) need((*list)[j] != L, fmt::format("{}: length {} is given twice", key, L));
+    }
+  }
+  need(e.max_tokens >= 2 && e.max_tokens <= (int64_t(1) << 26),
+       fmt::format("eval.max_tokens must be in [2, {}], got {}", int64_t(1) << 26, e.max_tokens));
+  need(e.stride >= 1 && e.stride <= kMaxLength,
+       fmt::format("eval.stride must be in [1, {}], got {}", kMaxLength, e.stride));
+  need(e.niah_trials >= 1 && e.niah_trials <= 4096,
+       fmt::format("eval.niah_trials must be in [1, 4096], got {}", e.niah_trials));
+  need(e.niah_max_new_tokens >= 1 && e.niah_max_new_tokens <= 4096,
+       fmt::format("eval.niah_max_new_tokens must be in [1, 4096], got {}", e.niah_max_new_tokens));
+  try {
+    const auto tasks = tasks::parse_niah_tasks(e.niah_task, "eval.niah_task");
+    need(tasks.size() == 1, fmt::format("eval.niah_task: one task, got '{}'", e.niah_task));
+  } catch (const Error& err) {
+    fail("{}: {}", source, err.what());
+  }
+  if (!e.enabled()) return;
+  need(!c.data.dataset.empty(),
+       "eval.lengths and eval.niah_lengths need data.dataset (a token dataset with a val split and a tokenizer)");
+  need(e.niah_lengths.empty() || c.train.shard != ShardMode::kParams,
+       "eval.niah_lengths needs train.shard none, optimizer or grads (generation reads whole weights)");
+}
+
 void read_schedule(YamlMap s, ScheduleConfig& schedule) {
   get_name(s, "type", schedule.type);
   s.get("warmup", schedule.warmup);
@@ -235,8 +290,10 @@ RunConfig parse_run_config(const YAML::Node& root, const std::string& source) {
   read_train(top.map("train"), c.train);
   c.schedule.steps = c.train.steps;
   read_schedule(top.map("schedule"), c.schedule);
+  read_eval(top.map("eval"), c.eval);
   top.finish();
   check_run_config(c, source);
+  check_eval(c, source);
   return c;
 }
 
@@ -309,6 +366,14 @@ std::string run_config_to_yaml(const RunConfig& c) {
     << YAML::Value << std::string(name_of(t.shard)) << YAML::Key << "activation_checkpointing" << YAML::Value
     << activation_checkpointing_name(t.activation_checkpointing) << YAML::Key << "tensorboard" << YAML::Value
     << t.tensorboard << YAML::EndMap;
+  const auto& v = c.eval;
+  e << YAML::Key << "eval" << YAML::Value << YAML::BeginMap << YAML::Key << "lengths" << YAML::Value << YAML::Flow
+    << v.lengths << YAML::Key << "max_tokens" << YAML::Value << v.max_tokens << YAML::Key << "stride" << YAML::Value
+    << v.stride << YAML::Key << "niah_lengths" << YAML::Value << YAML::Flow << v.niah_lengths << YAML::Key
+    << "niah_task" << YAML::Value << v.niah_task << YAML::Key << "niah_trials" << YAML::Value << v.niah_trials
+    << YAML::Key << "niah_max_new_tokens" << YAML::Value << v.niah_max_new_tokens << YAML::Key << "niah_seed"
+    << YAML::Value << v.niah_seed << YAML::Key << "niah_haystack" << YAML::Value << v.niah_haystack << YAML::Key
+    << "at_start" << YAML::Value << v.at_start << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

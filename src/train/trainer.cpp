@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +26,7 @@
 #endif
 
 #include "drope/core/cpu_budget.h"
+#include "drope/core/crc32c.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
@@ -143,6 +145,35 @@ class AutocastGuard {
   at::ScalarType prev_dtype_ = at::kBFloat16;
 };
 
+// A short fingerprint of `bytes` (crc32c, hex) and their size.
+std::string fingerprint(const std::string& bytes) {
+  return fmt::format("{:08x} ({} bytes)", crc32c(bytes), bytes.size());
+}
+
+// What every rank must agree on before the first step: the resolved run config (nothing in it is per rank),
+// the world size, the start (fresh or --resume), the dataset's index, the initial model's config and the binary.
+Consensus consensus_of(const RunConfig& cfg, const TrainOptions& opt, int world) {
+  Consensus c = config_leaves(cfg);
+  c.emplace_back("world size", std::to_string(world));
+  c.emplace_back("--resume", opt.resume ? "given" : "not given");
+  const auto file = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_regular_file(p, ec) ? fingerprint(read_file(p.string())) : std::string("(missing)");
+  };
+  if (!cfg.data.dataset.empty())
+    c.emplace_back("data.dataset index.json", file(fs::path(cfg.data.dataset) / "index.json"));
+  if (!cfg.data.text.empty()) {
+    std::error_code ec;
+    const auto size = fs::is_regular_file(cfg.data.text, ec) ? fs::file_size(cfg.data.text, ec) : 0;
+    c.emplace_back("data.text size", std::to_string(size));
+  }
+  if (!cfg.init.empty())
+    for (const char* f : {"config.json", "drope.yaml", "model.safetensors.index.json", "state.json"})
+      c.emplace_back(fmt::format("run.init {}", f), file(fs::path(cfg.init) / f));
+  c.emplace_back("drope-train binary", file("/proc/self/exe"));
+  return c;
+}
+
 }  // namespace
 
 void install_stop_handlers() {
@@ -188,14 +219,17 @@ void Trainer::add_hook(std::unique_ptr<StepHook> hook) { hooks_.push_back(std::m
 TrainOutcome Trainer::run() {
   if (!build()) return out_;
   add_default_hooks();
+  if (probe_ && cfg_.eval.at_start && !resumed_.checkpoint) probe_long_context();  // the model it starts from
   metrics_.start(state_.step);
   model_->train();
   while (state_.step < cfg_.train.steps) {
     const StepResult r = train_step();
     log(r);
     const bool last = state_.step == cfg_.train.steps;
-    if (cfg_.train.eval_every > 0 && state_.step % cfg_.train.eval_every == 0 && !last)
+    if (cfg_.train.eval_every > 0 && state_.step % cfg_.train.eval_every == 0 && !last) {
       metrics_.validation(state_.step, validate());
+      probe_long_context();
+    }
     const bool stop = stop_requested();
     if (stop || (cfg_.train.checkpoint_every > 0 && state_.step % cfg_.train.checkpoint_every == 0 && !last))
       checkpoint();
@@ -237,7 +271,8 @@ void Trainer::build_device() {
   }
   if (cfg_.train.cuda_graphs && !device_.is_cuda())
     fail("{}: train.cuda_graphs: true needs a CUDA device; this run trains on the CPU", cfg_.source);
-  dist_ = std::make_unique<Distributed>(env, device_, cfg_.train.dist_timeout_s);
+  dist_ = std::make_unique<Distributed>(env, device_, cfg_.train.dist_timeout_s,
+                                        env.world > 1 ? consensus_of(cfg_, opt_, env.world) : Consensus{});
   if (cfg_.train.cuda_graphs) {
 #ifdef DROPE_WITH_CUDA
     if (dist_->world() > 1)
@@ -276,6 +311,20 @@ void Trainer::build_data() {
   val_src_ = std::move(s.val);
   sampler_ = std::make_unique<BlockSampler>(*train_src_, cfg_.seed, cfg_.data.shuffle);
   val_sampler_ = std::make_unique<BlockSampler>(*val_src_, 0, false);
+  if (cfg_.eval.enabled()) {
+    const EvalConfig& e = cfg_.eval;
+    eval::ProbeOptions p;
+    p.lengths = e.lengths;
+    p.max_tokens = e.max_tokens;
+    p.stride = e.stride;
+    p.niah_lengths = e.niah_lengths;
+    p.niah_task = e.niah_task;
+    p.niah_trials = e.niah_trials;
+    p.niah_seed = e.niah_seed;
+    p.niah_max_new_tokens = e.niah_max_new_tokens;
+    if (!e.niah_haystack.empty()) p.haystack = e.niah_haystack;
+    probe_ = std::make_unique<eval::LengthProbe>(std::move(p), cfg_.data.dataset);
+  }
 }
 
 // With --resume, loads the newest checkpoint's model, training state and optimizer moments.
@@ -354,8 +403,10 @@ void Trainer::open_run_dir() {
     if (say_) logging::add_run_file(cfg_.out_dir);  // <out_dir>/drope-train.log, with timestamps
     write_file_atomic((fs::path(cfg_.out_dir) / "config.yaml").string(), opt_.run_yaml);
   }
-  metrics_.open({cfg_.out_dir, cfg_.train.steps, cfg_.train.log_every, cfg_.train.peak_tflops, cfg_.train.tensorboard,
-                 main_rank_, say_},
+  // MFU: train.peak_tflops, else the measured GEMM roof of the dtype this run trains in (drope-bench peak --save).
+  const double peak = training_peak_tflops(cfg_.train.peak_tflops, std::string(name_of(cfg_.train.dtype)),
+                                           device_.is_cpu(), say_ && main_rank_);
+  metrics_.open({cfg_.out_dir, cfg_.train.steps, cfg_.train.log_every, peak, cfg_.train.tensorboard, main_rank_, say_},
                 state_.step, resumed_.checkpoint.has_value());
   if (say_)
     logging::info("{}: phase {}, {:.2f}M params, {} layers, positional {}, data {} ({} blocks of {}), batch {} = {} x "
@@ -535,6 +586,29 @@ double Trainer::validate() {
   return dist_->mean(sum / double(cfg_.train.eval_batches));
 }
 
+// Every rank evaluates (a sharded model's blocks need every rank); rank 0 logs. No autocast: the probes read the
+// float32 weights as drope-eval does, whatever train.dtype is.
+void Trainer::probe_long_context() {
+  if (!probe_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const eval::ProbeReading reading = probe_->run(model_, fwd_.block_runner);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  nlohmann::json line = {{"step", state_.step}};
+  std::string text;
+  if (main_rank_ && !reading.niah_samples.empty()) {  // what the model generated, beside the scores
+    const fs::path dir = fs::path(cfg_.out_dir) / "probes";
+    fs::create_directories(dir);
+    write_file_atomic((dir / fmt::format("niah-step-{:08d}.jsonl", state_.step)).string(), reading.niah_samples);
+  }
+  for (const auto& [k, v] : reading.values.items()) {
+    line[k] = v;
+    text += fmt::format(" | {} {:.4g}", k, v.get<double>());
+  }
+  line["probe_seconds"] = seconds;
+  metrics_.line(line);
+  if (say_) logging::info("step {} long-context probe{} ({:.1f} s)", state_.step, text, seconds);
+}
+
 // Rank 0 writes (every rank its shard with a sharded optimizer); every rank learns whether that worked (the
 // reduction doubles as the barrier), so a failed save (full disk, non-finite weights) stops all ranks with
 // one clear message.
@@ -568,6 +642,7 @@ void Trainer::finish() {
   state_.extra["val_loss"] = out_.val_loss;
   state_.extra["complete"] = true;
   metrics_.line({{"step", state_.step}, {"val_loss", out_.val_loss}, {"val_ppl", std::exp(out_.val_loss)}});
+  probe_long_context();
   checkpoint();
   if (say_)
     logging::info("done: step {} | validation loss {:.4f} | ppl {:.3f} | checkpoint {}", state_.step, out_.val_loss,

@@ -21,6 +21,6 @@ def test_the_index_names_every_entry_file():
 def test_the_study_runner_lists_the_studies_and_refuses_others():
     r = subprocess.run(["bash", str(ROOT / "studies" / "run.sh"), "no_such_study"], capture_output=True, text=True,
                        timeout=60)
-    assert r.returncode == 2 and "usage: bash studies/run.sh NAME" in r.stderr
-    listed = {line.strip() for line in r.stderr.splitlines()[1:]}
+    assert r.returncode == 2 and "'no_such_study' is not a study (expected one of: " in r.stderr, r.stderr
+    listed = set(r.stderr.split("expected one of: ", 1)[1].rstrip().rstrip(")").split(", "))
     assert listed == {p.stem for p in (ROOT / "studies").glob("*.py")} - {"__init__"}

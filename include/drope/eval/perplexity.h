@@ -17,6 +17,7 @@ struct PerplexityOptions {
   bool truncate = false;       // truncate protocol instead of sliding windows
   int64_t max_tokens = 0;      // sliding: score at most this many tokens of the stream (0 = all)
   int64_t max_windows = 0;     // either protocol: at most this many windows (0 = all)
+  BlockRunner block_runner;    // runs the decoder blocks of a sharded model (empty: the model's own)
 };
 
 struct PerplexityResult {
@@ -44,7 +45,7 @@ void check_fits_in_memory(const ModelConfig& c, int64_t tokens, int64_t kv_token
 
 // Mean NLL (nats) of tokens [first, T) of `ids` (1, T) predicted from their prefixes, in one forward.
 // `first` ≥ 1.
-double window_nll(DecoderLM& model, const torch::Tensor& ids, int64_t first);
+double window_nll(DecoderLM& model, const torch::Tensor& ids, int64_t first, const BlockRunner& runner = {});
 
 // Temperature fitting (docs/design.md#softmax-temperature): for each target length L > C_train, the
 // attention logit scale β minimising held-out perplexity, then c of β = 1 + c·ln(L / C_train) by least

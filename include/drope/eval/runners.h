@@ -81,6 +81,27 @@ struct NiahRunCommon {
   std::string dump;                  // write the prompts as jsonl and stop (tokenizer only)
 };
 
+// One RULER NIAH cell: `trials` samples of a task at one target length, greedy generations, string_match_all
+// scores (drope-eval niah computes each of its cells with it; drope-train's eval.niah_lengths too).
+struct NiahCellOptions {
+  int64_t trials = 1;
+  uint64_t seed = 42;
+  int64_t max_new_tokens = 128;
+  int64_t batch = 1;
+  bool bos = false;
+  bool random_excerpt = true;  // --haystack-start random (else begin)
+  std::string progress;        // a progress label per batch; empty = silent
+};
+struct NiahCell {
+  std::vector<tasks::NiahSample> samples;
+  std::vector<Generation> generations;
+  std::vector<std::string> outputs;  // post-processed generations
+  std::vector<double> scores;        // per sample, %
+  double score = 0;                  // their mean
+};
+NiahCell niah_cell(DecoderLM& model, const text::Tokenizer& tok, const tasks::NiahTask& task, int64_t length,
+                   const tasks::EssayText& essay, const NiahCellOptions& o);
+
 struct NiahRun {
   NiahRunCommon c;
   std::string tasks = "all";

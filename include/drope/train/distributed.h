@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -41,11 +42,17 @@ class Collective {
   std::function<void()> wait_;
 };
 
+// What every rank must agree on before the first step, as (name, value) pairs: the resolved run config, the
+// world size, the dataset's and the binary's identity (Trainer builds it).
+using Consensus = std::vector<std::pair<std::string, std::string>>;
+
 class Distributed {
  public:
   // world == 1 (without env.single_rank_group): no process group, every call is local. `timeout_s` bounds
-  // every collective.
-  Distributed(const DistEnv& env, const torch::Device& device, double timeout_s);
+  // every collective. With a non-empty `agree`, the ranks compare it before the process group forms: a rank
+  // whose settings differ from rank 0's ends every rank naming the first differing name and both values, and a
+  // rank that never arrives ends the others within `timeout_s` naming it.
+  Distributed(const DistEnv& env, const torch::Device& device, double timeout_s, const Consensus& agree = {});
   ~Distributed();
   int rank() const { return env_.rank; }
   int world() const { return env_.world; }
@@ -70,6 +77,7 @@ class Distributed {
  private:
   friend class GradSync;
   struct Impl;
+  void agree(const Consensus& mine);
   DistEnv env_;
   std::unique_ptr<Impl> impl_;
 };

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "drope/config/model_config.h"
 #include "drope/formats/checkpoint_state.h"
@@ -18,5 +20,8 @@ namespace drope::train {
 // `ckpt_model`, the checkpoint's model, for the model's shape only.
 void check_resume_settings(const RunConfig& now, const std::string& ckpt_dir, const TrainState& state,
                            const ModelConfig& ckpt_model);
+
+// Every setting of `c` as ("section.key", value) in the order of the resolved config (a sequence is one value).
+std::vector<std::pair<std::string, std::string>> config_leaves(const RunConfig& c);
 
 }  // namespace drope::train

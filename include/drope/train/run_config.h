@@ -45,6 +45,24 @@ struct TrainLoopConfig {
   bool tensorboard = false;      // rank 0 also writes the log lines' scalars to a TensorBoard events file in out_dir
 };
 
+// Long-context probes at every validation (train.eval_every, the run's end, and its start): perplexity at each
+// window length of `lengths` over the first max_tokens tokens of data.dataset's val split (drope-eval ppl's sliding
+// windows), and with niah_lengths a small RULER NIAH probe (drope-eval niah's cells). Logged per length to
+// log.jsonl / TensorBoard ("ppl@L", "niah_<task>@L") and drawn by `drope-train plot`.
+struct EvalConfig {
+  std::vector<int64_t> lengths;       // eval.lengths, e.g. [256, 512, 1024]; empty = no perplexity probe
+  int64_t max_tokens = 16384;         // validation tokens scored per length
+  int64_t stride = 256;               // sliding-window stride
+  std::vector<int64_t> niah_lengths;  // NIAH target lengths; empty = no NIAH probe
+  std::string niah_task = "single_1";  // one of RULER's eight (drope-eval niah --tasks)
+  int64_t niah_trials = 4;            // samples per length
+  int64_t niah_max_new_tokens = 32;   // generation budget (drope-eval niah --max-new-tokens)
+  uint64_t niah_seed = 42;
+  std::string niah_haystack;          // essay file or directory (default: drope-eval niah's)
+  bool at_start = true;               // also probe the model a fresh run starts from (step 0)
+  bool enabled() const { return !lengths.empty() || !niah_lengths.empty(); }
+};
+
 // "none" → 0, "full" → 1, an integer K >= 1 → K; anything else fails naming `where`.
 int64_t parse_activation_checkpointing(const std::string& value, const std::string& where);
 std::string activation_checkpointing_name(int64_t every);
@@ -66,6 +84,7 @@ struct RunConfig {
   AdamWConfig optim;
   ScheduleConfig schedule;             // schedule.steps defaults to train.steps
   TrainLoopConfig train;
+  EvalConfig eval;
   std::string source;                  // file the config came from
 };
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "drope/core/files.h"
+#include "drope/eval/probe.h"
 #include "drope/formats/checkpoint_state.h"
 #include "drope/model/transformer.h"
 #include "drope/train/data.h"
@@ -109,6 +110,8 @@ class Trainer {
   torch::Tensor loss_of(const torch::Tensor& batch, const torch::Tensor& mask);
   void log(const StepResult& r);
   double validate();
+  // eval.*: the long-context probes of the model now, logged at the current step.
+  void probe_long_context();
   void checkpoint();
   bool stop_requested();
   void finish();
@@ -142,6 +145,7 @@ class Trainer {
   int64_t n_params_ = 0;
   int64_t bad_steps_ = 0;  // non-finite steps in a row
   RunMetrics metrics_;     // log.jsonl, TensorBoard, the console's step lines and progress
+  std::unique_ptr<eval::LengthProbe> probe_;  // eval.lengths / eval.niah_lengths (null: none)
 };
 
 // Makes SIGTERM/SIGINT ask the loop to finish the current step, save and exit: blocks them in the calling
