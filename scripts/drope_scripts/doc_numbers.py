@@ -164,8 +164,9 @@ def prose_summary(link: str) -> str:
             f"paper reports parity). NoPE trained from scratch is about as far behind RoPE ("
             + ", ".join(f"{v['mean']:+.0f} % at {b:,}" for b, v in sorted(nope.items())) +
             "); against DroPE, read at Pocock's level for looks at 3, 4 and 5 seeds "
-            f"({ps.LOOK_ALPHA:.4f} a look): {nope_read}. Dropping the QK-norm: {noqk_read}. At this 1M-parameter "
-            f"scale that points at the cost of attention without positions, not settled ({link}; {dirty}).")
+            f"({ps.LOOK_ALPHA:.4f} a look): {nope_read}. Dropping the QK-norm: {noqk_read}. The sweep cannot say why: "
+            "it never varied the model's size, and its budgets are 0.9 to 6.8 epochs over a 957K-token corpus, so "
+            f"budget and repetition move together; the width study below tests both ({link}; {dirty}).")
 
 
 def prose_results() -> str:
