@@ -39,7 +39,7 @@ struct TrainLoopConfig {
   int64_t max_bad_steps = 5;     // abort after this many non-finite (skipped) steps in a row
   bool chunked_loss = true;      // LM head + cross-entropy in row chunks (ops::linear_cross_entropy), no full logits
   bool fused_loss = true;        // each chunk's loss and logit gradient in one fused operation (ops/loss.h)
-  bool cuda_graphs = false;      // reserved: capture the step in a CUDA graph (refused: CPU, and not implemented)
+  bool cuda_graphs = false;      // capture forward + backward in a CUDA graph (CUDA, one rank; docs/gpu.md)
   ShardMode shard = ShardMode::kNone;  // none | optimizer | grads | params (ZeRO-1/2/3 over the data-parallel ranks)
   int64_t activation_checkpointing = 0;  // 0 none, 1 full (every block), K every K-th block recomputed in backward
   bool tensorboard = false;      // rank 0 also writes the log lines' scalars to a TensorBoard events file in out_dir
