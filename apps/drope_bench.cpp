@@ -3,7 +3,8 @@
 // `drope-bench layers`: the fused RMSNorm / rotary / SwiGLU kernels and the stacked q/k/v GEMM against the
 // same math in separate ATen ops (what an eager PyTorch model runs). `drope-bench step-parts`: the fused LM-head
 // loss and the fused AdamW update against their separate-ops paths. `drope-bench generate`: KV-cache generation
-// throughput. The benchmarks run in the library (bench/runners.h); their flags live in apps/bench/.
+// throughput. `drope-bench peak`: the machine's GEMM roof per dtype, for MFU. The benchmarks run in the library
+// (bench/runners.h); their flags live in apps/bench/.
 #include <CLI/CLI.hpp>
 
 #include "bench/commands.h"
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   drope::benchcli::add_generate_command(cli, rc);
   drope::benchcli::add_layers_command(cli, rc);
   drope::benchcli::add_step_parts_command(cli, rc);
+  drope::benchcli::add_peak_command(cli, rc);
   drope::app::add_log_flags(cli, "drope-bench", stderr);  // stdout carries the tables and JSON
   drope::app::check_numeric_flags(cli);
   CLI11_PARSE(cli, argc, argv);

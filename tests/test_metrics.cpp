@@ -110,3 +110,56 @@ TEST(RunMetrics, ResumeCutsTheLogAfterTheCheckpointAndOtherRanksWriteNothing) {
   other.line({{"step", 7}});
   EXPECT_EQ(log_lines(dir).size(), 3u);
 }
+
+TEST(GemmRoof, MfuDividesByTheRoofOfTheTrainingDtype) {
+  GemmRoof roof;
+  roof.cpu = "Test CPU";
+  roof.levels = "drope kernels avx512, ATen AVX512";
+  roof.threads = 2;
+  roof.gflops = {{"float32", 250}, {"bfloat16", 1000}};
+  const auto peak = [&](double override_tflops, const std::string& dtype, int threads = 2,
+                        const std::string& levels = "drope kernels avx512, ATen AVX512") {
+    return mfu_peak_tflops(override_tflops, dtype, roof, "Test CPU", levels, threads);
+  };
+  EXPECT_DOUBLE_EQ(peak(0, "float32"), 0.25);
+  EXPECT_DOUBLE_EQ(peak(0, "bfloat16"), 1.0);
+  EXPECT_DOUBLE_EQ(peak(3.5, "bfloat16"), 3.5);  // train.peak_tflops overrides
+  EXPECT_DOUBLE_EQ(peak(0, "bfloat16", 1), 0.0);  // measured at another thread count: no MFU
+  EXPECT_DOUBLE_EQ(peak(0, "float32", 2, "drope kernels avx2 (native avx512), ATen AVX2"), 0.0);  // other ISA caps
+  EXPECT_DOUBLE_EQ(mfu_peak_tflops(0, "float32", std::nullopt, "Test CPU", roof.levels, 2), 0.0);
+  EXPECT_DOUBLE_EQ(mfu_peak_tflops(0, "float32", roof, "Other CPU", roof.levels, 2), 0.0);
+  // The same tokens/s against each dtype's roof: bf16's MFU is float32's over the roofs' ratio.
+  const double fpt = 3e8, tps = 800;
+  EXPECT_DOUBLE_EQ(RunMetrics::mfu(fpt, tps, peak(0, "float32")), 3e8 * 800 / 250e9);
+  EXPECT_DOUBLE_EQ(RunMetrics::mfu(fpt, tps, peak(0, "bfloat16")), 3e8 * 800 / 1000e9);
+  std::string why;
+  mfu_peak_tflops(0, "bfloat16", roof, "Test CPU", roof.levels, 2, &why);
+  EXPECT_NE(why.find("bfloat16 GEMM roof, 1000 GFLOP/s"), std::string::npos) << why;
+}
+
+TEST(GemmRoof, FileRoundTripAndRefusal) {
+  const auto dir = fs::path(DROPE_TEST_TMP) / "gemm-roof";
+  fs::remove_all(dir);
+  GemmRoof roof;
+  roof.cpu = "Test CPU";
+  roof.levels = "drope kernels avx512, ATen AVX512";
+  roof.threads = 2;
+  roof.gflops = {{"float32", 250.5}, {"bfloat16", 1001}};
+  const auto path = (dir / "sub" / "peak.json").string();
+  EXPECT_FALSE(read_roof(path).has_value());
+  write_roof(path, roof);
+  const auto back = read_roof(path);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->cpu, roof.cpu);
+  EXPECT_EQ(back->levels, roof.levels);
+  EXPECT_EQ(back->threads, 2);
+  EXPECT_DOUBLE_EQ(back->gflops.at("float32"), 250.5);
+  EXPECT_DOUBLE_EQ(back->gflops.at("bfloat16"), 1001);
+  write_file_atomic(path, "{\"cpu\": 1}");
+  try {
+    read_roof(path);
+    FAIL() << "a malformed roof file was read";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("not a GEMM roof file"), std::string::npos) << e.what();
+  }
+}

@@ -11,5 +11,6 @@ void add_attention_command(CLI::App& cli, int& rc);  // attention: fused attenti
 void add_generate_command(CLI::App& cli, int& rc);   // generate: KV-cache generation throughput
 void add_layers_command(CLI::App& cli, int& rc);     // layers: fused RMSNorm / rotary / SwiGLU, stacked GEMMs
 void add_step_parts_command(CLI::App& cli, int& rc); // step-parts: the fused loss and fused AdamW, on and off
+void add_peak_command(CLI::App& cli, int& rc);       // peak: the GEMM roof per dtype, for MFU
 
 }  // namespace drope::benchcli

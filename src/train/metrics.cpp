@@ -3,10 +3,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include "drope/core/duration.h"
@@ -14,6 +17,7 @@
 #include "drope/core/files.h"
 #include "drope/core/json.h"
 #include "drope/core/log.h"
+#include "drope/kernels/cpu_isa.h"
 
 namespace fs = std::filesystem;
 
@@ -132,6 +136,90 @@ std::string RunMetrics::step_line(int64_t step, int64_t steps, const StepNumbers
 std::string RunMetrics::progress_bar(int64_t step, int64_t steps) {
   const int width = 30, done = int(width * step / steps);
   return fmt::format("[{}{}] step {}/{}", std::string(done, '#'), std::string(width - done, '.'), step, steps);
+}
+
+std::string roof_file_path() {
+  if (const char* p = std::getenv("DROPE_PEAK_FILE"); p && *p) return p;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return (fs::path(x) / "drope" / "peak.json").string();
+  const char* home = std::getenv("HOME");
+  return (fs::path(home && *home ? home : ".") / ".cache" / "drope" / "peak.json").string();
+}
+
+nlohmann::json roof_json(const GemmRoof& roof) {
+  return {{"cpu", roof.cpu}, {"levels", roof.levels}, {"threads", roof.threads}, {"roof_gflops", roof.gflops}};
+}
+
+void write_roof(const std::string& path, const GemmRoof& roof) {
+  if (const auto dir = fs::path(path).parent_path(); !dir.empty()) fs::create_directories(dir);
+  write_file_atomic(path, roof_json(roof).dump(2) + "\n");
+}
+
+std::optional<GemmRoof> read_roof(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  const auto j = read_json_file(path, 1 << 20);
+  GemmRoof r;
+  try {
+    r.cpu = j.at("cpu").get<std::string>();
+    r.levels = j.at("levels").get<std::string>();
+    r.threads = j.at("threads").get<int>();
+    for (const auto& [k, v] : j.at("roof_gflops").items()) r.gflops[k] = v.get<double>();
+  } catch (const nlohmann::json::exception&) {
+    fail("{}: not a GEMM roof file (expected cpu, levels, threads and roof_gflops, as drope-bench peak --save "
+         "writes them)",
+         path);
+  }
+  return r;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0)
+      if (const auto pos = line.find(':'); pos != std::string::npos && pos + 2 <= line.size())
+        return line.substr(pos + 2);
+  return "unknown CPU";
+}
+
+double mfu_peak_tflops(double peak_override, const std::string& dtype, const std::optional<GemmRoof>& roof,
+                       const std::string& cpu, const std::string& levels, int threads, std::string* why) {
+  const auto say = [&](std::string s) {
+    if (why) *why = std::move(s);
+  };
+  if (peak_override > 0) {
+    say(fmt::format("MFU against train.peak_tflops = {}", peak_override));
+    return peak_override;
+  }
+  if (!roof) {
+    say("no MFU: no measured GEMM roof (drope-bench peak --save) and no train.peak_tflops");
+    return 0;
+  }
+  if (roof->cpu != cpu || roof->levels != levels || roof->threads != threads) {
+    say(fmt::format("no MFU: the saved GEMM roof is of another setting ({}, {}, {} threads; this run: {}, {}, {} "
+                    "threads)",
+                    roof->cpu, roof->levels, roof->threads, cpu, levels, threads));
+    return 0;
+  }
+  const auto it = roof->gflops.find(dtype);
+  if (it == roof->gflops.end() || !(it->second > 0)) {
+    say(fmt::format("no MFU: the saved GEMM roof has no {} entry", dtype));
+    return 0;
+  }
+  say(fmt::format("MFU against the measured {} GEMM roof, {:.0f} GFLOP/s ({} threads)", dtype, it->second, threads));
+  return it->second / 1e3;
+}
+
+double training_peak_tflops(double peak_override, const std::string& dtype, bool cpu, bool say) {
+  std::string why;
+  if (peak_override > 0 || !cpu) return mfu_peak_tflops(peak_override, dtype, std::nullopt, "", "", 0, &why);
+  // Said only when a roof file exists: runs on a machine nobody measured print no extra line.
+  const auto path = roof_file_path();
+  const auto roof = read_roof(path);
+  const double peak =
+      mfu_peak_tflops(0, dtype, roof, cpu_model_name(), kernels::describe_cpu_levels(), at::get_num_threads(), &why);
+  if (say && roof) logging::info("{} ({})", why, path);
+  return peak;
 }
 
 }  // namespace drope::train

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "drope/bench/attention_bench.h"
 
@@ -57,5 +58,17 @@ struct GenerateRun {
   std::string json;                  // also write the numbers as JSON here
 };
 void run_generate(const GenerateRun& r);
+
+// peak: the machine's GEMM roof per dtype, LibTorch's mm on square and training-shaped products at the training's
+// thread count, every (dtype, shape) once per round, medians over rounds; the roof of a dtype is its fastest
+// shape's median. A Markdown table; with save, the roof file drope-train's MFU reads (train/metrics.h).
+struct PeakRun {
+  int threads = 0;                   // intra-op threads; 0 = LibTorch's default (what drope-train uses)
+  int rounds = 7;                    // interleaved rounds (median reported)
+  std::vector<std::string> dtypes{"float32", "bfloat16"};
+  std::string json;                  // also write the numbers as JSON here ("-": one line on stdout)
+  bool save = false;                 // write the roof to train::roof_file_path()
+};
+void run_peak(const PeakRun& r);
 
 }  // namespace drope::bench

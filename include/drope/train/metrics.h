@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -74,5 +76,31 @@ class RunMetrics {
   std::chrono::steady_clock::time_point t_start_, t_last_;
   int64_t tokens_since_ = 0, first_step_ = 0;
 };
+
+// The machine's GEMM roof as `drope-bench peak --save` measured it: GFLOP/s per dtype ("float32", "bfloat16") of
+// LibTorch's mm at a thread count, on one CPU model at one instruction-set setting. MFU divides by the roof of the
+// dtype a run trains in.
+struct GemmRoof {
+  std::string cpu;                        // CPU model name (/proc/cpuinfo)
+  std::string levels;                     // kernels::describe_cpu_levels() then (the ISA caps in force)
+  int threads = 0;                        // intra-op threads
+  std::map<std::string, double> gflops;   // per dtype
+};
+// $DROPE_PEAK_FILE, else $XDG_CACHE_HOME/drope/peak.json, else ~/.cache/drope/peak.json.
+std::string roof_file_path();
+nlohmann::json roof_json(const GemmRoof& roof);
+void write_roof(const std::string& path, const GemmRoof& roof);
+// The roof saved at `path`; nullopt when there is none. A malformed file fails naming it.
+std::optional<GemmRoof> read_roof(const std::string& path);
+// This CPU's model name, "unknown CPU" when /proc/cpuinfo has none.
+std::string cpu_model_name();
+// The peak MFU divides by, in TFLOP/s: `peak_override` (train.peak_tflops) when > 0; else the roof of `dtype` when
+// `roof` was measured on this CPU model (`cpu`), at these levels and this thread count; else 0 (no MFU). `why`, if
+// given, gets a line saying which.
+double mfu_peak_tflops(double peak_override, const std::string& dtype, const std::optional<GemmRoof>& roof,
+                       const std::string& cpu, const std::string& levels, int threads, std::string* why = nullptr);
+// The peak a training run divides by: train.peak_tflops when > 0, else (on the CPU) the saved roof of the dtype
+// it trains in (read_roof(roof_file_path()), matched to this CPU, levels and intra-op threads); logs which.
+double training_peak_tflops(double peak_override, const std::string& dtype, bool cpu, bool say);
 
 }  // namespace drope::train
