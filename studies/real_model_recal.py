@@ -18,18 +18,15 @@ the same runs (drope-train --resume) instead of starting again.
 
 Resumable: every result is one row of docs/results/real-model-recal.csv (--csv); rows already there are not
 computed again, so a fresh clone only trains what a missing row needs. Each row rewrites the results section of
-docs/real-model.md (--doc) and the curve beside the CSV (real-model-recal.png: perplexity against tokens);
---commit commits the CSV, the page and the curve at most every 20 minutes and at the end.
+docs/real-model.md (--doc) and the curve beside the CSV (real-model-recal.png: perplexity against tokens); the
+study commits nothing: commit the CSV, the page and the curve yourself.
 
-  OMP_NUM_THREADS=1 nohup nice -n 19 bash scripts/real_model.sh --recalibrate --commit \
-      > runs/real_model_recal.log 2>&1 &
+  OMP_NUM_THREADS=1 nohup nice -n 19 bash scripts/real_model.sh --recalibrate > runs/real_model_recal.log 2>&1 &
   bash scripts/real_model.sh --recalibrate --plan      # what is left and an estimated time
   bash scripts/real_model.sh --recalibrate --dry-run   # 2 steps at tiny lengths (a smoke run; results in --out)
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import os
@@ -48,10 +45,13 @@ from drope_scripts.driver import NONE, ROOT, Driver, Method, checkpoint, run_pip
 
 TOOLS = ("drope-train", "drope-eval", "drope-model", "drope-data")
 
-FIELDS = ("model", "step", "tokens", "metric", "length", "value", "detail", "commit", "cpu")
+COLUMNS = {"model": str, "step": int, "tokens": int, "metric": str, "length": int, "value": float, "detail": str,
+           "commit": str, "cpu": str}
+FIELDS = tuple(COLUMNS)
 CSV_PATH = ROOT / "docs" / "results" / "real-model-recal.csv"
 DOC_PATH = ROOT / "docs" / "real-model.md"
-BEGIN, END = "<!-- real-model-recal:begin -->", "<!-- real-model-recal:end -->"
+SECTION = "real-model-recal"  # the page's generated section: between <!-- real-model-recal:begin --> and its end
+BEGIN, END = f"<!-- {SECTION}:begin -->", f"<!-- {SECTION}:end -->"
 MODELS = ("DroPE", "RoPE")  # the two training runs; "RoPE+YaRN" is the RoPE run with eval-time YaRN
 # One training step of 2,048 tokens with one thread, and a perplexity / fit / NIAH call, in seconds on a 2-core CPU
 # beside a second one-thread job (a 3-step measurement: about 15 s of CPU a step, 20 s of wall time): --plan only.
@@ -116,17 +116,8 @@ def parse_lengths(text: str, name: str) -> tuple[int, ...]:
 
 
 def read_rows(path: pathlib.Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    with path.open(newline="", encoding="utf-8") as f:
-        r = csv.DictReader(f)
-        if tuple(r.fieldnames or ()) != FIELDS:
-            raise ValueError(f"{path}: header {r.fieldnames} is not {list(FIELDS)}")
-        rows = list(r)
-    for row in rows:
-        row["step"], row["tokens"], row["length"] = int(row["step"]), int(row["tokens"]), int(row["length"])
-        row["value"] = float(row["value"])
-    return rows
+    """The rows of the study's CSV (none when it does not exist), numbers parsed."""
+    return common.Table(path, COLUMNS).read()
 
 
 def key(model: str, step: int, metric: str, length: int) -> tuple:
@@ -138,10 +129,7 @@ def have(rows: Sequence[dict]) -> set[tuple]:
 
 
 def append_row(path: pathlib.Path, row: dict) -> None:
-    old = path.read_text(encoding="utf-8") if path.is_file() else ",".join(FIELDS) + "\n"
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow([row[k] for k in FIELDS])
-    write_atomic(path, (old if old.endswith("\n") else old + "\n") + buf.getvalue())
+    common.Table(path, COLUMNS).append(row)
 
 
 # --- the plan: which rows are missing, which runs they need ------------------------------------------------------
@@ -334,12 +322,8 @@ def context_use(s: Scale, val: dict) -> list[str]:
 
 
 def update_doc(doc: pathlib.Path, section: str) -> None:
-    text = doc.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{doc}: the markers {BEGIN} / {END} are missing")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    write_atomic(doc, f"{head}{BEGIN}\n{section}\n{END}{tail}")
+    """Replaces the text between the page's markers with `section`."""
+    common.update_section(doc, SECTION, section)
 
 
 # --- running ------------------------------------------------------------------------------------------------------
@@ -491,8 +475,6 @@ class Study:
 
 
 def study(argv: list[str]) -> int:
-    from studies import prose_sweep, real_model
-
     ap = cli.Parser("real_model --recalibrate", prog="real_model.sh --recalibrate",
                     description=__doc__.split("\n\n")[0])
     ap.add_argument("--plan", action="store_true", help="print the rows still missing and an estimated time, then stop")
@@ -512,9 +494,6 @@ def study(argv: list[str]) -> int:
     ap.add_argument("--csv", help="the rows (default docs/results/real-model-recal.csv)")
     ap.add_argument("--doc", help="the page whose results section is rewritten (default docs/real-model.md)")
     cli.add_build_option(ap, "DROPE_BUILD_DIR")
-    ap.add_argument("--commit", action="store_true", help="git-commit the CSV and the page as rows land")
-    ap.add_argument("--commit-every", type=cli.float_type(0), default=20.0,
-                    help="minutes between commits (default 20)")
     a = ap.parse_args(argv)
     cwd = cli.caller_cwd()
     s = DRY if a.dry_run else FULL
@@ -533,10 +512,6 @@ def study(argv: list[str]) -> int:
         if not 1 <= a.niah_trials <= 1000:
             ap.error(f"--niah-trials must be in 1..1000, got {a.niah_trials}")
         s = replace(s, niah_trials=a.niah_trials)
-    if a.commit_every < 0:
-        ap.error("--commit-every must be >= 0")
-    if a.dry_run and a.commit:
-        ap.error("--dry-run writes no committed results: drop --commit")
     dry_default = cwd / "runs" / "real-smollm2-recal-dry"
     out = cwd / a.out if a.out else (dry_default if a.dry_run else ROOT / "runs" / "real-smollm2-recal")
     csv_path = cwd / a.csv if a.csv else (out / "rows.csv" if a.dry_run else CSV_PATH)
@@ -566,8 +541,8 @@ def study(argv: list[str]) -> int:
         print(plan_text(s, rows))
         return 0
     bin_dir = cli.checked_build(ap, a, "DROPE_BUILD_DIR", TOOLS)
-    gguf = pathlib.Path(cwd / a.gguf if a.gguf else real_model.fetch_gguf()).resolve()
-    heldout = pathlib.Path(cwd / a.heldout if a.heldout else real_model.heldout_prose()).resolve()
+    gguf = pathlib.Path(cwd / a.gguf if a.gguf else common.fetch_gguf()).resolve()
+    heldout = pathlib.Path(cwd / a.heldout if a.heldout else common.heldout_prose()).resolve()
     train_text = (cwd / a.train_text if a.train_text else heldout.parent.parent / "docs.jsonl").resolve()
     if not train_text.exists():
         ap.error(f"{train_text}: no training text")
@@ -575,20 +550,8 @@ def study(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     d = Driver("real-model-recal", bin_dir, width=5)
     print(plan_text(s, rows))
-    committer = None
-    if a.commit:
-        def message() -> str:
-            n = len(read_rows(csv_path))
-            return f"docs: real-model recalibration at {n} result rows"
-        committer = prose_sweep.Committer([csv_path, *([doc, plot_path(csv_path)] if doc else [])],
-                                          a.commit_every * 60, message)
-    st = Study(d, s, gguf, train_text, heldout, out, csv_path, doc, prose_sweep.commit_stamp(),
-               prose_sweep.cpu_name(), committer.row if committer else None)
-    try:
-        prose_sweep.retrying(st.run, d.say)  # (a tool that could not start while build/ was rebuilt: again)
-    finally:
-        if committer:
-            committer.flush()
+    st = Study(d, s, gguf, train_text, heldout, out, csv_path, doc, common.commit_stamp(), common.cpu_name())
+    common.retrying(st.run, d.say)  # (a tool that could not start while build/ was rebuilt: again)
     md = results_md(s, read_rows(csv_path))
     write_atomic(out / "summary.md", md + "\n")
     d.stage(f"done in {d.elapsed()} s: {csv_path}")

@@ -26,7 +26,6 @@ import functools
 import os
 import pathlib
 import re
-import shutil
 import sys
 from dataclasses import dataclass
 
@@ -38,10 +37,10 @@ from drope_scripts.driver import (
     Method,
     checkpoint,
     concat_tables,
-    has_checkpoint,
     jobs_knob,
     remove_outputs,
     run_pipeline,
+    seed_from_checkpoint,
     train_state,
 )
 
@@ -110,22 +109,6 @@ class StageTimes:
         if self.work or not f.is_file():
             f.write_text(f"{self.d.elapsed() - self.start}\n")
         self.start, self.work = self.d.elapsed(), False
-
-
-def seed_from_checkpoint(src: pathlib.Path, run_dir: pathlib.Path) -> bool:
-    """Copies the checkpoint directory `src` into the fresh run `run_dir` (checkpoints/<src's name>, renamed into
-    place whole, so a killed copy leaves nothing drope-train would read), for drope-train --resume to continue
-    from it. Nothing happens when run_dir already holds a checkpoint or `src` is not a finished checkpoint."""
-    ckpts = run_dir / "checkpoints"
-    tmp = ckpts / f".seed-{src.name}.partial"
-    if tmp.exists():  # a copy we started and did not finish
-        shutil.rmtree(tmp)
-    if has_checkpoint(run_dir) or not (src / "model.safetensors").is_file():
-        return False
-    ckpts.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(src, tmp)
-    os.rename(tmp, ckpts / src.name)
-    return True
 
 
 TOOLS = ("drope-train", "drope-eval", "drope-analyze", "drope-data")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs one study: bash studies/run.sh NAME [ARGS...]   (NAME: a module studies/NAME.py with a main(); --help after
 # NAME lists its options). The study runs with the project venv's python from the repository root (scripts/run_python.sh).
-# quickstart, quickstart_isa, reproduce and real_model run scripts/setup.sh (idempotent; DROPE_SKIP_SETUP=1
-# skips it); the others need a build already. Once the venv is set up (its requirements stamp is current), the
+# quickstart, quickstart_isa, reproduce, real_model and real_model_recal run scripts/setup.sh (idempotent;
+# DROPE_SKIP_SETUP=1 skips it); the others need a build already. Once the venv is set up (its requirements stamp is current), the
 # study checks its arguments before the set-up (DROPE_SETUP_PENDING=1: drope_scripts.cli.run_pending_setup), so a
 # bad argument is refused at once; before that the set-up runs first. scripts/README.md lists the studies.
 set -euo pipefail
@@ -28,7 +28,7 @@ case "${DROPE_SKIP_SETUP:-0}" in
 esac
 unset DROPE_SETUP_PENDING
 case "$NAME" in
-  quickstart | quickstart_isa | reproduce | real_model)
+  quickstart | quickstart_isa | reproduce | real_model | real_model_recal)
     if [ "${DROPE_SKIP_SETUP:-0}" != 1 ]; then
       if [ -x "$ROOT/.venv/bin/python" ] && cmp -s "$ROOT/requirements.txt" "$ROOT/.venv/.drope-requirements"; then
         export DROPE_SETUP_PENDING=1  # the study runs scripts/setup.sh once its arguments are checked

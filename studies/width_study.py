@@ -171,7 +171,7 @@ def secondary(rows: Sequence[dict]) -> list[dict]:
         out.append({"test": f"width slope of {arm}'s gap at {b} steps", "n": fit["n"] if fit else 0,
                     "estimate": fit["slope"] if fit else math.nan, "p": fit["p_two"] if fit else math.nan,
                     "ci95": fit["ci95"] if fit else (math.nan, math.nan), "kind": "slope"})
-    for o, p in zip(out, common.holm([o["p"] for o in out])):
+    for o, p in zip(out, stats.holm([o["p"] for o in out])):
         o["p_holm"] = p
         if math.isnan(p) or p >= ALPHA:
             o["reading"] = "inconclusive"

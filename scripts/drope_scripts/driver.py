@@ -81,6 +81,22 @@ def has_checkpoint(run_dir: pathlib.Path) -> bool:
     return any((run_dir / "checkpoints").glob("step-*"))
 
 
+def seed_from_checkpoint(src: pathlib.Path, run_dir: pathlib.Path) -> bool:
+    """Copies the checkpoint directory `src` into the fresh run `run_dir` (checkpoints/<src's name>, renamed into
+    place whole, so a killed copy leaves nothing drope-train would read), for drope-train --resume to continue
+    from it. Nothing happens when run_dir already holds a checkpoint or `src` is not a finished checkpoint."""
+    ckpts = run_dir / "checkpoints"
+    tmp = ckpts / f".seed-{src.name}.partial"
+    if tmp.exists():  # a copy we started and did not finish
+        shutil.rmtree(tmp)
+    if has_checkpoint(run_dir) or not (src / "model.safetensors").is_file():
+        return False
+    ckpts.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src, tmp)
+    os.rename(tmp, ckpts / src.name)
+    return True
+
+
 def train_state(run_dir: pathlib.Path, steps: int) -> str:
     """'finished' (the final checkpoint exists), 'killed' (some checkpoint exists: resume) or 'fresh'."""
     if (checkpoint(run_dir, steps) / "model.safetensors").is_file():

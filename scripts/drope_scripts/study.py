@@ -1,14 +1,19 @@
 """What the studies share: the provenance of a row (the commit of a clean tree, the CPU), retries around tools that
-are being rebuilt, typed CSV tables of rows, a page's generated section, and the statistics helpers a study's
-protocol names (Holm, least-squares slopes with their intervals). No study imports another; each imports this."""
+are being rebuilt, typed CSV tables of rows, a page's generated section, the inputs of the real-model studies, and
+the slope statistics a study's protocol names (Holm is stats.holm). No study imports another; each imports this.
+
+A study writes its rows and its page's section and never commits them: the person who ran it reviews and commits
+the CSV and the page (git add / git commit of those paths)."""
 from __future__ import annotations
 
 import csv
 import io
 import math
+import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -18,6 +23,8 @@ from .atomic import write_atomic
 from .driver import ROOT, ToolError, cpu_count
 
 T = TypeVar("T")
+# The tools of a study that prepares data, trains and scores (the quickstart and the studies built on it).
+TRAINING_TOOLS = ("drope-train", "drope-eval", "drope-data")
 # The paths whose state decides what the binaries are: a row measured with binaries built from a tree that differs
 # from HEAD in these cannot be reproduced from any commit.
 SOURCE_PATHS = ("src", "include", "apps", "CMakeLists.txt", "cmake")
@@ -197,12 +204,30 @@ def section_of(doc: pathlib.Path, name: str) -> str:
     return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
 
 
+# --- the real-model studies' inputs ------------------------------------------------------------------------------
+
+
+def fetch_gguf() -> str:
+    """The path of SmolLM2-135M-Instruct's GGUF file, fetched once into .cache/models/."""
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "fetch_smollm2.sh")], stdout=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        raise SystemExit("real_model: scripts/fetch_smollm2.sh failed")
+    return r.stdout.strip()
+
+
+def heldout_prose() -> str:
+    """Austen's Persuasion from the small corpus (built by scripts/make_corpus.sh --small when missing)."""
+    corpus = pathlib.Path(os.environ.get("DROPE_CORPUS_DIR", ROOT / "runs" / "corpus"))
+    found = sorted(corpus.glob("*/heldout/persuasion.txt"))
+    if not found:
+        r = subprocess.run(["bash", str(ROOT / "scripts" / "make_corpus.sh"), "--small"], stdout=sys.stderr)
+        found = sorted(corpus.glob("*/heldout/persuasion.txt"))
+        if r.returncode != 0 or not found:
+            raise SystemExit("real_model: scripts/make_corpus.sh --small did not write heldout/persuasion.txt")
+    return str(found[0])
+
+
 # --- statistics --------------------------------------------------------------------------------------------------
-
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm-adjusted p-values (nan stays nan and does not count): stats.holm."""
-    return stats.holm(pvalues)
 
 
 def slope(xs: Sequence[float], ys: Sequence[float]) -> dict | None:

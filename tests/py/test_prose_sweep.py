@@ -7,7 +7,7 @@ import pathlib
 import pytest
 from scipy import stats as sps
 
-from drope_scripts import stats
+from drope_scripts import stats, study
 from drope_scripts.driver import Driver
 from studies import prose_sweep as ps
 
@@ -84,7 +84,7 @@ def test_verdicts_follow_the_protocol():
 
 
 def test_holm():
-    assert ps.holm([0.01, 0.04, 0.03, math.nan]) == pytest.approx([0.03, 0.06, 0.06, math.nan], nan_ok=True)
+    assert stats.holm([0.01, 0.04, 0.03, math.nan]) == pytest.approx([0.03, 0.06, 0.06, math.nan], nan_ok=True)
 
 
 def test_plan_of_a_fresh_sweep():
@@ -172,29 +172,11 @@ def test_plot(tmp):
     assert ps.plot(cs, ps.read_rows(tmp / "rows.csv"), tmp / "p.png") and (tmp / "p.png").stat().st_size > 1000
 
 
-def test_the_committer_commits_only_its_paths(tmp):
-    import subprocess
-
-    def git(*args):
-        return subprocess.run(["git", "-C", str(tmp), *args], capture_output=True, text=True, check=True).stdout
-
-    git("init", "-q")
-    git("config", "user.email", "t@example.com")
-    git("config", "user.name", "t")
-    (tmp / "other.txt").write_text("x\n")
-    git("add", "other.txt")  # someone else's staged work
-    git("commit", "-q", "-m", "init")
-    (tmp / "other.txt").write_text("y\n")
-    git("add", "other.txt")
-    rows = tmp / "rows.csv"
-    c = ps.Committer([rows, tmp / "missing.png"], 3600, ps.sweep_message(rows), repo=tmp)
-    ps.append_row(rows, ps.make_row(cells([8, 16])[0], 0, 70.0, 77.0, "abc", "cpu"))
-    c.row()  # inside the interval: nothing yet
-    assert "rows" not in git("log", "--format=%s")
-    c.flush()
-    assert git("log", "-1", "--format=%s").strip() == "docs: prose sweep at 1 rows, last b8-quickstart seed 0"
-    assert git("show", "--name-only", "--format=", "HEAD").split() == ["rows.csv"]
-    assert git("diff", "--cached", "--name-only").split() == ["other.txt"]  # still staged, not committed
+def test_the_sweep_has_no_commit_option(tmp, capsys):
+    """Rows and the page are the user's to commit: the sweep has no --commit and runs no git."""
+    with pytest.raises(SystemExit) as e:
+        ps.study(["--plan", "--csv", str(tmp / "rows.csv"), "--commit"])
+    assert e.value.code == 2 and "--commit" in capsys.readouterr().err
 
 
 def test_a_tool_that_cannot_start_is_tried_again(tmp):
@@ -216,7 +198,7 @@ def test_a_tool_that_cannot_start_is_tried_again(tmp):
     assert runs.calls.count(("b16-quickstart", 1)) == 1  # its row had landed: not run again after the failure
     said = []
     with pytest.raises(PermissionError):
-        ps.retrying(lambda: (_ for _ in ()).throw(PermissionError("x")), said.append, tries=2, wait=0)
+        study.retrying(lambda: (_ for _ in ()).throw(PermissionError("x")), said.append, tries=2, wait=0)
     assert len(said) == 1
 
 

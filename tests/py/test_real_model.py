@@ -1,5 +1,7 @@
 """scripts/real_model.sh's table from its step results (the steps themselves: tests/py/test_gguf.py), and
 --recalibrate (studies/real_model_recal.py): its plan, argument errors and a 2-step dry path on a tiny GGUF."""
+import csv
+
 import pytest
 
 from conftest import BIN
@@ -70,11 +72,11 @@ def test_recalibrate_page_lists_niah_of_every_step_with_wilson_intervals(tmp):
     assert "| RoPE+YaRN | 128 | 100 [51, 100] (4 trials, YaRN x2) |" in md
     csv_path, doc = tmp / "rows.csv", tmp / "page.md"
     with open(csv_path, "w", newline="") as f:
-        w = rr.csv.DictWriter(f, fieldnames=rr.FIELDS)
+        w = csv.DictWriter(f, fieldnames=rr.FIELDS)
         w.writeheader()
         w.writerows(rows)
     doc.write_text(f"before\n{rr.BEGIN}\nold\n{rr.END}\nafter\n")
-    assert real_model.main(["--recalibrate", "--report", "--csv", str(csv_path), "--doc", str(doc)]) == 0
+    assert rr.main(["--report", "--csv", str(csv_path), "--doc", str(doc)]) == 0
     text = doc.read_text()
     assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
     assert "| DroPE | 64 | 0 [0, 49] (4 trials) |" in text
@@ -89,13 +91,20 @@ def test_recalibrate_page_lists_niah_of_every_step_with_wilson_intervals(tmp):
     (["--lr", "2"], "--lr must be in (0, 1)"),
     (["--niah-trials", "0"], "--niah-trials must be in 1..1000"),
     (["--niah-lengths", "4"], "--niah-lengths must hold lengths"),
-    (["--dry-run", "--commit"], "drop --commit"),
+    (["--commit"], "unrecognized arguments: --commit"),
     (["--gguf", "/no/such/model.gguf"], "no such file"),
 ])
 def test_recalibrate_argument_errors(args, needle, capsys):
     with pytest.raises(SystemExit) as e:
-        real_model.main(["--recalibrate", "--plan", *args])
+        rr.main(["--plan", *args])
     assert e.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_the_recalibration_is_its_own_study(capsys):
+    """scripts/real_model.sh --recalibrate runs studies/real_model_recal.py; real_model itself names it."""
+    with pytest.raises(SystemExit) as e:
+        real_model.main(["--recalibrate", "--plan"])
+    assert e.value.code == 2 and "bash studies/run.sh real_model_recal" in capsys.readouterr().err
 
 
 def test_recalibrate_dry_path_on_a_tiny_gguf(tmp):

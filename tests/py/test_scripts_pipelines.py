@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from drope_scripts import corpus
+from drope_scripts import corpus, driver
 from studies import offset_key_claims, prose_drop_study, quickstart, reproduce
 
 FAKE_TOOL = r'''#!{python}
@@ -291,14 +291,14 @@ def test_drope_seeded_from_the_rope_checkpoint(tmp_path):
     (src / "state.json").write_text("{}")
     run = tmp_path / "drope"
     (run / "checkpoints" / ".seed-step-00000105.partial").mkdir(parents=True)  # a copy a kill interrupted
-    assert reproduce.seed_from_checkpoint(src, run)
+    assert driver.seed_from_checkpoint(src, run)
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-00000105"]
     assert (run / "checkpoints" / "step-00000105" / "model.safetensors").read_text() == "weights"
     (src / "model.safetensors").write_text("changed")
-    assert not reproduce.seed_from_checkpoint(src, run)  # a run with a checkpoint is never touched
+    assert not driver.seed_from_checkpoint(src, run)  # a run with a checkpoint is never touched
     assert (run / "checkpoints" / "step-00000105" / "model.safetensors").read_text() == "weights"
     (tmp_path / "x" / "checkpoints" / ".seed-step-00000090.partial").mkdir(parents=True)
-    assert not reproduce.seed_from_checkpoint(tmp_path / "rope" / "checkpoints" / "step-00000090", tmp_path / "x")
+    assert not driver.seed_from_checkpoint(tmp_path / "rope" / "checkpoints" / "step-00000090", tmp_path / "x")
     assert not (tmp_path / "x" / "checkpoints").exists() or not any((tmp_path / "x" / "checkpoints").iterdir())
 
 

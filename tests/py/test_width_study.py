@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from drope_scripts import study
+from drope_scripts import stats, study
 from studies import width_study as ws
 
 
@@ -77,7 +77,7 @@ def test_verdict_rule_error_rates():
 
 def test_holm_matches_statsmodels_formula():
     p = [0.01, 0.04, 0.03, 0.005, math.nan]
-    out = study.holm(p)
+    out = stats.holm(p)
     assert out[3] == pytest.approx(0.02) and out[0] == pytest.approx(0.03)
     assert out[2] == pytest.approx(0.06) and out[1] == pytest.approx(0.06) and math.isnan(out[4])
 
