@@ -28,7 +28,7 @@ import pathlib
 import re
 import sys
 
-from drope_scripts import cli, corpus, offset_key
+from drope_scripts import cli, corpus, offset_key, study
 from drope_scripts.driver import (
     NONE,
     ROOT,
@@ -49,7 +49,7 @@ OUTPUTS = ("rope", "drope", "eval", "offset-key", "results.md", "results-ppl.*",
 # (results-niah.* is an earlier version's output, still removed by DROPE_FORCE.)
 # Offset-key retrieval: one seed, the RoPE-scaling methods and DroPE with and without the fitted temperature.
 OFFSET_KEY = offset_key.Plan(seeds=(0,), queries=1000)
-TOOLS = ("drope-train", "drope-eval", "drope-data")
+TOOLS = study.TRAINING_TOOLS
 
 
 def methods(rope_model: pathlib.Path, drope_model: pathlib.Path) -> list[Method]:

@@ -5,9 +5,9 @@ the floating-point order differs.
   bash studies/run.sh quickstart_isa [LEVEL_A LEVEL_B] [--out FILE] [--build DIR]   # default: avx2 baseline
 
 Outputs: runs/quickstart-<level>/ (a whole quickstart each) and runs/quickstart-isa.md (both tables with every
-differing cell as "A → B", and the largest differences: isa_compare.py). Levels the CPU lacks are refused up front.
-DROPE_SKIP_SETUP=1 skips scripts/setup.sh; --build (or DROPE_BUILD_DIR) picks the binaries (build/); --out the
-comparison's Markdown.
+differing cell as "A → B", and the largest differences: the study isa_compare, run as a program). Levels the CPU
+lacks are refused up front. DROPE_SKIP_SETUP=1 skips scripts/setup.sh; --build (or DROPE_BUILD_DIR) picks the
+binaries (build/); --out the comparison's Markdown.
 """
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ import pathlib
 import subprocess
 import sys
 
-from drope_scripts import cli, isa_levels
+from drope_scripts import cli, isa_levels, study
 from drope_scripts.driver import ROOT
-from studies import isa_compare, quickstart
 
 
 def check_levels(levels: list[str], bin_dir: pathlib.Path | None = None) -> tuple[str, str]:
@@ -56,19 +55,21 @@ def main(argv: list[str]) -> int:
     for level in levels:
         ap.check(cli.out_dir, run_dir(level), f"the run directory of level {level}")
     ap.check(cli.env_switch, "DROPE_FORCE")
-    bin_dir = cli.checked_build(ap, a, "DROPE_BUILD_DIR", ("drope-bench", *quickstart.TOOLS))
+    bin_dir = cli.checked_build(ap, a, "DROPE_BUILD_DIR", ("drope-bench", *study.TRAINING_TOOLS))
     try:
         check_levels(a.levels, bin_dir)
     except ValueError as e:
         ap.error(str(e))
+    run_sh = str(ROOT / "studies" / "run.sh")
     for level in levels:
         print(f"== quickstart at {level} ({isa_levels.describe(level)})", flush=True)
         env = {**os.environ, **isa_levels.env(level), "DROPE_SKIP_SETUP": "1"}
-        r = subprocess.run(["bash", str(ROOT / "studies" / "run.sh"), "quickstart", "--out", str(run_dir(level)),
-                            "--build", str(bin_dir)], env=env)
+        r = subprocess.run(["bash", run_sh, "quickstart", "--out", str(run_dir(level)), "--build", str(bin_dir)],
+                           env=env)
         if r.returncode != 0:
             return r.returncode
-    return isa_compare.main([f"{level}={run_dir(level) / 'results.md'}" for level in levels] + ["--out", str(out)])
+    return subprocess.run(["bash", run_sh, "isa_compare", *(f"{level}={run_dir(level) / 'results.md'}" for level in
+                                                           levels), "--out", str(out)]).returncode
 
 
 if __name__ == "__main__":

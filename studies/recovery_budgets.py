@@ -24,11 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from drope_scripts import cli, results, stats
+from drope_scripts import recovery as rs
 from drope_scripts.atomic import write_atomic
 from drope_scripts.driver import ROOT
 from drope_scripts.stats import AGREES, ALPHA, DISAGREES, INCONCLUSIVE, TestResult
-from studies import recovery_study as rs
-from studies.prose_sweep import holm
 
 LR, WARMUP, QK_NORM = 3e-3, 0.1, "qk"  # the selected recipe
 SCHEDULES = {"400+100": (400, 100), "400+200": (400, 200), "400+400": (400, 400), "600+200": (600, 200),
@@ -112,7 +111,7 @@ def equivalent(cid: str, claim: str, x: Sequence[float], y: Sequence[float], tex
 
 def adjust(tests: Sequence[Test]) -> list[dict]:
     """Holm over the family; each test's verdict: its direction where the adjusted p < ALPHA."""
-    adjusted = holm([t.p for t in tests])
+    adjusted = stats.holm([t.p for t in tests])
     out = []
     for t, ph in zip(tests, adjusted):
         verdict = INCONCLUSIVE if t.agree is None or not ph < ALPHA else t.direction
@@ -257,8 +256,8 @@ def summary_table(drope: dict[str, dict[int, rs.SeedResult]], scratch: dict[str,
         s = rs.recipe_summary([res[k] for k in sorted(res)], multipliers)
         cs = [r.temperature for r in res.values() if r.temperature is not None]
         c = f"{statistics.median(cs):.2f}" if cs else "–"
-        lines.append(f"| {name} | {budget} | {s['n']} | {rs._rate(s)} | {rs._cell(s['rope_accuracy'])} | "
-                     f"{rs._cell(s['accuracy'])} | " + " | ".join(rs._cell(s["far"][str(m)]) for m in far_ms) +
+        lines.append(f"| {name} | {budget} | {s['n']} | {rs.rate_text(s)} | {rs.cell_text(s['rope_accuracy'])} | "
+                     f"{rs.cell_text(s['accuracy'])} | " + " | ".join(rs.cell_text(s["far"][str(m)]) for m in far_ms) +
                      f" | {c} |")
     return lines
 

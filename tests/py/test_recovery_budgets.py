@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from drope_scripts import recovery as rs
 from drope_scripts import stats
 from studies import recovery_budgets as rb
-from studies import recovery_study as rs
 
 C = 128
 

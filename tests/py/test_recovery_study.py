@@ -4,7 +4,7 @@ test_recovery_study_e2e.py; its task runner (claims, dependencies, workers): tes
 import pytest
 
 from conftest import BIN, ROOT
-from drope_scripts import stats
+from drope_scripts import recovery, stats
 from studies import recovery_study as rs
 from studies.recovery_study import HELDOUT, TEST, Recipe, SeedResult
 
@@ -15,20 +15,20 @@ def test_wilson_against_hand_computed_values():
     cases = {(8, 10): (0.4901625, 0.9433178), (0, 10): (0.0, 0.2775328), (10, 10): (0.7224672, 1.0),
              (1, 3): (0.0614919, 0.7923404)}
     for (k, n), (lo, hi) in cases.items():
-        got = rs.wilson(k, n)
+        got = stats.wilson(k, n)
         assert got == pytest.approx((lo, hi), abs=1e-6), (k, n)
-    lo, hi = rs.wilson(2, 10)  # symmetric: 2/10 mirrors 8/10
+    lo, hi = stats.wilson(2, 10)  # symmetric: 2/10 mirrors 8/10
     assert (lo, hi) == pytest.approx((1 - 0.9433178, 1 - 0.4901625), abs=1e-6)
     for k, n in ((1, 0), (-1, 5), (6, 5)):
         with pytest.raises(ValueError):
-            rs.wilson(k, n)
+            stats.wilson(k, n)
 
 
 def test_recovery_decision():
-    assert rs.recovered(98.0, 100.0)  # exactly 2 points below
-    assert not rs.recovered(97.9, 100.0)
-    assert rs.recovered(100.0, 99.0)  # above RoPE
-    assert rs.recovered(95.0, 100.0, tolerance=5.0) and not rs.recovered(95.0, 100.0, tolerance=4.9)
+    assert recovery.recovered(98.0, 100.0)  # exactly 2 points below
+    assert not recovery.recovered(97.9, 100.0)
+    assert recovery.recovered(100.0, 99.0)  # above RoPE
+    assert recovery.recovered(95.0, 100.0, tolerance=5.0) and not recovery.recovered(95.0, 100.0, tolerance=4.9)
     assert SeedResult("a", 0, HELDOUT, 99.9, 98.0, {}).recovered()
     assert not SeedResult("a", 0, HELDOUT, 99.9, 52.0, {}).recovered()
 
@@ -89,7 +89,7 @@ def test_recipe_summary_intervals():
     a = Recipe(1e-3, 0.1, "qk", 25.0)
     s = rs.recipe_summary(rows(a, TEST, [100, 99, 50, 100], far=80.0), (1, 2, 4))
     assert (s["recovered"], s["n"], s["recovered_seeds"]) == (3, 4, [0, 1, 3])
-    assert (s["wilson_low"], s["wilson_high"]) == pytest.approx(rs.wilson(3, 4))
+    assert (s["wilson_low"], s["wilson_high"]) == pytest.approx(stats.wilson(3, 4))
     assert s["far"]["2"]["mean"] == 80.0 and s["far"]["2"]["half_width"] == 0.0 and set(s["far"]) == {"2", "4"}
     assert s["accuracy"]["mean"] == pytest.approx(87.25) and s["accuracy"]["half_width"] > 0
     # the protocol's interval (stats.accuracy_interval), inside [0, 100] where the t interval is not
@@ -98,7 +98,7 @@ def test_recipe_summary_intervals():
     assert (acc["interval_low"], acc["interval_high"]) == pytest.approx(
         stats.accuracy_interval([100, 99, 50, 100], None))
     assert (s["far"]["2"]["interval_low"], s["far"]["2"]["interval_high"]) == (80.0, 80.0)
-    assert rs._cell(acc) == f"87.2 [{acc['interval_low']:.1f}, {acc['interval_high']:.1f}]"
+    assert recovery.cell_text(acc) == f"87.2 [{acc['interval_low']:.1f}, {acc['interval_high']:.1f}]"
 
 
 def test_recipe_summary_widens_to_the_pooled_query_counts():
@@ -113,7 +113,7 @@ def test_recipe_summary_widens_to_the_pooled_query_counts():
         (stats.wilson_percent(3000, 3000)[0], 100.0)) and acc["interval_low"] < 100
     assert (acc["correct"], acc["count"]) == (3000, 3000) and s["rope_accuracy"]["count"] == 3000
     assert (far["interval_low"], far["interval_high"]) == pytest.approx((0.0, stats.wilson_percent(0, 1500)[1]))
-    assert rs._cell(acc).startswith("100.0 [99.9, 100.0]")
+    assert recovery.cell_text(acc).startswith("100.0 [99.9, 100.0]")
     # a seed without counts: the bootstrap over seeds alone
     mixed = rows_[:2] + [SeedResult(a.slug, 2, TEST, 100.0, 100.0, {2: 0.0})]
     assert rs.recipe_summary(mixed, (1, 2))["accuracy"]["interval_low"] == 100.0
