@@ -6,10 +6,10 @@ their own fitted temperature, the cropped baseline, DroPE with its fitted temper
 
 Writes <out>/results.{md,json,csv}, far.{png,svg} (offset_key.py's layout) and <out>/fits.md (the fitted c of
 every method, seed and length; descriptive). Resumable: finished runs, fits and evaluations are reused.
---commit copies the table and the fits to docs/results/offset-key-claims.{md,csv}.
+--publish copies the table and the fits to docs/results/offset-key-claims.{md,csv}; committing them is yours.
 
 Usage: bash studies/run.sh offset_key_claims [--out runs/offset-key-claims] [--build DIR] [--seeds 10]
-       [--jobs 1] [--commit]
+       [--jobs 1] [--publish]
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def parse(argv: list[str]):
     ap.add_argument("--seeds", type=cli.int_type(2, 100), default=10, metavar="N",
                     help=f"seeds {FIRST_SEED}..{FIRST_SEED}+N-1 (default 10, the protocol's)")
     ap.add_argument("--jobs", type=cli.int_type(1, 16), default=1, metavar="N", help="runs side by side (default 1)")
-    ap.add_argument("--commit", action="store_true",
+    ap.add_argument("--publish", action="store_true",
                     help="copy the table and the fits to docs/results/offset-key-claims.{md,csv}")
     cli.add_build_option(ap, "DROPE_BUILD_DIR")
     a = ap.parse_args(argv)
@@ -74,12 +74,12 @@ def study(a, out: pathlib.Path, bin_dir: pathlib.Path) -> int:
     write_atomic(out / "fits.md", fits)
     print(outcome.text, end="")
     print("\nFitted temperatures (held-out sequences; descriptive):\n\n" + fits, end="")
-    if a.commit:
+    if a.publish:
         text = outcome.text.replace(str(out), "runs/offset-key-claims").replace(str(ROOT) + "/", "")
         write_atomic(DOCS / "offset-key-claims.md",
                      text + "\n### Fitted temperatures (held-out sequences; descriptive)\n\n" + fits)
         write_atomic(DOCS / "offset-key-claims.csv", (out / "results.csv").read_text())
-        print(f"committed: {DOCS / 'offset-key-claims.md'}, {DOCS / 'offset-key-claims.csv'}")
+        print(f"copied to docs/results (commit them): {DOCS / 'offset-key-claims.md'}, {DOCS / 'offset-key-claims.csv'}")
     return 0
 
 

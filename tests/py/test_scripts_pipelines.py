@@ -383,7 +383,7 @@ def test_offset_key_claims_fits_each_scaled_method_per_length(fake, capsys, monk
     run, calls = fake
     monkeypatch.setattr(offset_key_claims, "DOCS", tmp_path / "docs")
     (tmp_path / "docs").mkdir()
-    assert offset_key_claims.main(["--out", str(run), "--seeds", "2", "--commit"]) == 0
+    assert offset_key_claims.main(["--out", str(run), "--seeds", "2", "--publish"]) == 0
     out = capsys.readouterr().out
     evals = tool_calls(calls, "drope-eval")
     fits = [e for e in evals if " fit-temperature " in e]
