@@ -79,7 +79,8 @@ def study(a, out: pathlib.Path, bin_dir: pathlib.Path) -> int:
         write_atomic(DOCS / "offset-key-claims.md",
                      text + "\n### Fitted temperatures (held-out sequences; descriptive)\n\n" + fits)
         write_atomic(DOCS / "offset-key-claims.csv", (out / "results.csv").read_text())
-        print(f"copied to docs/results (commit them): {DOCS / 'offset-key-claims.md'}, {DOCS / 'offset-key-claims.csv'}")
+        print(f"copied to docs/results (commit them): {DOCS / 'offset-key-claims.md'}, "
+              f"{DOCS / 'offset-key-claims.csv'}")
     return 0
 
 
