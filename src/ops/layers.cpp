@@ -11,6 +11,7 @@
 
 #include "drope/core/numbers.h"
 #include "drope/kernels/layers_cpu.h"
+#include "drope/ops/compute_weights.h"
 
 namespace drope::ops {
 
@@ -19,6 +20,10 @@ namespace {
 // DROPE_COMPOSITE_LAYERS=1 takes the plain-ATen path everywhere (for A/B timing of whole runs); the tools
 // refuse a value other than 0 or 1 at start (drope::app::run), so none reaches this initialiser.
 thread_local bool force_composite = switch_value(std::getenv("DROPE_COMPOSITE_LAYERS")) == SwitchValue::kOn;
+
+// bf16 tensors the fused float32 kernels take through a float32 copy (one conversion each way): fewer passes than
+// the plain-ATen composite in bf16.
+bool bf16_cpu(const at::Tensor& t) { return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kBFloat16; }
 
 at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& weight, double eps) {
   auto h = x.to(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
@@ -214,10 +219,28 @@ class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunc
   }
 };
 
+// The SwiGLU kernel on bf16 rows: h = silu(gate) · up (…, F) from gu (…, 2F), or with dh its gradient (…, 2F).
+at::Tensor swiglu_bf16_rows(const at::Tensor& gu_in, const at::Tensor& dh_in) {
+  const auto gu = gu_in.contiguous();
+  const int64_t n = gu.size(-1) / 2;
+  auto shape = gu.sizes().vec();
+  if (!dh_in.defined()) shape.back() = n;
+  auto out = at::empty(shape, gu.options());
+  const auto dh = dh_in.defined() ? dh_in.contiguous() : at::Tensor();
+  const auto bits = [](const at::Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); };
+  kernels::swiglu_bf16_cpu(
+      {bits(gu), dh.defined() ? bits(dh) : nullptr, bits(out), n == 0 ? 0 : gu.numel() / (2 * n), n});
+  return out;
+}
+
 // SwiGLU of stacked gate/up projections gu (…, 2F) → silu(gate) · up (…, F), one pass forward and backward.
 class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& gu_in) {
+    if (gu_in.scalar_type() == at::kBFloat16) {  // bf16 in and out; each row runs in float32 inside the kernel
+      ctx->save_for_backward({gu_in});
+      return swiglu_bf16_rows(gu_in, {});
+    }
     const auto gu = gu_in.contiguous();
     const int64_t n = gu.size(-1) / 2;
     auto shape = gu.sizes().vec();
@@ -235,6 +258,7 @@ class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
                                                  torch::autograd::variable_list grads) {
     if (!grads[0].defined()) return {at::Tensor()};
     const auto gu = ctx->get_saved_variables()[0];
+    if (gu.scalar_type() == at::kBFloat16) return {swiglu_bf16_rows(gu, grads[0].to(at::kBFloat16))};
     const auto dh = grads[0].contiguous();
     const int64_t n = gu.size(-1) / 2;
     auto dgu = at::empty_like(gu);
@@ -283,6 +307,8 @@ at::Tensor stacked_linear(const at::Tensor& x, at::TensorList weights, at::Tenso
 }  // namespace
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (auto* cw = force_composite ? nullptr : compute_weights_for(x, {weight}))
+    return bf16_projection(*cw, x, {weight}, {bias});
   if (!onednn_usable(x, weight) || (bias.defined() && bias.scalar_type() != at::kFloat) || x.dim() < 1 ||
       weight.dim() != 2 || x.size(-1) != weight.size(1) || x.numel() == 0)
     return torch::linear(x, weight, bias);
@@ -295,17 +321,22 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 std::vector<at::Tensor> linear_split(const at::Tensor& x, at::TensorList weights, at::TensorList biases) {
   auto bias = [&](size_t i) { return i < biases.size() ? biases[i] : at::Tensor(); };
   std::vector<at::Tensor> out;
+  std::vector<int64_t> rows;
+  for (const auto& w : weights) rows.push_back(w.size(0));
+  if (auto* cw = force_composite ? nullptr : compute_weights_for(x, weights))
+    return bf16_projection(*cw, x, weights, biases).split_with_sizes(rows, -1);
   if (!stacked_usable(x, weights, biases)) {
     for (size_t i = 0; i < weights.size(); ++i) out.push_back(linear(x, weights[i], bias(i)));
     return out;
   }
-  std::vector<int64_t> rows;
-  for (const auto& w : weights) rows.push_back(w.size(0));
   return stacked_linear(x, weights, biases).split_with_sizes(rows, -1);
 }
 
 at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate_weight, const at::Tensor& gate_bias,
                   const at::Tensor& up_weight, const at::Tensor& up_bias) {
+  if (auto* cw = force_composite ? nullptr : compute_weights_for(x, {gate_weight, up_weight});
+      cw && gate_weight.size(0) == up_weight.size(0))
+    return SwiGluFunction::apply(bf16_projection(*cw, x, {gate_weight, up_weight}, {gate_bias, up_bias}));
   if (!stacked_usable(x, {gate_weight, up_weight}, {gate_bias, up_bias}) || gate_weight.size(0) != up_weight.size(0))
     return at::silu(linear(x, gate_weight, gate_bias)) * linear(x, up_weight, up_bias);
   return SwiGluFunction::apply(stacked_linear(x, {gate_weight, up_weight}, {gate_bias, up_bias}));
@@ -356,6 +387,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 }
 
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  if (!force_composite && x.dim() == 4 && bf16_cpu(x) && cos.dim() == 2 && !cos.requires_grad() &&
+      !sin.requires_grad() && x.size(-1) % 2 == 0 && cos.device().is_cpu())
+    return rotary(x.to(at::kFloat), cos.to(at::kFloat), sin.to(at::kFloat)).to(at::kBFloat16);
   if (force_composite || x.dim() != 4 || cos.dim() != 2 || cos.requires_grad() || sin.requires_grad() ||
       x.size(-1) % 2 != 0 || !layers_cpu_supported({x}) || !cos.device().is_cpu())
     return rotary_composite(x, cos, sin);

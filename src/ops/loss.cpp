@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "drope/kernels/layers_cpu.h"
+#include "drope/ops/compute_weights.h"
 #include "drope/ops/layers.h"
 
 namespace drope::ops {
@@ -31,7 +32,9 @@ Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
   const auto dev = hidden.device().type();
   const auto gemm =
       at::autocast::is_autocast_enabled(dev) ? at::autocast::get_autocast_dtype(dev) : hidden.scalar_type();
-  at::Tensor w = weight.to(gemm);
+  // The installed bf16 copy of the head's weight (refreshed once per optimizer step) when there is one.
+  ComputeWeights* cw = gemm == at::kBFloat16 ? compute_weights_for(hidden, {weight}) : nullptr;
+  at::Tensor w = cw ? cw->get({weight}) : weight.to(gemm);
   // Auto: chunks of 64M logits (256 MB in float32). Smaller chunks save more memory but re-read the weight and
   // re-accumulate its gradient once per chunk, which slows the step; chunks this large run as fast as the full
   // logits (docs/benchmarks.md#defaults-chosen-by-measurement).
@@ -50,7 +53,16 @@ Sums chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
     const auto keep = y.ne(ignore_index);
     const auto yc = at::where(keep, y, at::zeros_like(y)).unsqueeze(1);
     at::Tensor pg;  // d(sum loss)/d logits in the GEMM dtype (softmax − onehot; 0 on ignored rows)
-    if (fused && logits.device().is_cpu() && logits.scalar_type() == acc && logits.is_contiguous()) {
+    if (fused && logits.device().is_cpu() && logits.scalar_type() == at::kBFloat16 && acc == at::kFloat &&
+        logits.is_contiguous()) {
+      // bf16 logits on the CPU: the same row kernel, each row in float32 inside it, the gradient in place in bf16.
+      auto rows = at::empty({n}, logits.options().dtype(at::kFloat));
+      const auto yv = y.contiguous();
+      kernels::softmax_xent_bf16_cpu({static_cast<uint16_t*>(logits.data_ptr()), yv.data_ptr<int64_t>(),
+                                      rows.data_ptr<float>(), n, V, ignore_index, 1.0, grad});
+      out.loss.add_(rows.sum());
+      if (grad) pg = logits;
+    } else if (fused && logits.device().is_cpu() && logits.scalar_type() == acc && logits.is_contiguous()) {
       // One kernel per chunk: each row read once from memory, its loss and (in place) its gradient.
       auto rows = at::empty({n}, logits.options());
       const auto yv = y.contiguous();

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "drope/core/error.h"
+#include "drope/core/log.h"
+#include "drope/ops/compute_weights.h"
 #include "drope/train/checkpoint.h"
 #include "drope/train/recompute.h"
 #include "drope/train/sharding.h"
@@ -32,6 +34,10 @@ class ReplicatedAdamW final : public Optimizer {
         bucket_bytes_(static_cast<int64_t>(train.allreduce_bucket_mb * (1 << 20))) {
     adamw_ = std::make_unique<AdamW>(named(model_), cfg_);
     sync_ = std::make_unique<GradSync>(dist_, model_->parameters(), bucket_bytes_);
+    if (train.dtype == TrainDType::kBFloat16 && device.is_cpu()) use_compute_weights();
+  }
+  ~ReplicatedAdamW() override {
+    if (compute_) ops::install_compute_weights(nullptr);
   }
 
   BlockRunner block_runner() override {
@@ -51,7 +57,10 @@ class ReplicatedAdamW final : public Optimizer {
     return max_norm > 0 ? torch::nn::utils::clip_grad_norm_(model_->parameters(), max_norm)
                         : torch::nn::utils::clip_grad_norm_(model_->parameters(), 1e30);
   }
-  void step(double lr) override { adamw_->step(lr); }
+  void step(double lr) override {
+    adamw_->step(lr);
+    if (compute_) compute_->refresh();  // the bf16 copies follow the masters once per step
+  }
   int64_t steps_taken() const override { return adamw_->steps_taken(); }
 
   void load_state(const MomentReader& moment, int64_t steps, const std::string& source) override {
@@ -88,9 +97,26 @@ class ReplicatedAdamW final : public Optimizer {
     adamw_->load_state(carry, steps_taken, "drop_at_step");
     sync_.reset();  // hooks on the old parameters go first
     sync_ = std::make_unique<GradSync>(dist_, model_->parameters(), bucket_bytes_);
+    if (compute_) {  // copies of the new model's weights, made on first use
+      compute_ = std::make_unique<ops::ComputeWeights>();
+      ops::install_compute_weights(compute_.get());
+    }
   }
 
  private:
+  // train.dtype bfloat16 on the CPU: bf16 compute copies of the weights where the CPU multiplies bf16 on AMX
+  // tiles; elsewhere bf16 GEMMs are emulated through float32 and the run keeps autocast (said at start).
+  void use_compute_weights() {
+    if (!ops::cpu_bf16_tiles()) {
+      logging::warn("train.dtype bfloat16: this CPU has no AMX bf16 tiles in use (absent, or capped by "
+                    "ONEDNN_MAX_CPU_ISA / DROPE_CPU_ISA), so bf16 GEMMs are emulated and float32 trains faster here "
+                    "(docs/cpu-isa.md); training in bf16 autocast as asked");
+      return;
+    }
+    compute_ = std::make_unique<ops::ComputeWeights>();
+    ops::install_compute_weights(compute_.get());
+  }
+
   Distributed& dist_;
   DecoderLM model_;
   AdamWConfig cfg_;
@@ -99,6 +125,7 @@ class ReplicatedAdamW final : public Optimizer {
   int64_t bucket_bytes_;
   std::unique_ptr<AdamW> adamw_;
   std::unique_ptr<GradSync> sync_;
+  std::unique_ptr<ops::ComputeWeights> compute_;  // bf16 copies of the weights (train.dtype bfloat16, AMX)
 };
 
 // train.shard optimizer | grads | params: the sharded engine owns the weights and the moments.

@@ -69,6 +69,27 @@ struct SoftmaxXentArgs {
   bool grad = false;
 };
 
+// bf16 rows (raw bit patterns) through a float32 row buffer that stays in cache: each row converted in, the float32
+// kernel above, the result rounded back to bf16 (nearest even). SwiGLU: gu, dh and out in bf16. Softmax
+// cross-entropy: x in bf16 (the gradient written in place in bf16), the losses float32.
+struct SwiGluBf16Args {
+  const uint16_t* gu = nullptr;
+  const uint16_t* dh = nullptr;
+  uint16_t* out = nullptr;
+  int64_t rows = 0, n = 0;
+};
+struct SoftmaxXentBf16Args {
+  uint16_t* x = nullptr;
+  const int64_t* labels = nullptr;
+  float* loss = nullptr;  // (rows)
+  int64_t rows = 0, n = 0;
+  int64_t ignore_index = -100;
+  double scale = 1.0;
+  bool grad = false;
+};
+void swiglu_bf16_cpu(const SwiGluBf16Args& a);
+void softmax_xent_bf16_cpu(const SoftmaxXentBf16Args& a);
+
 void rms_norm_forward_cpu(const RmsNormForwardArgs<float>& a);
 void rms_norm_forward_cpu(const RmsNormForwardArgs<double>& a);
 void rms_norm_backward_cpu(const RmsNormBackwardArgs<float>& a);

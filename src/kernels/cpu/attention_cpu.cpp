@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
 #include <c10/util/BFloat16.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -184,6 +187,71 @@ DROPE_INLINE const T* operand_rows(const in_t* src, int64_t stride, int64_t n, i
   return dst;
 }
 
+// ---- bf16 tile GEMMs on AMX ----------------------------------------------------------------------------
+// With bf16 inputs on a CPU with AMX tiles, the GEMMs of a tile pair run as LibTorch's batch-reduce GEMM
+// (at::native::cpublas::brgemm: oneDNN's AMX micro-kernel, bf16 operands, float32 accumulators). Its B operand is
+// in VNNI order: the rows of B (K × N) in pairs, element (k, n) at [(k / 2) · 2N + 2n + k % 2]. The softmax
+// state, logits, probabilities and accumulators stay float32 in the scratch; probabilities and logit gradients are
+// rounded to bf16 only as the second GEMMs' inputs (as flash attention does in bf16).
+using bf16 = c10::BFloat16;
+
+// Whether bf16 tile GEMMs run on AMX: LibTorch packs bf16 for AMX (oneDNN's cap, ONEDNN_MAX_CPU_ISA, allows it),
+// drope's kernels run at avx512, and DROPE_ATTENTION_AMX is not 0 (for A/B timing against the float32 FMA path).
+bool amx_tiles() {
+  static const bool on = [] {
+    const char* env = std::getenv("DROPE_ATTENTION_AMX");
+    if (env && std::string(env) == "0") return false;
+    return cpu_isa() == Isa::kAvx512 && at::native::cpublas::could_pack(at::kBFloat16);
+  }();
+  return on;
+}
+
+// B = Mᵀ in VNNI order, K = D (even), N = ncols: M is n rows of D bf16 values (row stride `stride`); columns n..ncols
+// zero. Pairs (M[j][d], M[j][d + 1]) are adjacent in M's row, so this is a transpose of 32-bit words.
+DROPE_INLINE void vnni_transposed(const bf16* src, int64_t stride, int64_t n, int64_t D, int64_t ncols, bf16* dst) {
+  auto* out = reinterpret_cast<uint32_t*>(dst);
+  for (int64_t k2 = 0; k2 < D / 2; ++k2) {
+    for (int64_t j = 0; j < n; ++j) std::memcpy(out + k2 * ncols + j, src + j * stride + 2 * k2, 4);
+    std::fill(out + k2 * ncols + n, out + (k2 + 1) * ncols, 0u);
+  }
+}
+
+// B = M in VNNI order, N = D: M is n rows of D bf16 values (row stride `stride`), padded with zero rows to `rows`
+// (even).
+DROPE_INLINE void vnni_rows(const bf16* src, int64_t stride, int64_t n, int64_t D, int64_t rows, bf16* dst) {
+  for (int64_t k = 0; k < rows; k += 2) {
+    const bf16* a = src + k * stride;
+    const bf16* b = a + stride;
+    bf16* o = dst + k * D;
+    for (int64_t d = 0; d < D; ++d) {
+      o[2 * d] = k < n ? a[d] : bf16(0.0f);
+      o[2 * d + 1] = k + 1 < n ? b[d] : bf16(0.0f);
+    }
+  }
+}
+
+// dst (rows × cols, row stride ld) = src rows (float, row stride lds) rounded to bf16.
+DROPE_INLINE void to_bf16_rows(const float* src, int64_t lds, int64_t rows, int64_t cols, bf16* dst, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * ld + c] = bf16(src[r * lds + c]);
+}
+
+// dst (cols × rows_pad, row stride rows_pad) = the transpose of src (rows × cols floats, row stride lds) in bf16;
+// columns rows..rows_pad zero.
+DROPE_INLINE void to_bf16_transposed(const float* src, int64_t lds, int64_t rows, int64_t rows_pad, int64_t cols,
+                                     bf16* dst) {
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < rows; ++r) dst[c * rows_pad + r] = bf16(src[r * lds + c]);
+    for (int64_t r = rows; r < rows_pad; ++r) dst[c * rows_pad + r] = bf16(0.0f);
+  }
+}
+
+// C (M × N, float, row stride ldc) [+]= A (M × K bf16, row stride lda) · B (K × N, VNNI).
+DROPE_INLINE void tile_gemm(int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B, float* C,
+                            int64_t ldc, bool accumulate) {
+  if (M > 0) at::native::cpublas::brgemm(M, N, K, lda, N, ldc, accumulate, A, B, C, /*is_vnni=*/true);
+}
+
 // Everything one kernel launch needs; the work items are tiles of one (batch, head) pair.
 template <typename in_t, typename T>
 struct Job {
@@ -192,6 +260,7 @@ struct Job {
   int64_t D = 0, Dp = 0;      // head dim, and padded to the SIMD width
   int64_t blocks = 0;         // tiles per (batch, head) pair
   bool serial = false;        // too little work to spread over threads
+  bool amx = false;           // bf16 inputs whose tile GEMMs run on AMX (bf16 in, float32 accumulation)
   const in_t *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *dout = nullptr;
   const T *lse = nullptr, *rowdot = nullptr;
   in_t *o = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
@@ -310,7 +379,7 @@ DROPE_INLINE void visible_rows(const AttnParams<T>& p, int64_t i0, int64_t nq, i
 // the probabilities, with each row's running sum kept as a vector (one horizontal sum per row at the end);
 // then O = alpha · O + P · V in one GEMM pass.
 template <typename in_t, typename T, int VB>
-DROPE_INLINE void forward_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, T* buf) {
+DROPE_INLINE void forward_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, T* buf, bf16* bb) {
   using V = typename Simd<T, VB>::V;
   constexpr int W = Simd<T, VB>::W;
   const auto& p = job.p;
@@ -344,10 +413,21 @@ DROPE_INLINE void forward_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, 
     visible_rows(p, i0, nq, j0, j0 + nk, &r0, &r1);
     if (r0 == r1) continue;
     const int64_t Mr = r1 - r0;
-    load_cols(kp + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Kt);
-    int64_t ldv;
-    const T* vt = operand_rows(vp + j0 * p.v_stride[2], p.v_stride[2], nk, D, Dp, kBlockK, Vs, &ldv);
-    gemm<T, VB>(Mr, kBlockK, D, Q + r0 * Dp, Dp, Kt, kBlockK, S + r0 * kBlockK, kBlockK, false);  // raw dots
+    int64_t ldv = 0;
+    const T* vt = nullptr;
+    if constexpr (std::is_same<in_t, bf16>::value) {
+      if (job.amx) {  // bb: Kᵀ (D × kBlockK) and V (kBlockK × D) in VNNI order, then P (kBlockQ × kBlockK)
+        vnni_transposed(kp + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, bb);
+        vnni_rows(vp + j0 * p.v_stride[2], p.v_stride[2], nk, D, kBlockK, bb + D * kBlockK);
+        tile_gemm(std::min(r1, nq) - r0, kBlockK, D, qp + r0 * p.q_stride[2], p.q_stride[2], bb, S + r0 * kBlockK,
+                  kBlockK, false);  // raw dots, rows past nq are zeroed below
+      }
+    }
+    if (!job.amx) {
+      load_cols(kp + j0 * p.k_stride[2], p.k_stride[2], nk, D, kBlockK, Kt);
+      vt = operand_rows(vp + j0 * p.v_stride[2], p.v_stride[2], nk, D, Dp, kBlockK, Vs, &ldv);
+      gemm<T, VB>(Mr, kBlockK, D, Q + r0 * Dp, Dp, Kt, kBlockK, S + r0 * kBlockK, kBlockK, false);  // raw dots
+    }
     std::fill(tmax, tmax + kBlockQ, neg_inf<T>());
     for (int64_t r = r0; r < r1; ++r) {
       T* s = S + r * kBlockK;
@@ -370,7 +450,16 @@ DROPE_INLINE void forward_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, 
       vstore(lv + r * W, vsum);
     }
     // O = alpha · O + P · V
-    gemm<T, VB>(Mr, Dp, kBlockK, S + r0 * kBlockK, kBlockK, vt, ldv, O + r0 * Dp, Dp, true, alpha + r0);
+    if constexpr (std::is_same<in_t, bf16>::value) {
+      if (job.amx) {
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t d = 0; d < Dp; d += W) vstore(O + r * Dp + d, vload<V>(O + r * Dp + d) * alpha[r]);
+        bf16* P = bb + 2 * D * kBlockK;
+        to_bf16_rows(S + r0 * kBlockK, kBlockK, Mr, kBlockK, P, kBlockK);
+        tile_gemm(Mr, D, kBlockK, P, kBlockK, bb + D * kBlockK, O + r0 * Dp, Dp, true);
+      }
+    }
+    if (!job.amx) gemm<T, VB>(Mr, Dp, kBlockK, S + r0 * kBlockK, kBlockK, vt, ldv, O + r0 * Dp, Dp, true, alpha + r0);
   }
   in_t* op = job.o + b * p.o_stride[0] + h * p.o_stride[1] + t0 * p.o_stride[2];
   T* lsep = job.lse_out + bh * p.q_len + t0;
@@ -437,10 +526,39 @@ DROPE_INLINE void probs_and_grads(const AttnParams<T>& p, T* S, T* dP, int64_t M
   }
 }
 
+// One (query tile, key tile) pair of the backward on AMX (bf16 inputs): the raw dots and dP = dout · vᵀ from the
+// packed Kᵀ and Vᵀ of the key tile (bb), probabilities and logit gradients in float32, then dV += Pᵀ · dout,
+// dK += dSᵀ · q and (dq) dQ += dS · k with P and dS rounded to bf16.
+template <typename T, int VB>
+DROPE_INLINE void grad_pair_amx(const Job<bf16, T>& job, bf16* bb, const bf16* qp, const bf16* gp, T* S, T* dP,
+                                int64_t nq, int64_t Mq, int64_t t0, int64_t j0, int64_t nk, T slope, int64_t bh, T* dK,
+                                T* dV, T* dq) {
+  const auto& p = job.p;
+  const int64_t D = job.D, Dp = job.Dp, Kq = round_up(nq, 2);  // queries as the reduced dim, even
+  bf16* Qv = bb + 3 * D * kBlockK;  // (Kq × D) VNNI
+  bf16* Gv = Qv + kBlockQ * D;      // (Kq × D) VNNI
+  bf16* Pt = Gv + kBlockQ * D;      // (kBlockK × Kq)
+  bf16* dSt = Pt + kBlockK * kBlockQ;
+  bf16* dSr = dSt + kBlockK * kBlockQ;  // (nq × kBlockK)
+  tile_gemm(nq, kBlockK, D, qp, p.q_stride[2], bb, S, kBlockK, false);
+  tile_gemm(nq, kBlockK, D, gp, D, bb + D * kBlockK, dP, kBlockK, false);
+  probs_and_grads<T, VB>(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0,
+                         job.rowdot + bh * p.q_len + t0);
+  vnni_rows(qp, p.q_stride[2], nq, D, Kq, Qv);
+  vnni_rows(gp, D, nq, D, Kq, Gv);
+  to_bf16_transposed(S, kBlockK, nq, Kq, kBlockK, Pt);
+  to_bf16_transposed(dP, kBlockK, nq, Kq, kBlockK, dSt);
+  tile_gemm(nk, D, Kq, Pt, Kq, Gv, dV, Dp, true);   // dV += Pᵀ · dout
+  tile_gemm(nk, D, Kq, dSt, Kq, Qv, dK, Dp, true);  // dK += dSᵀ · q
+  if (!dq) return;
+  to_bf16_rows(dP, kBlockK, nq, kBlockK, dSr, kBlockK);
+  tile_gemm(nq, D, kBlockK, dSr, kBlockK, bb + 2 * D * kBlockK, dq, Dp, true);  // dQ += dS · k
+}
+
 // dK and dV of one key tile, accumulated over every query head of its KV group and every query tile that
 // sees it. With dq_acc (G, T, Dp) also adds the tile's contribution to the group's dQ (unscaled).
 template <typename in_t, typename T, int VB>
-DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb, T* buf, T* dq_acc) {
+DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb, T* buf, T* dq_acc, bf16* bb) {
   const auto& p = job.p;
   const int64_t D = job.D, Dp = job.Dp, b = bhk / p.kv_heads, hk = bhk % p.kv_heads, G = p.heads / p.kv_heads;
   const int64_t j0 = kb * kBlockK, nk = std::min(kBlockK, p.kv_len - j0), Mk = round_up(nk, kRows);
@@ -454,10 +572,21 @@ DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb,
   T* dP = S + kBlockQ * kBlockK;   // (kBlockQ, kBlockK)
   T* Ks = dP + kBlockQ * kBlockK;  // (kBlockK, Dp), only with dq_acc
   const in_t* kp = job.k + b * p.k_stride[0] + hk * p.k_stride[1] + j0 * p.k_stride[2];
-  load_cols(kp, p.k_stride[2], nk, D, kBlockK, Kt);
+  const in_t* vp = job.v + b * p.v_stride[0] + hk * p.v_stride[1] + j0 * p.v_stride[2];
   int64_t ldk = Dp;  // key rows for dQ
-  const T* ks = dq_acc ? operand_rows(kp, p.k_stride[2], nk, D, Dp, Mk, Ks, &ldk) : Ks;
-  load_cols(job.v + b * p.v_stride[0] + hk * p.v_stride[1] + j0 * p.v_stride[2], p.v_stride[2], nk, D, kBlockK, Vt);
+  const T* ks = Ks;
+  if constexpr (std::is_same<in_t, bf16>::value) {
+    if (job.amx) {  // bb: Kᵀ, Vᵀ (D × kBlockK) and K (kBlockK × D) in VNNI order, then the per-query-tile operands
+      vnni_transposed(kp, p.k_stride[2], nk, D, kBlockK, bb);
+      vnni_transposed(vp, p.v_stride[2], nk, D, kBlockK, bb + D * kBlockK);
+      vnni_rows(kp, p.k_stride[2], nk, D, kBlockK, bb + 2 * D * kBlockK);
+    }
+  }
+  if (!job.amx) {
+    load_cols(kp, p.k_stride[2], nk, D, kBlockK, Kt);
+    if (dq_acc) ks = operand_rows(kp, p.k_stride[2], nk, D, Dp, Mk, Ks, &ldk);
+    load_cols(vp, p.v_stride[2], nk, D, kBlockK, Vt);
+  }
   std::fill(dK, dK + 2 * kBlockK * Dp, T(0));
   int64_t t_lo, t_hi;
   query_band(p, j0, j0 + nk, &t_lo, &t_hi);
@@ -466,17 +595,25 @@ DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb,
     const int64_t bh = b * p.heads + h;
     for (int64_t t0 = t_lo; t0 < t_hi; t0 += kBlockQ) {
       const int64_t nq = std::min(kBlockQ, t_hi - t0), Mq = round_up(nq, kRows);
-      int64_t ldq, ldg;  // query and dout rows
       const in_t* qp = job.q + b * p.q_stride[0] + h * p.q_stride[1] + t0 * p.q_stride[2];
+      const in_t* gp = job.dout + (bh * p.q_len + t0) * D;
+      T* dq = dq_acc ? dq_acc + ((h - hk * G) * p.q_len + t0) * Dp : nullptr;
+      if constexpr (std::is_same<in_t, bf16>::value) {
+        if (job.amx) {
+          grad_pair_amx<T, VB>(job, bb, qp, gp, S, dP, nq, Mq, t0, j0, nk, slope, bh, dK, dV, dq);
+          continue;
+        }
+      }
+      int64_t ldq, ldg;  // query and dout rows
       const T* q = operand_rows(qp, p.q_stride[2], nq, D, Dp, Mq, Q, &ldq);
-      const T* g = operand_rows(job.dout + (bh * p.q_len + t0) * D, D, nq, D, Dp, Mq, dO, &ldg);
+      const T* g = operand_rows(gp, D, nq, D, Dp, Mq, dO, &ldg);
       gemm<T, VB>(Mq, kBlockK, D, q, ldq, Kt, kBlockK, S, kBlockK, false);    // raw dots
       gemm<T, VB>(Mq, kBlockK, D, g, ldg, Vt, kBlockK, dP, kBlockK, false);  // dP = dout · vᵀ
       probs_and_grads<T, VB>(p, S, dP, Mq, nq, t0, j0, nk, slope, job.lse + bh * p.q_len + t0,
                              job.rowdot + bh * p.q_len + t0);
       gemm<T, VB, true>(Mk, Dp, Mq, S, kBlockK, g, ldg, dV, Dp, true);   // dV += Pᵀ · dout
       gemm<T, VB, true>(Mk, Dp, Mq, dP, kBlockK, q, ldq, dK, Dp, true);  // dK += dSᵀ · q
-      if (dq_acc) gemm<T, VB>(Mq, Dp, Mk, dP, kBlockK, ks, ldk, dq_acc + ((h - hk * G) * p.q_len + t0) * Dp, Dp, true);
+      if (dq) gemm<T, VB>(Mq, Dp, Mk, dP, kBlockK, ks, ldk, dq, Dp, true);
     }
   }
   in_t* dkp = job.dk + (bhk * p.kv_len + j0) * D;
@@ -491,12 +628,12 @@ DROPE_INLINE void grad_kv_tile(const Job<in_t, T>& job, int64_t bhk, int64_t kb,
 // dQ, dK and dV of one (batch, KV head) pair in one sweep over its key tiles (no recomputation of the
 // logits for dQ; needs enough pairs to keep every thread busy).
 template <typename in_t, typename T, int VB>
-DROPE_INLINE void grad_pair(const Job<in_t, T>& job, int64_t bhk, T* buf) {
+DROPE_INLINE void grad_pair(const Job<in_t, T>& job, int64_t bhk, T* buf, bf16* bb) {
   const auto& p = job.p;
   const int64_t D = job.D, Dp = job.Dp, G = p.heads / p.kv_heads;
   T* dq_acc = buf + scratch_kv(job);  // (G, T, Dp) and kRows rows of padding
   std::fill(dq_acc, dq_acc + (G * p.q_len + kRows) * Dp, T(0));
-  for (int64_t kb = 0; kb * kBlockK < p.kv_len; ++kb) grad_kv_tile<in_t, T, VB>(job, bhk, kb, buf, dq_acc);
+  for (int64_t kb = 0; kb * kBlockK < p.kv_len; ++kb) grad_kv_tile<in_t, T, VB>(job, bhk, kb, buf, dq_acc, bb);
   in_t* dqp = job.dq + bhk * G * p.q_len * D;  // heads of one group are consecutive
   for (int64_t r = 0; r < G * p.q_len; ++r)
     for (int64_t d = 0; d < D; ++d) dqp[r * D + d] = static_cast<in_t>(dq_acc[r * Dp + d] * p.scale);
@@ -544,18 +681,22 @@ DROPE_INLINE void grad_q_tile(const Job<in_t, T>& job, int64_t bh, int64_t qb, T
 template <typename in_t, typename T, int VB>
 DROPE_INLINE void run_items(const Job<in_t, T>& job, int64_t begin, int64_t end) {
   std::vector<T> buf(scratch_size(job));
+  // The AMX operands: three packed (D × kBlockK) key-tile operands, two (kBlockQ × D) query-tile ones and three
+  // (kBlockK × kBlockQ) probability / gradient tiles.
+  std::vector<bf16> bb(job.amx ? 3 * job.D * kBlockK + 2 * kBlockQ * job.D + 3 * kBlockK * kBlockQ : 0);
   for (int64_t idx = begin; idx < end; ++idx) {
     const int64_t pair = idx / job.blocks, blk = zigzag(idx % job.blocks, job.blocks);
     switch (job.kind) {
-      case Job<in_t, T>::kForward: forward_tile<in_t, T, VB>(job, pair, blk, buf.data()); break;
+      case Job<in_t, T>::kForward: forward_tile<in_t, T, VB>(job, pair, blk, buf.data(), bb.data()); break;
       case Job<in_t, T>::kRowDot: rowdot_tile(job, pair, blk); break;
       case Job<in_t, T>::kGradKV:
-        grad_kv_tile<in_t, T, VB>(job, pair, blk, buf.data(), static_cast<T*>(nullptr));
+        grad_kv_tile<in_t, T, VB>(job, pair, blk, buf.data(), static_cast<T*>(nullptr), bb.data());
         break;
       case Job<in_t, T>::kGradQ: grad_q_tile<in_t, T, VB>(job, pair, blk, buf.data()); break;
-      case Job<in_t, T>::kGradKVQ: grad_pair<in_t, T, VB>(job, pair, buf.data()); break;
+      case Job<in_t, T>::kGradKVQ: grad_pair<in_t, T, VB>(job, pair, buf.data(), bb.data()); break;
     }
   }
+  if (job.amx) at::native::cpublas::brgemm_release();  // this thread's tile configuration
 }
 
 #ifdef DROPE_X86_DISPATCH
@@ -638,6 +779,7 @@ Job<in_t, T> make_job(const AttnParams<T>& p) {
   job.serial = too_small_for_threads(p);
   job.D = p.head_dim;
   job.Dp = round_up(job.D, kMaxVecBytes / int64_t(sizeof(T)));
+  job.amx = std::is_same<in_t, bf16>::value && job.D % 2 == 0 && amx_tiles();
   return job;
 }
 

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <type_traits>
+#include <vector>
 
 #include <ATen/Parallel.h>
 
@@ -285,6 +287,55 @@ struct SoftmaxXent {
   }
 };
 
+// bf16 ↔ float32 of n values (bf16 as bit patterns; rounding to nearest even, NaN kept NaN), loops the compiler
+// vectorises.
+DROPE_INLINE void bf16_to_float(const uint16_t* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = uint32_t(src[i]) << 16;
+    std::memcpy(dst + i, &u, 4);
+  }
+}
+DROPE_INLINE void float_to_bf16(const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, 4);
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    dst[i] = nan ? uint16_t(0x7fc0) : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+
+template <typename, int VB>
+struct SwiGluBf16 {
+  SwiGluBf16Args a;
+  DROPE_INLINE void operator()(int64_t b, int64_t e) const {
+    const int64_t n = a.n, out_n = a.dh ? 2 * n : n;
+    std::vector<float> gu(static_cast<size_t>(2 * n)), dh(static_cast<size_t>(a.dh ? n : 0)),
+        out(static_cast<size_t>(out_n));
+    const SwiGlu<float, VB> k{SwiGluArgs<float>{gu.data(), a.dh ? dh.data() : nullptr, out.data(), 1, n}};
+    for (int64_t r = b; r < e; ++r) {
+      bf16_to_float(a.gu + r * 2 * n, 2 * n, gu.data());
+      if (a.dh) bf16_to_float(a.dh + r * n, n, dh.data());
+      k(0, 1);
+      float_to_bf16(out.data(), out_n, a.out + r * out_n);
+    }
+  }
+};
+
+template <typename, int VB>
+struct SoftmaxXentBf16 {
+  SoftmaxXentBf16Args a;
+  DROPE_INLINE void operator()(int64_t b, int64_t e) const {
+    const int64_t n = a.n;
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t r = b; r < e; ++r) {
+      bf16_to_float(a.x + r * n, n, x.data());
+      SoftmaxXent<float, VB>{
+          SoftmaxXentArgs<float>{x.data(), a.labels + r, a.loss + r, 1, n, a.ignore_index, a.scale, a.grad}}(0, 1);
+      if (a.grad) float_to_bf16(x.data(), n, a.x + r * n);
+    }
+  }
+};
+
 }  // namespace
 
 template <typename T>
@@ -330,5 +381,12 @@ void swiglu_cpu(const SwiGluArgs<float>& a) { swiglu(a); }
 void swiglu_cpu(const SwiGluArgs<double>& a) { swiglu(a); }
 void softmax_xent_cpu(const SoftmaxXentArgs<float>& a) { softmax_xent(a); }
 void softmax_xent_cpu(const SoftmaxXentArgs<double>& a) { softmax_xent(a); }
+void swiglu_bf16_cpu(const SwiGluBf16Args& a) { dispatch_rows_vec<SwiGluBf16, float>(a.rows, 3 * a.n, a); }
+void softmax_xent_bf16_cpu(const SoftmaxXentBf16Args& a) {
+  for (int64_t r = 0; r < a.rows; ++r)
+    if (a.labels[r] != a.ignore_index && (a.labels[r] < 0 || a.labels[r] >= a.n))
+      throw std::invalid_argument("softmax_xent_bf16_cpu: label out of range");
+  dispatch_rows_vec<SoftmaxXentBf16, float>(a.rows, 3 * a.n, a);
+}
 
 }  // namespace drope::kernels

@@ -1,0 +1,51 @@
+// bf16 compute copies of float32 weights, for training in bf16 on CPUs whose GEMMs multiply bf16 on matrix tiles
+// (AMX): the float32 weights stay the masters (optimizer, checkpoints, gradients); each weight, or each stack of
+// weights that one GEMM reads (q/k/v, gate/up), has one bf16 copy made on first use and refreshed once per optimizer
+// step, not cast per op. While installed and CPU autocast to bf16 is on, ops::linear, linear_split and swiglu run
+// their GEMMs on the copies (bf16 activations in, bf16 out, float32 accumulation inside the GEMM) and return the
+// weights' gradients in float32 to the masters.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace drope::ops {
+
+class ComputeWeights {
+ public:
+  // The bf16 copy of `masters` (float32, (O_i, K) each) stacked by rows, (ΣO_i, K); made on first use.
+  at::Tensor get(at::TensorList masters);
+  // Copies every master into its bf16 copy (after the optimizer changed the weights).
+  void refresh();
+  // Bytes held by the copies.
+  int64_t bytes() const;
+
+ private:
+  struct Entry {
+    std::vector<at::Tensor> masters;
+    at::Tensor copy;
+  };
+  std::map<std::vector<const void*>, Entry> entries_;
+  mutable std::mutex mutex_;
+};
+
+// Installs `w` for the ops (nullptr: none); returns what was installed before. The owner (the optimizer that
+// refreshes it) uninstalls it before it goes.
+ComputeWeights* install_compute_weights(ComputeWeights* w);
+
+// The installed copies when x and the weights take them now: CPU autocast to bf16 on, x on the CPU in float32 or
+// bf16, the weights float32 CPU matrices of x's width; else nullptr.
+ComputeWeights* compute_weights_for(const at::Tensor& x, at::TensorList weights);
+
+// x (…, K) · [w_0; w_1; …]ᵀ (+ biases) on the bf16 copy of the stacked weights: (…, ΣO_i) in bf16. Gradients:
+// x's in x's dtype, the masters' in float32.
+at::Tensor bf16_projection(ComputeWeights& cw, const at::Tensor& x, at::TensorList weights, at::TensorList biases);
+
+// Whether this CPU multiplies bf16 matrices on AMX tiles as LibTorch runs now: oneDNN's instruction-set cap
+// (ONEDNN_MAX_CPU_ISA) and drope's (DROPE_CPU_ISA below avx512) both leave AMX on.
+bool cpu_bf16_tiles();
+
+}  // namespace drope::ops
