@@ -48,10 +48,10 @@ def launch(cfgs, worlds=None, extra=None):
     out = []
     for p in procs:
         try:
-            o, e = p.communicate(timeout=90)
+            _, e = p.communicate(timeout=90)
         except subprocess.TimeoutExpired:
             p.kill()
-            o, e = p.communicate()
+            _, e = p.communicate()
             raise AssertionError(f"rank hung:\n{e}") from None
         out.append((p.returncode, e))
     return out
