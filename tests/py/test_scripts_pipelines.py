@@ -153,8 +153,9 @@ def test_quickstart(fake, capsys):
     # one seed: the value and the Wilson interval of its queries; no test over seeds, so no claim is decided
     assert "| RoPE+PI | – | 80.0 [76.3, 83.3] | 60.0 [55.6, 64.2] | 20.0 [16.7, 23.7] |" in table
     assert "| DroPE+temp | 90.0 [88.0, 91.7] | 85.0 [81.6, 87.9] | 65.0 [60.7, 69.1] | 25.0 [21.4, 29.0] |" in table
-    assert "\nclaim (f) the temperature matters at 4C and 8C (by more than 2 points): inconclusive (DroPE temp − c=0 at 4C: one seed: no " \
-        "test over seeds)\n" in table and "1 seed: the value and, where the file has the query counts" in table
+    assert "\nclaim (f) the temperature matters at 4C and 8C (by more than 2 points): inconclusive (DroPE temp " \
+        "− c=0 at 4C: one seed: no test over seeds)\n" in table
+    assert "1 seed: the value and, where the file has the query counts" in table
     assert [l.split()[0] for l in (run / "timing.txt").read_text().splitlines()] == [
         "corpus", "pretrain", "drope", "ppl", "offset-key-train", "offset-key-eval", "total"]
 
@@ -214,8 +215,8 @@ def test_reproduce_reduced(fake, capsys, monkeypatch):
     assert "\nclaim (a) RoPE collapses beyond C on far needles (falls by more than 10 points): agrees (RoPE C − 4C: " \
         "paired t, H1: mean d > 10, t(1) = " in text
     # RoPE − PI is exactly 0 on both seeds: under the 2-point margin the claim that PI hurts is rejected
-    assert "\nclaim (b) PI hurts at 2C (by more than 2 points): disagrees (RoPE − PI at 2C: paired t, H1: mean d < 2, " \
-        "t(1) = −∞, p < 1e-300;" in text
+    assert "\nclaim (b) PI hurts at 2C (by more than 2 points): disagrees (RoPE − PI at 2C: paired t, H1: " \
+        "mean d < 2, t(1) = −∞, p < 1e-300;" in text
 
     calls.write_text("")
     assert reproduce.reproduce() == 0
