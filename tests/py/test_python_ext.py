@@ -235,7 +235,7 @@ def test_cuda_matches_cpu_and_rejects_mixed_devices():
     kw = case.kwargs()
     with pytest.raises(ValueError, match="k is on"):
         drope.attention(q.cuda(), k, v.cuda(), **kw)
-    ref = out_and_grads(lambda q, k, v: drope.attention(q, k, v, **kw), *case.inputs(torch.float32, True),
+    ref = out_and_grads(lambda q, k, v: drope.attention(q, k, v, **kw), *case.inputs(torch.float32, requires_grad=True),
                         torch.ones(case.B, case.H, case.T, case.D))
     kw["alibi_slopes"] = kw["alibi_slopes"].cuda()
     cu = [t.detach().cuda().requires_grad_() for t in (q, k, v)]
@@ -358,8 +358,10 @@ def test_float64_is_computed_in_float64(name):
     kw = case.kwargs()
     if kw["alibi_slopes"] is not None:
         kw["alibi_slopes"] = kw["alibi_slopes"].double()
-    ours = out_and_grads(lambda q, k, v: drope.attention(q, k, v, **kw), *case.inputs(torch.float64, True), dout)
-    exact = out_and_grads(lambda q, k, v: sdpa_reference(case, q, k, v), *case.inputs(torch.float64, True), dout)
+    ours = out_and_grads(lambda q, k, v: drope.attention(q, k, v, **kw),
+                         *case.inputs(torch.float64, requires_grad=True), dout)
+    exact = out_and_grads(lambda q, k, v: sdpa_reference(case, q, k, v),
+                          *case.inputs(torch.float64, requires_grad=True), dout)
     for what, a, b in zip(("out", "dq", "dk", "dv"), ours, exact):
         assert a.dtype == torch.float64
         err = (a - b).abs().max().item() / b.abs().max().item()
