@@ -186,7 +186,7 @@ def test_sinks_change_the_output():
         assert (ours(ids).logits - before).abs().max() > 1e-3
 
 
-def modernbert_pair(seed=0):
+def modernbert_pair(seed=0, dtype=torch.float32):
     models = []
     for impl in ("sdpa", "drope"):
         torch.manual_seed(seed)
@@ -198,23 +198,25 @@ def modernbert_pair(seed=0):
         with torch.no_grad():
             for n, p in model.named_parameters():
                 p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm" in n else 0.2 * torch.randn_like(p))
-        models.append(model)
+        models.append(model.to(dtype))
     return models
 
 
 @pytest.mark.parametrize("seq", [6, 40])
 def test_modernbert_two_sided_windows_match_sdpa(seq):
     """ModernBERT's local layers see a two-sided window (|i - j| <= local_attention / 2): drope equals "sdpa" below
-    and beyond the window, forward and backward."""
-    sdpa, ours = modernbert_pair()
+    and beyond the window, forward and backward. In float64, where both are exact to about 1e-15 (in float32 the
+    two differ by float32 rounding, about 1e-5 of the largest gradient, as each differs from float64), so that a
+    one-sided window (6e-3 off) or any other mistake shows."""
+    sdpa, ours = modernbert_pair(dtype=torch.float64)
     ids = tokens(seq=seq)
     outs = []
     for model in (ours, sdpa):
         model.zero_grad()
         h = model(ids).last_hidden_state
-        (h * torch.linspace(-1, 1, h.shape[-1])).sum().backward()
+        (h * torch.linspace(-1, 1, h.shape[-1], dtype=h.dtype)).sum().backward()
         outs.append((h.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
-    assert_same(*outs)
+    assert_same(*outs, tol=1e-10)
 
 
 def call_kwargs(T=10, S=10, H=4, Hkv=2, D=8, seed=0):
