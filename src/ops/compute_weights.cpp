@@ -128,4 +128,6 @@ bool cpu_bf16_tiles() {
   return tiles && kernels::cpu_isa() == kernels::Isa::kAvx512;
 }
 
+bool bf16_pays(c10::DeviceType device) { return device != c10::DeviceType::CPU || cpu_bf16_tiles(); }
+
 }  // namespace drope::ops

@@ -105,12 +105,12 @@ class ReplicatedAdamW final : public Optimizer {
 
  private:
   // train.dtype bfloat16 on the CPU: bf16 compute copies of the weights where the CPU multiplies bf16 on AMX
-  // tiles; elsewhere bf16 GEMMs are emulated through float32 and the run keeps autocast (said at start).
+  // tiles; elsewhere bf16 GEMMs are emulated, and the trainer computes in float32 (ops::bf16_pays; said here).
   void use_compute_weights() {
     if (!ops::cpu_bf16_tiles()) {
       logging::warn("train.dtype bfloat16: this CPU has no AMX bf16 tiles in use (absent, or capped by "
-                    "ONEDNN_MAX_CPU_ISA / DROPE_CPU_ISA), so bf16 GEMMs are emulated and float32 trains faster here "
-                    "(docs/cpu-isa.md); training in bf16 autocast as asked");
+                    "ONEDNN_MAX_CPU_ISA / DROPE_CPU_ISA); its bf16 GEMMs are emulated, many times slower than "
+                    "float32 ones, so this run computes in float32, the faster dtype here (docs/cpu-isa.md)");
       return;
     }
     compute_ = std::make_unique<ops::ComputeWeights>();

@@ -35,6 +35,7 @@
 #include "drope/kernels/cpu_isa.h"
 #include "drope/model/drope.h"
 #include "drope/model/variant.h"
+#include "drope/ops/compute_weights.h"
 #include "drope/ops/loss.h"
 #include "drope/train/checkpoint.h"
 #include "drope/train/data.h"
@@ -436,7 +437,7 @@ void Trainer::replace_model(DecoderLM model) {
 // count, and only their rows reach the LM head.
 torch::Tensor Trainer::loss_of(const torch::Tensor& batch, const torch::Tensor& mask) {
   const int64_t T = seq_len_;
-  AutocastGuard autocast(cfg_.train.dtype == TrainDType::kBFloat16, device_.type());
+  AutocastGuard autocast(cfg_.train.dtype == TrainDType::kBFloat16 && ops::bf16_pays(device_.type()), device_.type());
   auto b = batch.to(device_);
   auto labels = b.narrow(1, 1, T).reshape({-1});
   torch::Tensor rows;  // undefined = every target

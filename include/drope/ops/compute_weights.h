@@ -48,4 +48,9 @@ at::Tensor bf16_projection(ComputeWeights& cw, const at::Tensor& x, at::TensorLi
 // (ONEDNN_MAX_CPU_ISA) and drope's (DROPE_CPU_ISA below avx512) both leave AMX on.
 bool cpu_bf16_tiles();
 
+// Whether computing in bf16 is faster than float32 on this device: on a GPU, and on a CPU with AMX tiles in use
+// (cpu_bf16_tiles). Elsewhere LibTorch's bf16 GEMMs are emulated, many times slower than its float32 ones, and
+// train.dtype bfloat16 trains in float32 (said at start).
+bool bf16_pays(c10::DeviceType device);
+
 }  // namespace drope::ops
