@@ -89,6 +89,18 @@ double offset_key_answer_nll(DecoderLM& model, uint64_t seed, int64_t length, in
   return nll / double(answers);
 }
 
+namespace {
+// The crop keeps a positional model inside the context it was trained at; a model without positions has no such
+// context (every length reads the same weights the same way), so the baseline would measure nothing.
+void check_crop_has_positions(const EvalModel& em, const std::string& model_dir) {
+  const auto plan = em.model->config().layer_plan();
+  if (std::all_of(plan.begin(), plan.end(), [](const LayerPositional& l) { return l.kind == PositionalKind::kNope; }))
+    fail("--crop: --model {} has no positional encoding (NoPE in every layer); the cropped-context baseline is "
+         "for a model with positions, kept inside its training length",
+         model_dir);
+}
+}  // namespace
+
 void run_offset_key(const OffsetKeyRun& r) {
   if (r.queries <= 0 || r.queries > kMaxQueries)
     fail("--queries: expected an integer in [1, {}], got {}", kMaxQueries, r.queries);
@@ -104,15 +116,7 @@ void run_offset_key(const OffsetKeyRun& r) {
          v.str());
   auto em = load_eval_model(r.method, false);
   if (r.crop && r.method.label.empty()) em.label += "+crop";
-  // The crop keeps a positional model inside the context it was trained at; a model without positions has no such
-  // context (every length reads the same weights the same way), so the baseline would measure nothing.
-  if (r.crop) {
-    const auto plan = em.model->config().layer_plan();
-    if (std::all_of(plan.begin(), plan.end(), [](const LayerPositional& l) { return l.kind == PositionalKind::kNope; }))
-      fail("--crop: --model {} has no positional encoding (NoPE in every layer); the cropped-context baseline is "
-           "for a model with positions, kept inside its training length",
-           r.method.model_dir);
-  }
+  if (r.crop) check_crop_has_positions(em, r.method.model_dir);
   tasks::check_offset_key_vocab(em.model->config().vocab_size, "--model " + r.method.model_dir);
   const auto lengths = resolve_lengths(r.lengths, r.multipliers, em.train_length);
   for (auto L : lengths) tasks::check_offset_key_length(L, r.lengths.empty() ? "--multipliers" : "--lengths");
