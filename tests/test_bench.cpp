@@ -1,7 +1,9 @@
 // The attention benchmark's library code on a tiny configuration: structure only, no timing thresholds.
 #include <torch/cuda.h>
+#include <algorithm>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -128,4 +130,36 @@ TEST(AttentionBench, BackendImplsNeedCuda) {
   drope::test::expect_error(
       [&] { drope::bench::run_attention_bench(bad); },
       {"unknown implementation 'sdpa_flash'", "flash, mem_efficient, cudnn, cudnn_graph, own_cuda"});
+}
+
+TEST(AttentionBench, InterleavedRoundsGiveMediansAndPerRoundRatios) {
+  auto opt = tiny();
+  opt.lengths = {64};
+  opt.cases = {"causal"};
+  opt.impls = {"ours", "sdpa"};
+  opt.rounds = 3;
+  opt.repeats = 2;
+  const auto r = drope::bench::run_attention_bench(opt);
+  ASSERT_EQ(r.rows.size(), 2u);
+  for (const auto& row : r.rows)
+    for (const auto* m : {&row.fwd, &row.fwdbwd}) {
+      ASSERT_TRUE(m->ok()) << row.impl << " " << m->status;
+      ASSERT_EQ(m->round_ms.size(), 3u) << row.impl;
+      ASSERT_EQ(m->ratio_ours.size(), 3u) << row.impl;
+      EXPECT_EQ(m->runs, 6);
+      // The median of the rounds' medians; every run's extremes around it.
+      std::vector<double> v = m->round_ms;
+      std::sort(v.begin(), v.end());
+      EXPECT_DOUBLE_EQ(m->median_ms, v[1]);
+      EXPECT_LE(m->min_ms, v[0]);
+      EXPECT_GE(m->max_ms, v[2]);
+      if (row.impl == "ours")
+        for (double x : m->ratio_ours) EXPECT_DOUBLE_EQ(x, 1.0);
+    }
+  const auto table = drope::bench::format_attention_table(r);
+  EXPECT_NE(table.find("per-round time / ours (median [range] over 3 interleaved rounds)"), std::string::npos) << table;
+  EXPECT_NE(table.find("causal T=64 sdpa:"), std::string::npos) << table;
+  const auto j = nlohmann::json::parse(drope::bench::attention_bench_json(r));
+  EXPECT_EQ(j.at("options").at("rounds").get<int>(), 3);
+  EXPECT_EQ(j.at("rows").at(1).at("fwd").at("round_ratio_vs_ours").size(), 3u);
 }

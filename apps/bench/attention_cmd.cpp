@@ -28,6 +28,9 @@ void add_attention_command(CLI::App& cli, int& rc) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   att->add_option("--repeats", opt.repeats, "Timed runs per measurement (median reported)")->capture_default_str();
+  att->add_option("--rounds", opt.rounds,
+                  "Interleaved rounds: each implementation once per round; medians over rounds, per-round ratios")
+      ->capture_default_str();
   att->add_option("--warmup", opt.warmup, "Untimed runs first")->capture_default_str();
   att->add_option("--max-seconds", opt.max_seconds,
                   "Budget per measurement; longer lengths predicted to exceed it are skipped")

@@ -405,6 +405,7 @@ at::Tensor measure(Ctx& c, const Setup& s, const std::string& impl, bool bwd, co
     std::sort(ms.begin(), ms.end());
     m.runs = int(ms.size());
     m.min_ms = ms.front();
+    m.max_ms = ms.back();
     m.median_ms = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
     m.tflops = m.flops / (m.median_ms / 1000.0) / 1e12;
     m.status = "ok";
@@ -425,6 +426,118 @@ at::Tensor measure(Ctx& c, const Setup& s, const std::string& impl, bool bwd, co
                                           m.peak_rss_mb)
                             : m.status));
   return last_out;
+}
+
+// One implementation of a (case, T): its row, the function timed and the dense mask it needs.
+struct Slot {
+  BenchRow row;
+  AttnFn fn;
+  at::Tensor mask;
+  bool runs = true;  // false: not applicable (its row is final)
+  std::vector<Measurement> fwd, fwdbwd;  // one per round
+};
+
+Slot make_slot(const AttentionBenchOptions& opt, const Setup& s, const std::string& impl) {
+  Slot sl;
+  auto& row = sl.row;
+  row.case_name = s.name;
+  row.impl = impl;
+  row.T = s.T;
+  row.kv_heads = s.Hkv;
+  std::tie(row.analytic_bytes, row.analytic_note) = analytic_memory(opt, s, impl);
+  if (impl == "sdpa" && !s.sdpa_native) {
+    row.fwd.status = row.fwdbwd.status = "n/a";
+    row.analytic_note = "n/a";
+    row.analytic_bytes = -1;
+    sl.runs = false;
+    return sl;
+  }
+  if (!opt.forward) row.fwd.status = "not run";
+  if (!opt.backward) row.fwdbwd.status = "not run";
+  if (impl == "sdpa_mask") {
+    const bool any = (opt.forward && estimated_bytes(opt, s, impl, false) <= opt.max_mem_gb * kGiB) ||
+                     (opt.backward && estimated_bytes(opt, s, impl, true) <= opt.max_mem_gb * kGiB);
+    if (any) sl.mask = dense_mask(s, opt.dtype, opt.device);
+  }
+  sl.fn = make_fn(impl, s, sl.mask);
+  return sl;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A slot's measurement over rounds: the first round's numbers, the time the median of the rounds' medians, the
+// extremes over all runs, and each round's time over ours's in that round. Not ok if any round was not.
+Measurement combine(const std::vector<Measurement>& rounds, const std::vector<Measurement>* ours) {
+  Measurement m = rounds.front();
+  if (rounds.size() == 1) return m;
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    const auto& x = rounds[i];
+    if (!x.ok()) return x;
+    m.round_ms.push_back(x.median_ms);
+    m.min_ms = std::min(m.min_ms, x.min_ms);
+    m.max_ms = std::max(m.max_ms, x.max_ms);
+    if (i > 0) m.runs += x.runs;
+    if (ours && i < ours->size() && (*ours)[i].ok()) m.ratio_ours.push_back(x.median_ms / (*ours)[i].median_ms);
+  }
+  m.median_ms = median_of(m.round_ms);
+  m.tflops = m.flops / (m.median_ms / 1000.0) / 1e12;
+  return m;
+}
+
+// Every implementation of one (case, T), in turn, once per round; rows with medians over rounds and per-round
+// ratios to ours; rounds in which a measurement's runs swung more than busy_spread flagged in r.busy.
+void run_case(Ctx& c, AttentionBenchResult& r, const std::string& cname, int64_t T) {
+  const auto& opt = c.o;
+  const Setup s = make_setup(opt, cname, T);
+  const Inputs in = make_inputs(opt, s);
+  std::vector<Slot> slots;
+  for (const auto& impl : opt.impls) slots.push_back(make_slot(opt, s, impl));
+  at::Tensor ours_out;
+  for (int round = 0; round < opt.rounds; ++round) {
+    std::string busy;
+    for (auto& sl : slots) {
+      if (!sl.runs) continue;
+      std::optional<double> fwd_ms;
+      if (opt.forward) {
+        Measurement m;
+        auto out = measure(c, s, sl.row.impl, false, sl.fn, in, m, std::nullopt);
+        if (m.ok()) fwd_ms = m.median_ms;
+        if (round == 0 && out.defined()) {
+          if (sl.row.impl == "ours") {
+            ours_out = out;
+            sl.row.max_abs_diff = 0;
+          } else if (ours_out.defined()) {
+            sl.row.max_abs_diff = (out.to(at::kDouble) - ours_out.to(at::kDouble)).abs().max().item<double>();
+          }
+        }
+        sl.fwd.push_back(m);
+      }
+      if (opt.backward) {
+        Measurement m;
+        measure(c, s, sl.row.impl, true, sl.fn, in, m, fwd_ms);
+        sl.fwdbwd.push_back(m);
+      }
+      for (const auto* v : {&sl.fwd, &sl.fwdbwd})
+        if (!v->empty() && v->back().ok() && v->back().max_ms > opt.busy_spread * v->back().min_ms && busy.empty())
+          busy = fmt::format("{} T={} round {} ({} {} spread {:.2f})", cname, T, round + 1, sl.row.impl,
+                             v == &sl.fwd ? "fwd" : "fwd+bwd", v->back().max_ms / v->back().min_ms);
+    }
+    if (opt.rounds > 1 && !busy.empty()) r.busy.push_back(busy);
+  }
+  const Slot* ours = nullptr;
+  for (const auto& sl : slots)
+    if (sl.row.impl == "ours") ours = &sl;
+  for (auto& sl : slots) {
+    if (sl.runs) {
+      if (!sl.fwd.empty()) sl.row.fwd = combine(sl.fwd, ours ? &ours->fwd : nullptr);
+      if (!sl.fwdbwd.empty()) sl.row.fwdbwd = combine(sl.fwdbwd, ours ? &ours->fwdbwd : nullptr);
+    }
+    r.rows.push_back(sl.row);
+  }
 }
 
 void validate(const AttentionBenchOptions& o) {
@@ -471,6 +584,7 @@ void validate(const AttentionBenchOptions& o) {
   if (o.dtype != at::kFloat && o.dtype != at::kBFloat16 && o.dtype != at::kDouble)
     fail("attention bench: dtype must be float32, bfloat16 or float64");
   if (o.repeats < 1) fail("attention bench: --repeats must be >= 1, got {}", o.repeats);
+  if (o.rounds < 1 || o.rounds > 1000) fail("attention bench: --rounds must be in [1, 1000], got {}", o.rounds);
   if (o.warmup < 0) fail("attention bench: --warmup must be >= 0, got {}", o.warmup);
   if (!(o.max_seconds > 0)) fail("attention bench: --max-seconds must be positive");
   if (!(o.max_mem_gb > 0)) fail("attention bench: --max-mem-gb must be positive");
@@ -545,52 +659,8 @@ AttentionBenchResult run_attention_bench(const AttentionBenchOptions& opt) {
   };
   Ctx c{r.options, {}, {}};
   at::manual_seed(0);
-  for (const auto& cname : opt.cases) {
-    for (auto T : opt.lengths) {
-      const Setup s = make_setup(opt, cname, T);
-      const Inputs in = make_inputs(opt, s);
-      at::Tensor ours_out;
-      for (const auto& impl : opt.impls) {
-        BenchRow row;
-        row.case_name = cname;
-        row.impl = impl;
-        row.T = T;
-        row.kv_heads = s.Hkv;
-        std::tie(row.analytic_bytes, row.analytic_note) = analytic_memory(opt, s, impl);
-        if (impl == "sdpa" && !s.sdpa_native) {
-          row.fwd.status = row.fwdbwd.status = "n/a";
-          row.analytic_note = "n/a";
-          row.analytic_bytes = -1;
-          r.rows.push_back(row);
-          continue;
-        }
-        if (!opt.forward) row.fwd.status = "not run";
-        if (!opt.backward) row.fwdbwd.status = "not run";
-        at::Tensor mask;
-        if (impl == "sdpa_mask") {
-          const bool any = (opt.forward && estimated_bytes(opt, s, impl, false) <= opt.max_mem_gb * kGiB) ||
-                           (opt.backward && estimated_bytes(opt, s, impl, true) <= opt.max_mem_gb * kGiB);
-          if (any) mask = dense_mask(s, opt.dtype, opt.device);
-        }
-        const auto fn = make_fn(impl, s, mask);
-        std::optional<double> fwd_ms;
-        if (opt.forward) {
-          auto out = measure(c, s, impl, false, fn, in, row.fwd, std::nullopt);
-          if (row.fwd.ok()) fwd_ms = row.fwd.median_ms;
-          if (out.defined()) {
-            if (impl == "ours") {
-              ours_out = out;
-              row.max_abs_diff = 0;
-            } else if (ours_out.defined()) {
-              row.max_abs_diff = (out.to(at::kDouble) - ours_out.to(at::kDouble)).abs().max().item<double>();
-            }
-          }
-        }
-        if (opt.backward) measure(c, s, impl, true, fn, in, row.fwdbwd, fwd_ms);
-        r.rows.push_back(row);
-      }
-    }
-  }
+  for (const auto& cname : opt.cases)
+    for (auto T : opt.lengths) run_case(c, r, cname, T);
   return r;
 }
 
@@ -656,6 +726,21 @@ std::string format_attention_table(const AttentionBenchResult& r) {
       }
     }
   }
+  if (o.rounds > 1) {
+    out +=
+        fmt::format("\nper-round time / ours (median [range] over {} interleaved rounds), fwd | fwd+bwd:\n", o.rounds);
+    auto stats = [](const Measurement& m) -> std::string {
+      if (m.ratio_ours.empty()) return "-";
+      const auto [lo, hi] = std::minmax_element(m.ratio_ours.begin(), m.ratio_ours.end());
+      return fmt::format("{:.2f} [{:.2f}–{:.2f}]", median_of(m.ratio_ours), *lo, *hi);
+    };
+    for (const auto& row : r.rows)
+      if (row.impl != "ours" && (row.fwd.ok() || row.fwdbwd.ok()))
+        out +=
+            fmt::format("  {} T={} {}: {} | {}\n", row.case_name, row.T, row.impl, stats(row.fwd), stats(row.fwdbwd));
+    out += r.busy.empty() ? "  busy rounds: none\n" : "";
+    for (const auto& b : r.busy) out += "  busy: " + b + "\n";
+  }
   out += "\nnotes:\n";
   for (const auto& n : r.notes) out += "  - " + n + "\n";
   for (const auto& e : errors) out += "  ! " + e + "\n";
@@ -671,6 +756,9 @@ std::string attention_bench_json(const AttentionBenchResult& r) {
     if (m.ok()) {
       j["median_ms"] = m.median_ms;
       j["min_ms"] = m.min_ms;
+      j["max_ms"] = m.max_ms;
+      if (!m.round_ms.empty()) j["round_ms"] = m.round_ms;
+      if (!m.ratio_ours.empty()) j["round_ratio_vs_ours"] = m.ratio_ours;
       j["runs"] = m.runs;
       j["tflops"] = m.tflops;
     }
@@ -705,12 +793,14 @@ std::string attention_bench_json(const AttentionBenchResult& r) {
            {"window", o.window},
            {"dtype", dtype_name(o.dtype)},
            {"repeats", o.repeats},
+           {"rounds", o.rounds},
            {"warmup", o.warmup},
            {"max_seconds", o.max_seconds},
            {"max_mem_gb", o.max_mem_gb},
            {"cases", o.cases},
            {"impls", o.impls}}},
          {"notes", r.notes},
+         {"busy_rounds", r.busy},
          {"rows", rows}};
   return j.dump(2) + "\n";
 }

@@ -24,6 +24,10 @@ struct AttentionBenchOptions {
   at::ScalarType dtype = at::kFloat;
   std::string device = "cpu";  // cpu | cuda (memory column: peak CUDA allocator bytes instead of RSS)
   int repeats = 5;           // timed runs per measurement; the median is reported
+  // Interleaved rounds: every implementation of a (case, T) measured once per round, in turn (ours, sdpa, ...,
+  // ours, sdpa, ...); times are medians over rounds, ratios to ours are taken per round.
+  int rounds = 1;
+  double busy_spread = 1.25;  // a round whose slowest timed run took more than this × its fastest is flagged busy
   int warmup = 1;            // untimed runs first
   double max_seconds = 120;  // budget per measurement (warmup + repeats), predicted from the previous length
   double max_mem_gb = 4;     // skip a measurement whose estimated extra memory exceeds this
@@ -39,7 +43,9 @@ struct AttentionBenchOptions {
 struct Measurement {
   std::string status = "not run";  // "ok", "skipped (budget)", "skipped (memory)", "n/a", "n/a: why", "error: ..."
   std::string backend;             // CUDA: the plan backend that ran (ours: the plan's default choice)
-  double median_ms = 0, min_ms = 0;
+  double median_ms = 0, min_ms = 0, max_ms = 0;  // over every timed run (median: of the rounds' medians)
+  std::vector<double> round_ms;   // each round's median (rounds > 1)
+  std::vector<double> ratio_ours; // each round's time over ours's in the same round (rounds > 1)
   int runs = 0;                 // timed runs done
   double tflops = 0;            // effective TFLOP/s from the analytic FLOP count (see flops)
   double flops = 0;             // forward 4·B·H·T·S_eff·D (S_eff = T/2 causal, min(W, T) window); ×3.5 fwd+bwd
@@ -66,6 +72,7 @@ struct AttentionBenchResult {
   int threads = 0;
   std::vector<BenchRow> rows;
   std::vector<std::string> notes;
+  std::vector<std::string> busy;  // "causal T=1024 round 2 (ours fwd+bwd spread 1.40)": rounds flagged busy
 };
 
 // The forced-backend implementations (CUDA only): "flash", "mem_efficient", "cudnn", "own_cuda"
