@@ -264,13 +264,10 @@ def trend(rows: Sequence[dict], recipe: str = "quickstart") -> dict | None:
     """Least-squares slope of the per-seed gap against log2(budget) for one recipe: points per doubling, 95 %
     interval (None with fewer than two budgets or three rows)."""
     pts = [(math.log2(r["budget"]), r["gap_pct"]) for r in rows if r["recipe"] == recipe]
-    if len({x for x, _ in pts}) < 2 or len(pts) < 3:
+    fit = common.slope([x for x, _ in pts], [y for _, y in pts])
+    if fit is None:
         return None
-    from scipy import stats as sps
-
-    fit = sps.linregress([x for x, _ in pts], [y for _, y in pts])
-    half = stats.t_quantile(0.975, len(pts) - 2) * fit.stderr
-    return {"slope": fit.slope, "low": fit.slope - half, "high": fit.slope + half, "n": len(pts), "p": fit.pvalue}
+    return {"slope": fit["slope"], "low": fit["ci95"][0], "high": fit["ci95"][1], "n": fit["n"], "p": fit["p_two"]}
 
 
 def comparisons(cells: Sequence[Cell], rows: Sequence[dict], family: str | None = None) -> list[dict]:
