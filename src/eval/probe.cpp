@@ -30,7 +30,8 @@ LengthProbe::LengthProbe(ProbeOptions o, const std::string& dataset) : o_(std::m
   }
   if (!o_.niah_lengths.empty()) {
     tokenizer_ = text::load_tokenizer(dataset);
-    const auto task = tasks::parse_niah_tasks(o_.niah_task, "eval.niah_task").at(0);
+    niah_task_ = tasks::parse_niah_tasks(o_.niah_task, "eval.niah_task").at(0);
+    const auto& task = niah_task_;
     if (task.haystack == tasks::Haystack::essay) essay_ = tasks::load_essay(o_.haystack, "eval.niah_haystack");
     // A length too small for the task's prompt fails now, before any training step.
     tasks::NiahOptions nopt;
@@ -58,7 +59,7 @@ ProbeReading LengthProbe::run(DecoderLM& model, const BlockRunner& runner) const
     out[fmt::format("ppl@{}", L)] = perplexity_sliding(model, stream_, p).ppl;
   }
   if (!o_.niah_lengths.empty()) {
-    const auto task = tasks::parse_niah_tasks(o_.niah_task, "eval.niah_task").at(0);
+    const auto& task = niah_task_;
     NiahCellOptions c;
     c.trials = o_.niah_trials;
     c.seed = o_.niah_seed;

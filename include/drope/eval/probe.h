@@ -51,6 +51,7 @@ class LengthProbe {
   ProbeOptions o_;
   std::vector<int32_t> stream_;
   std::unique_ptr<text::Tokenizer> tokenizer_;
+  tasks::NiahTask niah_task_;  // eval.niah_task, parsed once
   tasks::EssayText essay_;
 };
 
