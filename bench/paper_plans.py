@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""The memory plan of every paper config on 8 x 80 GB, as the README's Markdown table.
+"""The memory plan of every paper config on 8 x 80 GB, as the Markdown table of docs/gpu-cluster.md.
 
 For each config in PAPER: `drope-train CONFIG --plan --json --world 8 --set run.init=configs/hf/<model>` (the
 model's public config.json, no weights), the total bytes per rank of every train.shard mode at the config's
 micro-batch and activation checkpointing, the mode the config chose and the largest micro-batch that mode fits.
 A config's choice is the least sharded mode whose total stays within HEADROOM of the device
-(tests/py/test_paper_configs.py checks that, and that the README shows this table).
+(tests/py/test_paper_configs.py checks that, and that docs/gpu-cluster.md shows this table).
 
   .venv/bin/python bench/paper_plans.py [--bin build]
 """

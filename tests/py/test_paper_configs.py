@@ -1,6 +1,6 @@
 """The paper's DroPE configs at 360M-7B: the public recipe's hyper-parameters, the models'
 public shapes (configs/hf/*/config.json against transformers), and shard modes that the memory plan says each
-config needs on 8 x 80 GB; docs/results.md shows the plan table that bench/paper_plans.py prints.
+config needs on 8 x 80 GB; docs/gpu-cluster.md shows the plan table that bench/paper_plans.py prints.
 """
 import json
 
@@ -78,7 +78,7 @@ def test_shard_mode_is_what_the_plan_needs(name):
     assert c["data"]["batch_size"] % (WORLD * c["data"]["micro_batch"]) == 0
 
 
-def test_results_page_shows_the_plan_table():
-    page = (ROOT / "docs" / "results.md").read_text()
+def test_the_cluster_page_shows_the_plan_table():
+    page = (ROOT / "docs" / "gpu-cluster.md").read_text()
     t = table(BIN)
-    assert t in page, "docs/results.md's memory-plan table is stale: paste the output of bench/paper_plans.py\n" + t
+    assert t in page, "docs/gpu-cluster.md's memory-plan table is stale: paste the output of bench/paper_plans.py\n" + t
