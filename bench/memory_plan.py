@@ -8,7 +8,7 @@ moments, activations, logits, buffers), so the plan is checked against it. Besid
 GNU time: the largest process) minus the peak RSS of a 1-step run of the micro model (LibTorch's code, thread
 pools, allocator slack) is shown for reference; glibc keeps freed blocks (its mmap threshold grows to 32 MB),
 so RSS also counts its retention policy. Prints a Markdown table. Usage:
-    .venv/bin/python bench/memory_plan.py [--bin build] [--out docs/results/memory-plan.md]
+    .venv/bin/python bench/memory_plan.py [--bin build] [--out runs/memory-plan.md]
 This is a report; tests/py/test_memory_plan.py checks the plan against the same counter at small shapes.
 """
 import argparse
