@@ -1,4 +1,5 @@
-// drope-train's flag parsing: the training flags (a run config, its overrides, --plan) and `drope-train plot`.
+// drope-train's flag parsing: the training flags (a run config, its overrides, --plan), `drope-train plot` and
+// `drope-train settings`.
 // The runs themselves are library calls (drope/train/trainer.h, plan_run.h, curves.h).
 #pragma once
 
@@ -26,13 +27,22 @@ struct PlotFlags {
   CLI::App* cmd = nullptr;
 };
 
+struct SettingsFlags {
+  bool markdown = false;
+  std::string doc;
+  CLI::App* cmd = nullptr;
+};
+
 // The training flags, on the tool itself (drope-train CONFIG ...).
 void add_train_options(CLI::App& cli, TrainFlags& f);
 // `drope-train plot RUN_DIR`.
 void add_plot_command(CLI::App& cli, PlotFlags& p);
+// `drope-train settings [--markdown | --doc FILE]`.
+void add_settings_command(CLI::App& cli, SettingsFlags& s);
 
-// The exit status of a training run (or --print-config, --plan) and of `plot`.
+// The exit status of a training run (or --print-config, --plan), of `plot` and of `settings`.
 int run_train(const TrainFlags& f);
 int run_plot(const PlotFlags& p, const TrainFlags& f);
+int run_settings_command(const SettingsFlags& s, const TrainFlags& f);
 
 }  // namespace drope::traincli

@@ -7,6 +7,7 @@
 #include "drope/train/distributed.h"
 #include "drope/train/plan_run.h"
 #include "drope/train/run_config.h"
+#include "drope/train/settings.h"
 #include "drope/train/tensor_memory.h"
 #include "drope/train/trainer.h"
 #include "train/commands.h"
@@ -34,6 +35,7 @@ void add_train_options(CLI::App& cli, TrainFlags& f) {
       cli.add_option("--gpu-mem-gb", f.gpu_mem_gb, "With --plan: device memory per rank in GB (default 80)");
   f.json_opt =
       cli.add_flag("--json", f.plan_json, "With --plan: one JSON object per shard mode (bytes) instead of the table");
+  cli.footer(train::settings_help());
 }
 
 int run_train(const TrainFlags& f) {

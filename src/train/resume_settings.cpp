@@ -1,10 +1,7 @@
 #include "drope/train/resume_settings.h"
 
-#include <algorithm>
 #include <filesystem>
-#include <iterator>
 #include <map>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -13,55 +10,13 @@
 #include "drope/core/error.h"
 #include "drope/core/yaml.h"
 #include "drope/train/lr_schedule.h"
+#include "drope/train/settings.h"
 
 namespace fs = std::filesystem;
 
 namespace drope::train {
 
 namespace {
-
-// How a run executes and reports, not what its steps compute: free to change on resume. (The data-parallel
-// layout, micro-batching, recomputation, the chunked and fused loss, the fused optimizer kernel and CUDA graph
-// capture give the same steps up to float rounding, as the resume tests across world sizes and shard modes
-// check.)
-constexpr std::string_view kFree[] = {"run.name",
-                                      "run.out_dir",
-                                      "train.steps",
-                                      "train.log_every",
-                                      "train.eval_every",
-                                      "train.eval_batches",
-                                      "train.checkpoint_every",
-                                      "train.keep_last",
-                                      "train.device",
-                                      "train.peak_tflops",
-                                      "train.dist_timeout_s",
-                                      "train.allreduce_bucket_mb",
-                                      "train.max_bad_steps",
-                                      "train.chunked_loss",
-                                      "train.fused_loss",
-                                      "train.cuda_graphs",
-                                      "train.shard",
-                                      "train.activation_checkpointing",
-                                      "train.tensorboard",
-                                      "data.micro_batch",
-                                      "optim.fused"};
-
-// Files named by path: the same spelling or the same file.
-constexpr std::string_view kPaths[] = {"run.init", "data.dataset", "data.text"};
-
-// The DroPE step's settings: free while the drop lies ahead of the checkpoint under both values.
-constexpr std::string_view kDrop[] = {"drope.drop_at_step", "drope.qk_norm", "drope.per_head"};
-
-template <size_t N>
-bool is_one_of(std::string_view key, const std::string_view (&list)[N]) {
-  return std::find(std::begin(list), std::end(list), key) != std::end(list);
-}
-
-// The learning rate of each step comes from optim.lr and schedule.*; compared step by step below.
-bool shapes_lr(const std::string& key) { return key == "optim.lr" || key.rfind("schedule.", 0) == 0; }
-
-// The long-context probes (eval.*) only read the model: free on resume.
-bool is_probe(const std::string& key) { return key.rfind("eval.", 0) == 0; }
 
 // Every leaf of a YAML document as ("a.b.c", value), in document order; a sequence is one leaf.
 void flatten(const YAML::Node& n, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
@@ -161,18 +116,22 @@ void check_resume_settings(const RunConfig& now, const std::string& ckpt_dir, co
     const std::string* o = old_value.count(key) ? old_value[key] : nullptr;
     const std::string* n = new_value.count(key) ? new_value[key] : nullptr;
     if (o && n && *o == *n) continue;
-    if (is_one_of(key, kFree) || is_probe(key)) continue;
-    if (o && n && is_one_of(key, kPaths) && same_file(*o, *n)) continue;
-    if (shapes_lr(key)) {
-      if (!lr_keys_changed) first_lr_key = key;
-      lr_keys_changed = true;
-      continue;
-    }
-    if (is_one_of(key, kDrop)) {
-      if (dropped_within(was, state.step) || dropped_within(now, state.step))
-        refuse(key,
-               fmt::format("but the positional embeddings were dropped within the checkpoint's {} steps", state.step));
-      continue;
+    switch (resume_rule(key)) {  // the settings table's column (settings.h)
+      case OnResume::kReports:
+      case OnResume::kSameStep: continue;
+      case OnResume::kSameFile:
+        if (o && n && same_file(*o, *n)) continue;
+        break;
+      case OnResume::kSameLr:
+        if (!lr_keys_changed) first_lr_key = key;
+        lr_keys_changed = true;
+        continue;
+      case OnResume::kDropAhead:
+        if (dropped_within(was, state.step) || dropped_within(now, state.step))
+          refuse(key, fmt::format("but the positional embeddings were dropped within the checkpoint's {} steps",
+                                  state.step));
+        continue;
+      case OnResume::kFixed: break;
     }
     refuse(key, taken);
   }

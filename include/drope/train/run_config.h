@@ -1,5 +1,7 @@
 // The training run configuration (configs/*.yaml): strict YAML, `--set a.b=value` overrides, and the
-// resolved config written next to the run's outputs.
+// resolved config written next to the run's outputs. The fields below hold the values and their defaults; each
+// key's reading, range, YAML spelling, resume rule and documentation is its row in the settings table
+// (settings.h), which parse_run_config and run_config_to_yaml go through.
 #pragma once
 
 #include <cstdint>
