@@ -1,5 +1,6 @@
 // One attention call of the attention tests (CPU kernel, CUDA plan emulated on the CPU, CUDA backends):
-// sizes, the options of ops::AttentionParams, and a description for SCOPED_TRACE.
+// sizes, the options of ops::AttentionParams, and a description for SCOPED_TRACE; and the backends of the
+// registry the tests iterate.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "drope/ops/attention.h"
+#include "drope/ops/attention_registry.h"
 
 namespace drope::test {
 
@@ -43,5 +45,13 @@ struct AttentionCase {
     return p;
   }
 };
+
+// The registered attention backends that run on `device` (ops::kAttnCpu or ops::kAttnCuda), in registry order.
+inline std::vector<const ops::AttnBackendDef*> backends_on(unsigned device) {
+  std::vector<const ops::AttnBackendDef*> v;
+  for (const auto* d : ops::attn_backends())
+    if (d->devices & device) v.push_back(d);
+  return v;
+}
 
 }  // namespace drope::test

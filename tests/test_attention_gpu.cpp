@@ -1,6 +1,6 @@
 // CUDA attention against the float64 reference (label gpu; every case skips without CUDA): the default plan
-// (ops/attention_plan.h) and each backend forced in turn (FlashAttention-2, memory-efficient, cuDNN, SDPA, our
-// kernels), forward and backward.
+// (ops/attention_plan.h) and each CUDA backend of the registry (ops/attention_registry.h) forced in turn,
+// forward and backward.
 // Tolerance (FlashAttention's rule): our error against the float64 reference is at most twice the error of
 // LibTorch's own computation in the same dtype (reference_attention run on the GPU in bf16/fp16 and
 // differentiated by autograd), plus a small floor.
@@ -17,6 +17,7 @@
 #include "drope/ops/attention.h"
 #include "drope/ops/attention_backends.h"
 #include "drope/ops/attention_plan.h"
+#include "drope/ops/attention_registry.h"
 #ifdef DROPE_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #endif
@@ -59,11 +60,11 @@ Result run(const torch::Tensor& q0, const torch::Tensor& k0, const torch::Tensor
   return {out.detach(), grads[0], grads[1], grads[2]};
 }
 
-// Checks forward and backward of one case in one dtype, on the default plan or (forced >= 0) one backend;
-// returns false when the forced backend cannot take the case.
-bool check_case(const Case& c, torch::Dtype dtype, bool backward = true, int forced = -1) {
+// Checks forward and backward of one case in one dtype, on the default plan or (forced) one backend; returns
+// false when the forced backend refuses the case.
+bool check_case(const Case& c, torch::Dtype dtype, bool backward = true, const ops::AttnBackendDef* forced = nullptr) {
   SCOPED_TRACE(c.str() + (dtype == torch::kBFloat16 ? " bf16" : " fp16") +
-               (forced >= 0 ? std::string(" ") + ops::attn_backend_name(ops::AttnBackend(forced)) : ""));
+               (forced ? std::string(" ") + forced->name : ""));
   const torch::Device dev(torch::kCUDA);
   auto q = torch::randn({c.B, c.H, c.T, c.D}, torch::kDouble).to(dtype);
   auto k = torch::randn({c.B, c.Hkv, c.S, c.D}, torch::kDouble).to(dtype);
@@ -75,26 +76,14 @@ bool check_case(const Case& c, torch::Dtype dtype, bool backward = true, int for
   const auto exact = run(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble), g, p_cpu, true);
   const auto qd = q.to(dev), kd = k.to(dev), vd = v.to(dev);
   std::optional<ops::ForceAttentionBackend> force;
-  if (forced >= 0) {
+  if (forced) {
     const auto plan = ops::cuda_attention_plan(qd, kd, vd, p_gpu, backward);  // every backend's arguments
-    bool ok = false;
-    switch (ops::AttnBackend(forced)) {
-      case ops::AttnBackend::kFlash: ok = plan.flash.ok; break;
-      case ops::AttnBackend::kMemEfficient: ok = plan.mem_eff.ok; break;
-      case ops::AttnBackend::kCudnn: ok = plan.cudnn.ok; break;
-      case ops::AttnBackend::kCudnnGraph: ok = plan.cudnn_graph.ok && ops::backends::cudnn_graph_enabled(); break;
-      case ops::AttnBackend::kSdpa: ok = plan.sdpa.ok; break;
-      case ops::AttnBackend::kOwnCuda:
-        ok = ops::own_cuda_supports(ops::backends::make_call(qd, kd, vd, p_gpu, backward, 90));
-        break;
-      default: break;
-    }
-    if (!ok) return false;
-    force.emplace(ops::AttnBackend(forced));
+    if (forced->refuses(ops::backends::make_call(qd, kd, vd, p_gpu, backward, device_sm()), plan)) return false;
+    force.emplace(ops::AttnBackend{forced->name});
   }
   EXPECT_TRUE(ops::uses_fused_attention(qd, kd, vd, p_gpu));
   const auto used =
-      forced >= 0 ? ops::AttnBackend(forced) : ops::cuda_attention_plan(qd, kd, vd, p_gpu, backward).backend;
+      forced ? ops::AttnBackend{forced->name} : ops::cuda_attention_plan(qd, kd, vd, p_gpu, backward).backend;
   // Outputs within 2× the error of LibTorch's plain-ATen attention in the same dtype (the float64 reference on
   // the rounded inputs is exact). Gradients within 4×, 5× for the memory-efficient kernel: on an H100 LibTorch's
   // fused kernels' bfloat16 gradients measured up to 3.1× (cuDNN), 2.4× (SDPA) and 3.9× (memory-efficient, also
@@ -188,17 +177,18 @@ TEST(FusedAttentionGpu, DispatchesThroughThePlan) {
   EXPECT_FALSE(ops::uses_fused_attention(qd, qd, qd, p));
 }
 
-// Every backend forced over the option grid (bfloat16), forward and backward; each must take some cases.
+// Every CUDA backend of the registry but the reference forced over the option grid (bfloat16), forward and
+// backward; each must take some cases.
 TEST(FusedAttentionGpu, EachBackendForwardBackward) {
   SKIP_WITHOUT_CUDA();
   torch::manual_seed(15);
-  for (auto b : {ops::AttnBackend::kFlash, ops::AttnBackend::kMemEfficient, ops::AttnBackend::kCudnn,
-                 ops::AttnBackend::kCudnnGraph, ops::AttnBackend::kSdpa, ops::AttnBackend::kOwnCuda}) {
-    if (b == ops::AttnBackend::kCudnnGraph && !ops::backends::cudnn_graph_enabled()) continue;
+  for (const auto* b : test::backends_on(ops::kAttnCuda)) {
+    if (ops::AttnBackend{b->name} == ops::AttnBackend::kReference) continue;
+    if (ops::AttnBackend{b->name} == ops::AttnBackend::kCudnnGraph && !ops::backends::cudnn_graph_enabled()) continue;
     int ran = 0;
-    for (const auto& c : option_grid()) ran += check_case(c, torch::kBFloat16, /*backward=*/true, int(b)) ? 1 : 0;
-    EXPECT_GT(ran, 0) << ops::attn_backend_name(b);
-    std::printf("%s: %d cases\n", ops::attn_backend_name(b), ran);
+    for (const auto& c : option_grid()) ran += check_case(c, torch::kBFloat16, /*backward=*/true, b) ? 1 : 0;
+    EXPECT_GT(ran, 0) << b->name;
+    std::printf("%s: %d cases\n", b->name, ran);
   }
 }
 

@@ -29,6 +29,7 @@
 #include "drope/kernels/cpu_isa.h"
 #include "drope/ops/attention.h"
 #include "drope/ops/attention_plan.h"
+#include "drope/ops/attention_registry.h"
 
 #ifdef DROPE_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -45,10 +46,6 @@ constexpr double kGiB = 1024.0 * kMiB;
 
 const std::vector<std::string> kCases{"causal", "alibi", "window", "gqa"};
 const std::vector<std::string> kImpls{"ours", "sdpa", "sdpa_mask", "reference"};
-// The plan's fused CUDA backends, forced one at a time (sdpa and reference have rows of their own).
-const std::vector<ops::AttnBackend> kBackendImpls{ops::AttnBackend::kFlash, ops::AttnBackend::kMemEfficient,
-                                                  ops::AttnBackend::kCudnn, ops::AttnBackend::kCudnnGraph,
-                                                  ops::AttnBackend::kOwnCuda};
 
 // Resident set size now, from /proc/self/statm (bytes); −1 where unavailable.
 long long rss_bytes() {
@@ -620,9 +617,11 @@ std::string case_title(const AttentionBenchOptions& o, const std::string& c) {
 }  // namespace
 
 const std::vector<std::string>& attention_backend_impls() {
+  // The registry's CUDA backends, forced one at a time (sdpa and reference have rows of their own).
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
-    for (auto b : kBackendImpls) v.emplace_back(ops::attn_backend_name(b));
+    for (const auto* b : ops::attn_backends())
+      if ((b->devices & ops::kAttnCuda) && !contains(kImpls, b->name)) v.emplace_back(b->name);
     return v;
   }();
   return names;

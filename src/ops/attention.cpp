@@ -2,9 +2,8 @@
 
 #include <cmath>
 
-#include <ATen/core/grad_mode.h>
-
 #include "attention_internal.h"
+#include "drope/ops/attention_registry.h"
 
 namespace drope::ops {
 
@@ -99,13 +98,8 @@ void check_attention_shapes(const at::Tensor& q, const at::Tensor& k, const at::
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p) {
   check_shapes(q, k, v, p);
-  if (at::Tensor out; detail::cuda_attention(q, k, v, p, &out)) return out;
-  // CPU, one query per row (decoding from a KV cache), no gradients: two grouped matrix products read each
-  // cached key and value once, where the kernel's per-(batch, head) items would read them G times.
-  const bool decode = q.size(2) == 1 && q.device().is_cpu() &&
-                      !(at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad()));
-  if (!decode && uses_fused_attention(q, k, v, p)) return detail::fused_attention_autograd_unchecked(q, k, v, p);
-  return detail::reference_attention_unchecked(q, k, v, p).out;
+  const auto plan = detail::plan_call(q, k, v, p, detail::needs_grad(q, k, v), /*reference_force=*/true);
+  return run_attention(plan, q, k, v, p);
 }
 
 std::vector<double> alibi_slopes(int64_t n) {

@@ -1,26 +1,32 @@
-// Internals of the attention op shared by its translation units (attention.cpp, fused_attention.cpp,
-// fused_attention_cuda.cpp): the unchecked paths that run after the public entry point validated the call
-// once, and the one place where a call becomes the kernels' raw parameters.
+// Internals of the attention op shared by its translation units (attention.cpp, attention_dispatch.cpp,
+// fused_attention.cpp, the backends' attention_<backend>.cpp): the unchecked paths that run after the public
+// entry point validated the call once, and the one place where a call becomes the kernels' raw parameters.
 #pragma once
 
 #include <cmath>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "drope/kernels/attention_math.h"
 #include "drope/ops/attention.h"
 
 namespace drope::ops::detail {
 
-// reference_attention / fused_attention_autograd for a call check_attention_shapes accepted.
+// reference_attention for a call check_attention_shapes accepted.
 AttentionOutput reference_attention_unchecked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                               const AttentionParams& p);
-at::Tensor fused_attention_autograd_unchecked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                              const AttentionParams& p);
-// CUDA calls of a CUDA build: runs the backend the plan picks (attention_plan.h) into *out and returns true,
-// or returns false when the reference should run.
-bool cuda_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p,
-                    at::Tensor* out);
+
+// Whether a backward will follow (autograd records the call).
+inline bool needs_grad(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+}
+
+// ops::attention_plan for a validated call; reference_force: a ForceReferenceAttention alive on this thread
+// picks the reference (attention() and uses_fused_attention(); fused_attention() and cuda_attention_plan()
+// follow the forced backend only).
+AttnPlan plan_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p,
+                   bool training, bool reference_force);
 
 // The kernels' parameters of a validated call: q (B, H, T, D) and out share q's strides; k/v (B, H_kv, S, D);
 // each with unit stride in D. slopes: H values of acc_t on the kernel's device, or null.

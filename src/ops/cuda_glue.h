@@ -1,6 +1,6 @@
-// Torch glue of our CUDA fused attention kernels (src/ops/fused_attention_cuda.cpp; only with
+// Torch glue of our CUDA fused attention kernels (src/ops/attention_own_cuda.cpp; only with
 // DROPE_WITH_CUDA): allocation, parameters and launches on the current stream. The plan
-// (attention_plan.h) routes a CUDA call here only when no LibTorch kernel takes it (backend kOwnCuda). Callers
+// (attention_plan.h) routes a CUDA call here only when no LibTorch kernel takes it (backend own_cuda). Callers
 // validated the call with check_attention_shapes and supported().
 #pragma once
 

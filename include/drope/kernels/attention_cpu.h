@@ -1,6 +1,6 @@
 // Flash-style fused attention on CPU: tiled online softmax, O(T·D) extra memory, threaded on LibTorch's
 // OpenMP team. Raw pointers, sizes and strides only (the arguments of attention_math.h): the op layer
-// (src/ops/fused_attention.cpp) checks shapes, builds the parameters once and allocates the outputs.
+// (src/ops/attention_cpu_fused.cpp) checks shapes, builds the parameters once and allocates the outputs.
 // float32 and bfloat16 inputs accumulate in float32 (acc_t = float), float64 in float64.
 #pragma once
 

@@ -1,7 +1,7 @@
 // CUDA kernels of the fused attention op: forward (online softmax over the causal/window band), the
 // FlashAttention-2 backward and a split-KV decode forward. Raw device pointers, element strides and a
 // cudaStream_t only (no torch types), so the .cu files compile without ATen; the torch glue lives in
-// src/ops/fused_attention_cuda.cpp. Tile math (visibility, bands, logits, online softmax) comes from
+// src/ops/attention_own_cuda.cpp. Tile math (visibility, bands, logits, online softmax) comes from
 // attention_math.h, the header the CPU kernel and its tests share.
 #pragma once
 

@@ -67,7 +67,8 @@ at::Tensor fused_attention_autograd(const at::Tensor& q, const at::Tensor& k, co
                                     const AttentionParams& p);
 
 // Whether attention() runs a fused kernel for these inputs (else it runs reference_attention): on CUDA any
-// backend of the plan but the reference.
+// backend of the plan but the reference; on the CPU our kernel (attention() without gradients still serves
+// one-query calls through the decode backend, the reference's grouped products).
 bool uses_fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p);
 
 // While alive, attention() on this thread runs reference_attention (for comparisons and debugging).
@@ -82,13 +83,16 @@ class ForceReferenceAttention {
   bool previous_;
 };
 
-// The plan attention() follows for these CUDA tensors (attention_plan.h; training: a backward will follow).
-// Needs a CUDA build.
+// The plan attention() follows for these CUDA tensors (attention_plan.h; training: a backward will follow),
+// ForceReferenceAttention aside. Needs a CUDA build. attention_plan() (attention_registry.h) is the same for
+// any device.
 AttnPlan cuda_attention_plan(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p,
                              bool training);
 
-// While alive, attention() and fused_attention() on this thread run CUDA calls on `backend` (an error when
-// that backend cannot run a call), for benchmarks and tests.
+struct AttnBackendDef;
+
+// While alive, attention() and fused_attention() on this thread run the calls on `backend`'s devices on it (an
+// error when it cannot run a call), for benchmarks and tests; `backend` must be registered.
 class ForceAttentionBackend {
  public:
   explicit ForceAttentionBackend(AttnBackend backend);
@@ -97,7 +101,7 @@ class ForceAttentionBackend {
   ForceAttentionBackend& operator=(const ForceAttentionBackend&) = delete;
 
  private:
-  int previous_;
+  const AttnBackendDef* previous_;
 };
 
 // ALiBi slopes for any head count (Press et al.; docs/design.md#alibi).

@@ -1,7 +1,8 @@
-// Runs an attention plan (include/drope/ops/attention_plan.h) on tensors: layouts, sliced keys, dense biases,
-// varlen sequence tables, log-sum-exp conversion and gradient reduction around LibTorch's fused attention ops.
-// The ops themselves come in through BackendOps, so the same glue runs against the real ATen ops on a GPU
-// and against CPU emulations of their documented semantics in tests/test_attention_plan.cpp.
+// Runs an attention plan (include/drope/ops/attention_plan.h) on tensors through the backends of the registry
+// (attention_registry.h), whose files hold the glue: layouts, sliced keys, dense biases, varlen sequence tables,
+// log-sum-exp conversion and gradient reduction around LibTorch's fused attention ops. The ops themselves come
+// in through BackendOps, so the same glue runs against the real ATen ops on a GPU and against CPU emulations of
+// their documented semantics in tests/test_attention_plan.cpp.
 #pragma once
 
 #include <functional>
@@ -99,7 +100,8 @@ struct BackendOps {
   std::function<at::Tensor(const SdpaIn&)> sdpa;
 };
 
-// LibTorch's ATen ops (they run on CUDA tensors only), and cuDNN graphs where the build has them.
+// LibTorch's ATen ops (they run on CUDA tensors only), and cuDNN graphs where the build has them: what each
+// backend's record binds.
 const BackendOps& aten_ops();
 
 // Whether this build runs cuDNN graphs (cudnn-frontend found at configure time) and DROPE_CUDNN_GRAPH is not 0.
@@ -107,7 +109,7 @@ bool cudnn_graph_enabled();
 
 // The plan's view of a validated call; training: a backward will follow; sm: the device's capability × 10.
 // alibi_builtin compares the slopes with cuDNN's (one host copy per slopes tensor and version, cached);
-// cudnn_graph is cudnn_graph_enabled().
+// cudnn_graph is cudnn_graph_enabled(); cuda and uniform come from the tensors.
 AttnCall make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionParams& p,
                    bool training, int sm);
 
@@ -122,11 +124,12 @@ struct Forward {
   NativeState state;
 };
 
-// Forward of a plan whose backend is kFlash, kMemEfficient, kCudnn, kCudnnGraph or kSdpa.
+// Forward of the plan's backend (its record's forward).
 Forward run_forward(const AttnPlan& plan, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const AttentionParams& p, const BackendOps& ops);
 
-// Backward of kFlash, kMemEfficient, kCudnn or kCudnnGraph from run_forward's state: dq, dk, dv shaped like q, k, v.
+// Backward of the plan's backend from run_forward's state: dq, dk, dv shaped like q, k, v (an error for a
+// backend differentiable by itself: sdpa, decode, reference).
 AttentionGrads run_backward(const AttnPlan& plan, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const AttentionParams& p, const NativeState& state, const at::Tensor& dout,
                             const BackendOps& ops);

@@ -1,37 +1,61 @@
 // Which kernel runs an attention call on CUDA, and that kernel's exact arguments: pure functions of the call's
 // sizes and options (no tensors, no CUDA), so the whole mapping is unit-tested on the CPU
-// (tests/test_attention_plan.cpp emulates each backend's documented semantics in float64).
+// (tests/test_attention_plan.cpp emulates each backend's documented semantics in float64). The backends
+// themselves, CPU and CUDA, are records of a registry (attention_registry.h), one file each
+// (src/ops/attention_<backend>.cpp, which also defines the backend's x_args mapping declared here).
 //
 // Our semantics (include/drope/ops/attention.h): query t sits at absolute position i = q_offset + t; key j is
 // visible iff j < S, (causal ⇒ j ≤ i), (window W > 0 ⇒ j > i − W), j ≥ key_start[b]; logit
 // scale·q·k − slope_h·(i − j). Layout (B, H, T, D) for q, (B, H_kv, S, D) for k and v.
 //
-// The backends (LibTorch 2.11's ATen ops; see docs/gpu.md for the sources each rule was read from):
-//  - kFlash: at::_flash_attention_forward/backward (FlashAttention-2, layout (B, T, H, D), bottom-right causal
+// The CUDA backends (LibTorch 2.11's ATen ops; see docs/gpu.md for the sources each rule was read from):
+//  - flash: at::_flash_attention_forward/backward (FlashAttention-2, layout (B, T, H, D), bottom-right causal
 //    alignment, window_size_left/right, ALiBi in the forward only, GQA, variable lengths + seqused_k);
-//  - kMemEfficient: at::_efficient_attention_forward/backward (CUTLASS memory-efficient attention, layout
+//  - mem_efficient: at::_efficient_attention_forward/backward (CUTLASS memory-efficient attention, layout
 //    (B, T, H, D), an additive bias in the input dtype, custom_mask_type 2 = bottom-right causal, no GQA);
-//  - kCudnn: at::_scaled_dot_product_cudnn_attention(+_backward) (layout (B, H, T, D), additive bias);
-//  - kCudnnGraph: cuDNN's SDPA node through cudnn-frontend graphs (src/ops/cudnn_graph.cpp, CUDA builds with
+//  - cudnn: at::_scaled_dot_product_cudnn_attention(+_backward) (layout (B, H, T, D), additive bias);
+//  - cudnn_graph: cuDNN's SDPA node through cudnn-frontend graphs (src/ops/cudnn_graph.cpp, CUDA builds with
 //    the frontend's headers): causal and sliding window as diagonal bands, cuDNN's built-in ALiBi, GQA with K/V
 //    read as they are, layout (B, H, T, D);
-//  - kSdpa: at::scaled_dot_product_attention with a dense additive mask (its own dispatcher; no log-sum-exp);
-//  - kOwnCuda: our kernels (src/kernels/cuda), which compute ALiBi and windows in the kernel;
-//  - kReference: ops::reference_attention (plain ATen, differentiable).
+//  - sdpa: at::scaled_dot_product_attention with a dense additive mask (its own dispatcher; no log-sum-exp);
+//  - own_cuda: our kernels (src/kernels/cuda), which compute ALiBi and windows in the kernel;
+//  - reference: ops::reference_attention (plain ATen, differentiable).
+// On the CPU: cpu_fused (our CPU kernel), decode (one query per row without gradients: the reference's grouped
+// matrix products) and the reference.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <ostream>
 #include <vector>
 
 #include "drope/kernels/attention_math.h"
 
 namespace drope::ops {
 
-enum class AttnBackend { kFlash, kMemEfficient, kCudnn, kCudnnGraph, kSdpa, kOwnCuda, kReference };
+// A backend of the registry (attention_registry.h), by its registered name. The built-in backends have
+// constants; any registered name is a backend.
+struct AttnBackend {
+  const char* name = "reference";
+  static const AttnBackend kFlash, kMemEfficient, kCudnn, kCudnnGraph, kSdpa, kOwnCuda, kCpuFused, kDecode, kReference;
+};
+inline constexpr AttnBackend AttnBackend::kFlash{"flash"};
+inline constexpr AttnBackend AttnBackend::kMemEfficient{"mem_efficient"};
+inline constexpr AttnBackend AttnBackend::kCudnn{"cudnn"};
+inline constexpr AttnBackend AttnBackend::kCudnnGraph{"cudnn_graph"};
+inline constexpr AttnBackend AttnBackend::kSdpa{"sdpa"};
+inline constexpr AttnBackend AttnBackend::kOwnCuda{"own_cuda"};
+inline constexpr AttnBackend AttnBackend::kCpuFused{"cpu_fused"};
+inline constexpr AttnBackend AttnBackend::kDecode{"decode"};
+inline constexpr AttnBackend AttnBackend::kReference{"reference"};
+inline bool operator==(AttnBackend a, AttnBackend b) { return std::strcmp(a.name, b.name) == 0; }
+inline bool operator!=(AttnBackend a, AttnBackend b) { return !(a == b); }
+inline std::ostream& operator<<(std::ostream& o, AttnBackend b) { return o << b.name; }
 
-// "flash", "mem_efficient", "cudnn", "cudnn_graph", "sdpa", "own_cuda", "reference".
-const char* attn_backend_name(AttnBackend b);
-// Inverse of attn_backend_name; false for an unknown name.
+// The backend's name ("flash", "mem_efficient", "cudnn", "cudnn_graph", "sdpa", "own_cuda", "cpu_fused",
+// "decode", "reference", or a backend registered since).
+inline const char* attn_backend_name(AttnBackend b) { return b.name; }
+// The registered backend of that name; false for an unknown name.
 bool parse_attn_backend(const char* name, AttnBackend* out);
 
 // One attention call as the plan sees it: sizes and options, resolved (scale > 0, q_offset >= 0).
@@ -50,6 +74,8 @@ struct AttnCall {
   bool training = false;        // gradients needed (a backward will follow)
   bool alibi_builtin = false;   // the slopes equal cuDNN's built-in ones for `heads` (alibi_matches_cudnn)
   bool cudnn_graph = false;     // the build has cuDNN graphs (cudnn-frontend) and they are not switched off
+  bool cuda = true;             // CUDA tensors (false: CPU tensors)
+  bool uniform = true;          // k and v share q's device and dtype, one of the four of AttnDType
 };
 
 // The visible-key geometry every backend mapping starts from.
@@ -176,7 +202,8 @@ struct AttnPlan {
 // Largest dense bias the plan materialises for a bias backend before it prefers our kernels (bytes).
 constexpr int64_t kMaxDenseBiasBytes = int64_t(512) << 20;
 
-// The default choice for a CUDA call (measured on an H100, docs/gpu.md): where the build has cuDNN graphs
+// The default choice for a CUDA call (the routes of src/ops/attention_registry.cpp, measured on an H100,
+// docs/gpu.md): where the build has cuDNN graphs
 // (c.cudnn_graph), the cuDNN graph on sm90+ wherever it maps the call, and on sm80 for ALiBi (no dense bias); then
 // on sm90+ cuDNN attention wherever it takes the call without a dense bias; else FlashAttention-2 wherever it maps the
 // call; memory-efficient attention with a dense bias where FA2 cannot (ALiBi, left padding in training, queries past
@@ -184,7 +211,8 @@ constexpr int64_t kMaxDenseBiasBytes = int64_t(512) << 20;
 // (float32, head dims FA2/ours lack); the reference for float64, trainable slopes and rows without keys.
 AttnPlan plan_attention(const AttnCall& c);
 
-// The plan with the backend forced (benchmarks, tests); `ok` false with `why` when it cannot run the call.
+// The plan of a CUDA call with the backend forced (benchmarks, tests); `ok` false with `why` (the backend's
+// refusal) when it cannot run the call.
 AttnPlan plan_attention_forced(const AttnCall& c, AttnBackend forced, bool* ok, const char** why);
 
 }  // namespace drope::ops

@@ -1,15 +1,19 @@
-// Torch glue of the CUDA fused attention kernels (include/drope/kernels/attention_cuda.h; declared in
-// cuda_glue.h): parameters, output and scratch allocation, launches on the current CUDA stream. Compiled only
-// when the library has CUDA kernels (DROPE_WITH_CUDA). fused_attention.cpp routes validated CUDA calls here.
-#ifdef DROPE_WITH_CUDA
-
+// The own_cuda backend: our CUDA kernels (include/drope/kernels/attention_cuda.h), which compute ALiBi and windows
+// in the kernel: what they take (own_cuda_supports, attention_plan.h) and their Torch glue (declared in
+// cuda_glue.h; only when the library has CUDA kernels, DROPE_WITH_CUDA): parameters, output and scratch
+// allocation, launches on the current CUDA stream. The plan routes a CUDA call here only when no LibTorch
+// kernel takes it without an oversized dense bias.
 #include <tuple>
 
 #include <ATen/ATen.h>
+
+#include "attention_common.h"
+#include "attention_internal.h"
+
+#ifdef DROPE_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "attention_internal.h"
 #include "cuda_glue.h"
 #include "drope/kernels/attention_cuda.h"
 
@@ -133,3 +137,62 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& q_, co
 }  // namespace drope::ops::cuda_glue
 
 #endif  // DROPE_WITH_CUDA
+
+namespace drope::ops {
+
+bool own_cuda_supports(const AttnCall& c, const char** why) {
+  const char* r = nullptr;
+  if (!backends::half_type(c.dtype)) r = "our CUDA kernels take bfloat16/float16 only";
+  else if (c.head_dim != 64 && c.head_dim != 128) r = "our CUDA kernels take head dim 64 or 128";
+  else if (c.key_start) r = "our CUDA kernels have no left padding";
+  else if (c.alibi_trainable) r = "trainable ALiBi slopes need the reference's autograd";
+  if (why) *why = r ? r : "";
+  return r == nullptr;
+}
+
+namespace backends {
+
+namespace {
+
+const char* own_refuses(const AttnCall& c, const AttnPlan&) {
+  const char* why = "";
+  return own_cuda_supports(c, &why) ? nullptr : why;
+}
+
+Forward own_forward(const AttnPlan&, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const AttentionParams& p, const BackendOps&) {
+#ifdef DROPE_WITH_CUDA
+  const auto r = cuda_glue::forward(q, k, v, p);
+  Forward f;
+  f.out = r.out;
+  f.lse = r.lse;
+  f.state = {r.out, r.lse, {}, {}, {}};
+  return f;
+#else
+  (void)q, (void)k, (void)v, (void)p;
+  TORCH_CHECK(false, "attention: this build has no CUDA kernels");
+#endif
+}
+
+AttentionGrads own_backward(const AttnPlan&, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const AttentionParams& p, const NativeState& s, const at::Tensor& dout, const BackendOps&) {
+#ifdef DROPE_WITH_CUDA
+  auto [dq, dk, dv] = cuda_glue::backward(q, k, v, s.out, s.lse, dout, p);
+  return {dq, dk, dv};
+#else
+  (void)q, (void)k, (void)v, (void)p, (void)s, (void)dout;
+  TORCH_CHECK(false, "attention: this build has no CUDA kernels");
+#endif
+}
+
+}  // namespace
+
+const AttnBackendDef& own_cuda_backend() {
+  static const AttnBackendDef d{"own_cuda",  "our CUDA kernels", kAttnCuda, own_refuses,
+                                own_forward, own_backward,       nullptr,   nullptr};
+  return d;
+}
+
+}  // namespace backends
+
+}  // namespace drope::ops
