@@ -48,10 +48,13 @@ TORCH_CMAKE="$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix
 # DROPE_CMAKE_ARGS: extra configure arguments (e.g. -DDROPE_CUDA_ARCHS=80;90 from scripts/gpu-check.sh),
 # applied on every run; DROPE_SETUP_TARGETS: build only these targets (default: all).
 read -r -a EXTRA_CMAKE_ARGS <<<"${DROPE_CMAKE_ARGS:-}"
-if [ ! -f "$BUILD_DIR/build.ninja" ] || ((${#EXTRA_CMAKE_ARGS[@]})); then
+# The Python extension is built here too (DROPE_PYTHON_EXTENSION, default ON; a tree configured without it is
+# reconfigured once; DROPE_CMAKE_ARGS=-DDROPE_PYTHON_EXTENSION=OFF leaves the package out).
+ext_on() { grep -qx 'DROPE_PYTHON_EXTENSION:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null; }
+if [ ! -f "$BUILD_DIR/build.ninja" ] || ((${#EXTRA_CMAKE_ARGS[@]})) || ! ext_on; then
   log "configuring $BUILD_DIR ${EXTRA_CMAKE_ARGS[*]}"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_CMAKE" \
-    -DDROPE_PYTHON="$ROOT/.venv/bin/python" "${EXTRA_CMAKE_ARGS[@]}"
+    -DDROPE_PYTHON="$ROOT/.venv/bin/python" -DDROPE_PYTHON_EXTENSION=ON "${EXTRA_CMAKE_ARGS[@]}"
 fi
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
 export CCACHE_BASEDIR="$ROOT"  # relative paths in the cache key: fresh clones (CI) hit the same cache
@@ -67,7 +70,13 @@ fi
 ((${#TARGETS[@]})) && TARGET_ARGS=(--target "${TARGETS[@]}")
 cmake --build "$BUILD_DIR" -j "${DROPE_JOBS:-$(nproc)}" "${TARGET_ARGS[@]}"
 log "done: binaries in $BUILD_DIR"
-# The Python package drope (python/: the attention op for PyTorch and HF transformers), built in build-python/.
-log "installing the Python package drope into .venv"
-CMAKE_BUILD_PARALLEL_LEVEL="${DROPE_JOBS:-$(nproc)}" .venv/bin/pip install -q --no-build-isolation ./python
-log "done: Python package drope installed"
+# The Python package drope (python/: the attention op for PyTorch and HF transformers), its extension the one the
+# build above made (cmake/python_from_build.cmake: brought up to date there, then installed; nothing compiles twice).
+if ext_on; then
+  log "installing the Python package drope into .venv (its extension from $BUILD_DIR)"
+  CMAKE_BUILD_PARALLEL_LEVEL="${DROPE_JOBS:-$(nproc)}" .venv/bin/pip install -q --no-build-isolation \
+    -C build-dir="$BUILD_DIR/python-wheel" -C cmake.define.DROPE_PYTHON_FROM_BUILD="$BUILD_DIR" ./python
+  log "done: Python package drope installed"
+else
+  log "Python package drope not installed: $BUILD_DIR is configured with DROPE_PYTHON_EXTENSION=OFF"
+fi
