@@ -13,7 +13,8 @@ CudnnArgs cudnn_args(const AttnCall& c) {
   const AttnGeometry g = attn_geometry(c);
   if (!backends::half_type(c.dtype)) return backends::refuse(a, "cuDNN attention takes bfloat16/float16 only");
   if (c.sm < 80) return backends::refuse(a, "cuDNN attention needs sm80 or newer");
-  if (c.head_dim % 8 != 0 || c.head_dim > 128) return backends::refuse(a, "cuDNN attention needs head dim % 8 == 0 and <= 128");
+  if (c.head_dim % 8 != 0 || c.head_dim > 128)
+    return backends::refuse(a, "cuDNN attention needs head dim % 8 == 0 and <= 128");
   if (const char* why = backends::common_reject(c, g)) return backends::refuse(a, why);
   a.key_len = g.key_len;
   a.scale = c.scale;

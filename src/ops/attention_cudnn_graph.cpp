@@ -36,7 +36,8 @@ CudnnGraphArgs cudnn_graph_args(const AttnCall& c) {
   const AttnGeometry g = attn_geometry(c);
   if (!backends::half_type(c.dtype)) return backends::refuse(a, "cuDNN graph attention takes bfloat16/float16 only");
   if (c.sm < 80) return backends::refuse(a, "cuDNN graph attention needs sm80 or newer");
-  if (c.head_dim % 8 != 0 || c.head_dim > 128) return backends::refuse(a, "cuDNN graph attention needs head dim % 8 == 0 and <= 128");
+  if (c.head_dim % 8 != 0 || c.head_dim > 128)
+    return backends::refuse(a, "cuDNN graph attention needs head dim % 8 == 0 and <= 128");
   if (const char* why = backends::common_reject(c, g)) return backends::refuse(a, why);
   if (c.key_start) return backends::refuse(a, "left padding (cuDNN's padding mask hides keys on the right)");
   const int64_t T = c.q_len, L = g.key_len, o = c.q_offset;
@@ -65,7 +66,8 @@ CudnnGraphArgs cudnn_graph_args(const AttnCall& c) {
   if (g.causal) a.right_bound = d;
   if (c.window > 0) {
     a.left_bound = c.window - d;
-    if (a.left_bound < 1) return backends::refuse(a, "the window's lower bound lies past cuDNN's diagonal (left bound < 1)");
+    if (a.left_bound < 1)
+      return backends::refuse(a, "the window's lower bound lies past cuDNN's diagonal (left bound < 1)");
   }
   if (c.training && T == 1 && L == 1) return backends::refuse(a, "cuDNN's SDPA backward refuses s_q = s_kv = 1");
   a.ok = true;

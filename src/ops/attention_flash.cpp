@@ -23,7 +23,8 @@ FlashArgs flash_args(const AttnCall& c) {
   // attention build does not support alibi" (seen on an H100 with torch 2.11.0+cu130, docs/gpu.md), and its
   // _flash_attention_backward passes no slopes at all.
   if (c.alibi) return backends::refuse(a, "LibTorch's FA2 build has no ALiBi");
-  if (c.training && c.key_start) return backends::refuse(a, "left padding runs through FA2's varlen forward only (inference)");
+  if (c.training && c.key_start)
+    return backends::refuse(a, "left padding runs through FA2's varlen forward only (inference)");
   a.key_len = g.key_len;
   a.scale = c.scale;
   a.max_q = c.q_len;
@@ -35,7 +36,8 @@ FlashArgs flash_args(const AttnCall& c) {
   // With left padding both sides shift by key_start[b] (keys and sk are counted from it), which cancels.
   a.window_right = g.causal ? g.delta : -1;
   a.window_left = c.window > 0 ? c.window - 1 - g.delta : -1;
-  if (c.window > 0 && a.window_left < 0) return backends::refuse(a, "window lower bound lies past FA2's bottom-right diagonal");
+  if (c.window > 0 && a.window_left < 0)
+    return backends::refuse(a, "window lower bound lies past FA2's bottom-right diagonal");
   a.is_causal = g.causal && g.delta == 0 && c.window == 0;
   if (a.is_causal) a.window_left = a.window_right = -1;  // mha_fwd sets window_right = 0 itself
   a.ok = true;

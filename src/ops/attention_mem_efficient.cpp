@@ -11,7 +11,8 @@ namespace drope::ops {
 MemEffArgs mem_eff_args(const AttnCall& c) {
   MemEffArgs a;
   const AttnGeometry g = attn_geometry(c);
-  if (c.dtype == kernels::AttnDType::kFloat64) return backends::refuse(a, "memory-efficient attention takes float32/bfloat16/float16");
+  if (c.dtype == kernels::AttnDType::kFloat64)
+    return backends::refuse(a, "memory-efficient attention takes float32/bfloat16/float16");
   if (c.sm < 50) return backends::refuse(a, "memory-efficient attention needs sm50 or newer");
   // sdp_utils.cpp check_head_dim_size_mem_efficient: head dim a multiple of 8 (16-bit) or 4 (float32).
   const int64_t align = backends::half_type(c.dtype) ? 8 : 4;
