@@ -1,6 +1,8 @@
 // The attention backends' registry (ops/attention_registry.h): every backend named once and reachable from the
-// dispatch table, and the one dispatch on CPU tensors: which backend it records, why, the forced switches, and
-// that attention() returns exactly what the chosen backend computes.
+// dispatch table, the list of backends read from that table, and the one dispatch on CPU tensors: which backend it
+// records, why, the forced switches, and that attention() returns exactly what the chosen backend computes.
+#include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 
@@ -56,6 +58,29 @@ TEST(AttentionRegistry, EveryBackendIsNamedOnceAndRouted) {
   AttnBackend b;
   EXPECT_FALSE(ops::parse_attn_backend("flash3", &b));
   expect_torch_error([] { ops::attn_backend_def(AttnBackend{"flash3"}); }, {"no backend is registered as flash3"});
+}
+
+TEST(AttentionRegistry, TheListingIsTheBackendsOfTheRoutes) {
+  // Each backend of a row is listed once, in the order of the places its rows give (the same on each of them, no
+  // two backends at one place), so the list cannot name a backend the routes do not, miss one, or reorder them.
+  const auto& listed = ops::attn_backends();
+  std::map<const ops::AttnBackendDef*, int> place;
+  for (const auto& r : ops::attn_routes()) {
+    const auto it = place.emplace(r.backend, r.listed).first;
+    EXPECT_EQ(it->second, r.listed) << r.backend->name << ": its rows give different places";
+  }
+  ASSERT_EQ(listed.size(), place.size());
+  for (size_t i = 0; i < listed.size(); ++i) {
+    ASSERT_TRUE(place.count(listed[i])) << listed[i]->name << " is listed without a row";
+    if (i > 0) EXPECT_LT(place[listed[i - 1]], place[listed[i]]) << listed[i - 1]->name << ", " << listed[i]->name;
+  }
+  // The order the bench's --impls and the test grids read, among the backends registered so far.
+  const std::vector<std::string> order{"flash",    "mem_efficient", "cudnn",  "cudnn_graph", "sdpa",
+                                       "own_cuda", "cpu_fused",     "decode", "reference"};
+  std::vector<std::string> names;
+  for (const auto* d : listed)
+    if (std::find(order.begin(), order.end(), d->name) != order.end()) names.emplace_back(d->name);
+  EXPECT_EQ(names, order);
 }
 
 TEST(AttentionRegistry, CpuDispatchRecordsBackendAndReason) {

@@ -11,6 +11,7 @@
 #include "drope/bench/attention_bench.h"
 #include "drope/core/files.h"
 #include "drope/ops/attention_plan.h"
+#include "drope/ops/attention_registry.h"
 #include "test_util.h"
 
 namespace {
@@ -105,9 +106,19 @@ TEST(AttentionBench, SkipsOverMemoryBudgetAndRejectsBadOptions) {
 }
 
 TEST(AttentionBench, BackendImplsNeedCuda) {
-  // The forced backends are exactly the plan's fused CUDA backends, by the plan's own names.
+  // The forced backends are exactly the registry's CUDA backends but the baselines' own (sdpa, reference), by the
+  // registry's names and in its order; those registered so far in this order.
   const auto& backends = drope::bench::attention_backend_impls();
-  ASSERT_EQ(backends, (std::vector<std::string>{"flash", "mem_efficient", "cudnn", "cudnn_graph", "own_cuda"}));
+  std::vector<std::string> registered;
+  for (const auto* d : drope::ops::attn_backends())
+    if ((d->devices & drope::ops::kAttnCuda) && std::string(d->name) != "sdpa" && std::string(d->name) != "reference")
+      registered.emplace_back(d->name);
+  ASSERT_EQ(backends, registered);
+  const std::vector<std::string> known{"flash", "mem_efficient", "cudnn", "cudnn_graph", "own_cuda"};
+  std::vector<std::string> seen;
+  for (const auto& b : backends)
+    if (std::find(known.begin(), known.end(), b) != known.end()) seen.push_back(b);
+  EXPECT_EQ(seen, known);
   for (const auto& b : backends) {
     drope::ops::AttnBackend parsed;
     ASSERT_TRUE(drope::ops::parse_attn_backend(b.c_str(), &parsed)) << b;
@@ -116,9 +127,10 @@ TEST(AttentionBench, BackendImplsNeedCuda) {
   // CPU defaults unchanged; CUDA adds every backend between ours and the baselines.
   EXPECT_EQ(drope::bench::default_attention_impls("cpu"),
             (std::vector<std::string>{"ours", "sdpa", "sdpa_mask", "reference"}));
-  EXPECT_EQ(drope::bench::default_attention_impls("cuda"),
-            (std::vector<std::string>{"ours", "flash", "mem_efficient", "cudnn", "cudnn_graph", "own_cuda", "sdpa",
-                                      "sdpa_mask", "reference"}));
+  std::vector<std::string> cuda{"ours"};
+  cuda.insert(cuda.end(), backends.begin(), backends.end());
+  cuda.insert(cuda.end(), {"sdpa", "sdpa_mask", "reference"});
+  EXPECT_EQ(drope::bench::default_attention_impls("cuda"), cuda);
   // A backend named on the CPU is a clear error before anything runs.
   for (const auto& b : backends) {
     auto bad = tiny();

@@ -1,5 +1,5 @@
-// The registry of attention backends (include/drope/ops/attention_registry.h): the list of backends, the
-// dispatch table and the plan (geometry, arguments, choice), pure functions of the call's description.
+// The registry of attention backends (include/drope/ops/attention_registry.h): the dispatch table, which is also
+// the list of backends, and the plan (geometry, arguments, choice), pure functions of the call's description.
 #include "drope/ops/attention_registry.h"
 
 #include <algorithm>
@@ -10,17 +10,6 @@
 namespace drope::ops {
 
 namespace backends {
-
-// The records, one per file (src/ops/attention_<backend>.cpp).
-const AttnBackendDef& flash_backend();
-const AttnBackendDef& mem_efficient_backend();
-const AttnBackendDef& cudnn_backend();
-const AttnBackendDef& cudnn_graph_backend();
-const AttnBackendDef& sdpa_backend();
-const AttnBackendDef& own_cuda_backend();
-const AttnBackendDef& cpu_fused_backend();
-const AttnBackendDef& decode_backend();
-const AttnBackendDef& reference_backend();
 
 int64_t dense_bias_bytes(const AttnCall& c, int64_t key_len) {
   int64_t elem = 2;
@@ -84,30 +73,51 @@ AttnCall cuda_view(const AttnCall& c) {
 
 }  // namespace
 
-const std::vector<const AttnBackendDef*>& attn_backends() {
-  static const std::vector<const AttnBackendDef*> list{
-      &be::flash_backend(),       &be::mem_efficient_backend(), &be::cudnn_backend(),
-      &be::cudnn_graph_backend(), &be::sdpa_backend(),          &be::own_cuda_backend(),
-      &be::cpu_fused_backend(),   &be::decode_backend(),        &be::reference_backend()};
-  return list;
-}
+// The dispatch table, in order of preference, and the list of backends. ROUTE(backend, devices, takes, listed):
+// for a call on one of `devices`, the record backends::<backend>_backend() (defined in the backend's file,
+// src/ops/attention_*.cpp) runs it when it does not refuse it and `takes` gives a reason; otherwise the
+// next row decides. `listed` is the backend's place in attn_backends(), the same on each of its rows (a new
+// backend takes the next number). The rows declare the records: a backend is named nowhere else.
+#define DROPE_ATTN_ROUTES(ROUTE)                         \
+  ROUTE(reference, kAttnCuda, float64_only, 9)           \
+  ROUTE(reference, kAttnCuda, no_fused, 9)               \
+  ROUTE(cudnn_graph, kAttnCuda, graph_where_measured, 4) \
+  ROUTE(cudnn, kAttnCuda, cudnn_on_hopper, 3)            \
+  ROUTE(flash, kAttnCuda, flash_maps, 1)                 \
+  ROUTE(mem_efficient, kAttnCuda, small_bias, 2)         \
+  ROUTE(own_cuda, kAttnCuda, bias_too_large, 6)          \
+  ROUTE(mem_efficient, kAttnCuda, large_bias, 2)         \
+  ROUTE(sdpa, kAttnCuda, last_fused, 5)                  \
+  ROUTE(decode, kAttnCpu, one_query_inference, 8)        \
+  ROUTE(cpu_fused, kAttnCpu, cpu_kernel, 7)              \
+  ROUTE(reference, kAttnCpu | kAttnCuda, last_resort, 9)
+
+namespace backends {
+#define DROPE_ATTN_DECLARE(backend, devices, takes, listed) const AttnBackendDef& backend##_backend();
+DROPE_ATTN_ROUTES(DROPE_ATTN_DECLARE)
+#undef DROPE_ATTN_DECLARE
+}  // namespace backends
 
 const std::vector<AttnRoute>& attn_routes() {
-  static const std::vector<AttnRoute> routes{
-      {&be::reference_backend(), kAttnCuda, float64_only},
-      {&be::reference_backend(), kAttnCuda, no_fused},
-      {&be::cudnn_graph_backend(), kAttnCuda, graph_where_measured},
-      {&be::cudnn_backend(), kAttnCuda, cudnn_on_hopper},
-      {&be::flash_backend(), kAttnCuda, flash_maps},
-      {&be::mem_efficient_backend(), kAttnCuda, small_bias},
-      {&be::own_cuda_backend(), kAttnCuda, bias_too_large},
-      {&be::mem_efficient_backend(), kAttnCuda, large_bias},
-      {&be::sdpa_backend(), kAttnCuda, last_fused},
-      {&be::decode_backend(), kAttnCpu, one_query_inference},
-      {&be::cpu_fused_backend(), kAttnCpu, cpu_kernel},
-      {&be::reference_backend(), kAttnCpu | kAttnCuda, last_resort},
-  };
+#define DROPE_ATTN_ROUTE(backend, devices, takes, listed) AttnRoute{&be::backend##_backend(), devices, takes, listed},
+  static const std::vector<AttnRoute> routes{DROPE_ATTN_ROUTES(DROPE_ATTN_ROUTE)};
+#undef DROPE_ATTN_ROUTE
   return routes;
+}
+
+const std::vector<const AttnBackendDef*>& attn_backends() {
+  static const std::vector<const AttnBackendDef*> list = [] {
+    std::vector<const AttnRoute*> first;  // each backend's first row
+    for (const auto& r : attn_routes())
+      if (std::none_of(first.begin(), first.end(), [&](const AttnRoute* f) { return f->backend == r.backend; }))
+        first.push_back(&r);
+    std::stable_sort(first.begin(), first.end(),
+                     [](const AttnRoute* a, const AttnRoute* b) { return a->listed < b->listed; });
+    std::vector<const AttnBackendDef*> v;
+    for (const auto* r : first) v.push_back(r->backend);
+    return v;
+  }();
+  return list;
 }
 
 const AttnBackendDef& attn_backend_def(AttnBackend b) {

@@ -1,8 +1,8 @@
 // The attention backends as a registry: one record per backend, defined in the backend's own file
 // (src/ops/attention_<backend>.cpp: its argument mapping, its refusals, its forward and backward glue and the
-// ATen ops it calls), and one ordered table of routes (src/ops/attention_registry.cpp) from which one dispatch
-// picks the backend of every call, CPU and CUDA alike. CONTRIBUTING.md ("Add an attention backend") shows how
-// a backend is added: one file, one row, one emulation.
+// ATen ops it calls), and one ordered table of routes (src/ops/attention_registry.cpp), which is also the list of
+// backends, from which one dispatch picks the backend of every call, CPU and CUDA alike. CONTRIBUTING.md ("Add an
+// attention backend") shows how a backend is added: one file, one row, one emulation.
 #pragma once
 
 #include <string>
@@ -41,7 +41,8 @@ struct AttnBackendDef {
   bool (*builds)(const AttnPlan& plan, const at::Tensor& q, const at::Tensor& k, bool training, std::string* why);
 };
 
-// Every backend once: flash, mem_efficient, cudnn, cudnn_graph, sdpa, own_cuda, cpu_fused, decode, reference.
+// Every backend of the dispatch table once, in the order of its rows' `listed`: flash, mem_efficient, cudnn,
+// cudnn_graph, sdpa, own_cuda, cpu_fused, decode, reference.
 const std::vector<const AttnBackendDef*>& attn_backends();
 // The record of a backend (an error for a name that is not registered).
 const AttnBackendDef& attn_backend_def(AttnBackend b);
@@ -52,8 +53,9 @@ struct AttnRoute {
   const AttnBackendDef* backend;
   unsigned devices;
   const char* (*takes)(const AttnCall& c, const AttnPlan& plan);
+  int listed;  // the backend's place in attn_backends() (1, 2, ...), the same on each of its rows
 };
-// The table, in order of preference.
+// The table, in order of preference; a backend is registered by its rows.
 const std::vector<AttnRoute>& attn_routes();
 
 // The plan of a call (c.cuda says the device): its geometry, every CUDA backend's arguments (CUDA calls), and the
