@@ -1,6 +1,9 @@
 #include "drope/ops/compute_weights.h"
 
 #include <atomic>
+#include <cctype>
+#include <cstdlib>
+#include <string>
 
 #include <ATen/autocast_mode.h>
 #include <ATen/native/CPUBlas.h>
@@ -128,6 +131,30 @@ bool cpu_bf16_tiles() {
   return tiles && kernels::cpu_isa() == kernels::Isa::kAvx512;
 }
 
-bool bf16_pays(c10::DeviceType device) { return device != c10::DeviceType::CPU || cpu_bf16_tiles(); }
+namespace {
+
+// Whether oneDNN's instruction-set cap (ONEDNN_MAX_CPU_ISA, or its older name DNNL_MAX_CPU_ISA: oneDNN's "CPU
+// dispatcher control") leaves its AVX512-BF16 kernels on: unset, DEFAULT, ALL or a level from AVX512_CORE_BF16 up.
+// Listed: the levels below it, in oneDNN's order.
+bool onednn_cap_allows_bf16_dot() {
+  const char* env = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (env == nullptr) env = std::getenv("DNNL_MAX_CPU_ISA");
+  if (env == nullptr) return true;
+  std::string cap(env);
+  for (auto& c : cap) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (const char* below : {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}) {
+    if (cap == below) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool cpu_bf16_dot() {
+  static const bool dot = kernels::cpu_has_avx512_bf16() && onednn_cap_allows_bf16_dot();
+  return dot && kernels::cpu_isa() == kernels::Isa::kAvx512;
+}
+
+bool bf16_pays(c10::DeviceType device) { return device != c10::DeviceType::CPU || cpu_bf16_tiles() || cpu_bf16_dot(); }
 
 }  // namespace drope::ops

@@ -104,14 +104,19 @@ class ReplicatedAdamW final : public Optimizer {
   }
 
  private:
-  // train.dtype bfloat16 on the CPU: bf16 compute copies of the weights where the CPU multiplies bf16 on AMX
-  // tiles; elsewhere bf16 GEMMs are emulated, and the trainer computes in float32 (ops::bf16_pays; said here).
+  // train.dtype bfloat16 on the CPU: bf16 compute copies of the weights where the CPU multiplies bf16 natively
+  // (AMX tiles or AVX512-BF16); elsewhere bf16 GEMMs are emulated, and the trainer computes in float32
+  // (ops::bf16_pays; said here).
   void use_compute_weights() {
-    if (!ops::cpu_bf16_tiles()) {
-      logging::warn("train.dtype bfloat16: this CPU has no AMX bf16 tiles in use (absent, or capped by "
-                    "ONEDNN_MAX_CPU_ISA / DROPE_CPU_ISA); its bf16 GEMMs are emulated, many times slower than "
-                    "float32 ones, so this run computes in float32, the faster dtype here (docs/cpu-isa.md)");
+    if (!ops::bf16_pays(c10::DeviceType::CPU)) {
+      logging::warn("train.dtype bfloat16: this CPU has neither AMX bf16 tiles nor AVX512-BF16 in use (absent, or "
+                    "capped by ONEDNN_MAX_CPU_ISA / DROPE_CPU_ISA); its bf16 GEMMs are emulated, many times slower "
+                    "than float32 ones, so this run computes in float32, the faster dtype here (docs/cpu-isa.md)");
       return;
+    }
+    if (!ops::cpu_bf16_tiles()) {
+      logging::info("train.dtype bfloat16: bf16 GEMMs on AVX512-BF16 (no AMX tiles in use: the fused attention "
+                    "multiplies on its FMA path; docs/cpu-isa.md)");
     }
     compute_ = std::make_unique<ops::ComputeWeights>();
     ops::install_compute_weights(compute_.get());

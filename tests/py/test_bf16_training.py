@@ -3,6 +3,7 @@
 of the dtype it trains in (train.peak_tflops still overrides). Speed is measured by the benchmarks, never here."""
 import json
 import os
+import pathlib
 import subprocess
 
 import numpy as np
@@ -99,3 +100,39 @@ def test_mfu_uses_the_roof_of_the_training_dtype(tmp):
                                      "roof_gflops": {"float32": 100.0, "bfloat16": 400.0}}))
     log, out = train(tmp, "other-threads", "float32", 2, peak_env)
     assert "mfu" not in log[0] and "another setting" in out
+
+
+def _cpu_flags():
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+FALLBACK = "so this run computes in float32"
+
+
+@pytest.mark.parametrize("cap", [
+    {"DROPE_CPU_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},  # no bf16 instructions: emulated bf16 GEMMs
+    {"ONEDNN_MAX_CPU_ISA": "avx512_core"},  # oneDNN capped below AVX512_CORE_BF16 (any case), drope at its native
+])
+def test_bf16_without_native_bf16_gemms_trains_in_float32_and_says_so(tmp, cap):
+    if "DROPE_CPU_ISA" in cap and "avx2" not in _cpu_flags():
+        pytest.skip("the CPU has no AVX2")
+    f32, _ = train(tmp, "f32", "float32", 4, cap)
+    b16, out = train(tmp, "b16", "bfloat16", 4, cap)
+    assert FALLBACK in out and "ONEDNN_MAX_CPU_ISA" in out
+    assert [j["loss"] for j in b16] == [j["loss"] for j in f32]  # the same float32 path, bit for bit
+
+
+def test_bf16_with_native_bf16_gemms_computes_in_bf16(tmp):
+    flags = _cpu_flags()
+    if not ({"amx_bf16", "avx512_bf16"} & flags and "avx512bw" in flags):
+        pytest.skip("the CPU has neither AMX bf16 tiles nor AVX512-BF16")
+    f32, _ = train(tmp, "f32", "float32", 4)
+    b16, out = train(tmp, "b16", "bfloat16", 4)
+    assert FALLBACK not in out
+    if "amx_bf16" not in flags:
+        assert "bf16 GEMMs on AVX512-BF16" in out
+    a, b = np.array([j["loss"] for j in f32]), np.array([j["loss"] for j in b16])
+    assert not np.array_equal(a, b) and np.allclose(a, b, rtol=0.05)  # rounded to bf16, and close

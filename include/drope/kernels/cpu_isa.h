@@ -24,6 +24,10 @@ bool cpu_supports(Isa isa);
 // The widest level this CPU runs.
 Isa cpu_isa_native();
 
+// Whether this CPU has the AVX512-BF16 dot-product instructions (vdpbf16ps: AMD Zen 4 and later, Intel Cooper
+// Lake and Sapphire Rapids and later), whatever DROPE_CPU_ISA says.
+bool cpu_has_avx512_bf16();
+
 // The level the kernels use: DROPE_CPU_ISA when set (read once), else cpu_isa_native(). Throws
 // std::invalid_argument naming the variable when its value is not a level or the CPU lacks that level.
 Isa cpu_isa();

@@ -48,9 +48,15 @@ at::Tensor bf16_projection(ComputeWeights& cw, const at::Tensor& x, at::TensorLi
 // (ONEDNN_MAX_CPU_ISA) and drope's (DROPE_CPU_ISA below avx512) both leave AMX on.
 bool cpu_bf16_tiles();
 
-// Whether computing in bf16 is faster than float32 on this device: on a GPU, and on a CPU with AMX tiles in use
-// (cpu_bf16_tiles). Elsewhere LibTorch's bf16 GEMMs are emulated, many times slower than its float32 ones, and
-// train.dtype bfloat16 trains in float32 (said at start).
+// Whether this CPU multiplies bf16 matrices with the AVX512-BF16 dot products as LibTorch runs now (oneDNN's
+// AVX512_CORE_BF16 kernels: AMD Zen 4 and later, Intel Cooper Lake): the instructions are there and neither oneDNN's
+// cap (ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16) nor drope's (DROPE_CPU_ISA below avx512) turns them off.
+bool cpu_bf16_dot();
+
+// Whether computing in bf16 is faster than float32 on this device: on a GPU, and on a CPU whose bf16 GEMMs run
+// natively, on AMX tiles (cpu_bf16_tiles) or with AVX512-BF16 (cpu_bf16_dot; measured in docs/cpu-isa.md).
+// Elsewhere LibTorch's bf16 GEMMs are emulated, many times slower than its float32 ones, and train.dtype bfloat16
+// trains in float32 (said at start).
 bool bf16_pays(c10::DeviceType device);
 
 }  // namespace drope::ops

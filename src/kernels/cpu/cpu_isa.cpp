@@ -29,6 +29,15 @@ bool cpu_supports(Isa isa) {
 #endif
 }
 
+bool cpu_has_avx512_bf16() {
+#ifdef DROPE_X86_DISPATCH
+  __builtin_cpu_init();
+  return cpu_supports(Isa::kAvx512) && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 Isa cpu_isa_native() {
   static const Isa isa = cpu_supports(Isa::kAvx512) ? Isa::kAvx512 : cpu_supports(Isa::kAvx2) ? Isa::kAvx2 : Isa::kBase;
   return isa;
