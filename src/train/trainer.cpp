@@ -404,9 +404,11 @@ void Trainer::open_run_dir() {
     if (say_) logging::add_run_file(cfg_.out_dir);  // <out_dir>/drope-train.log, with timestamps
     write_file_atomic((fs::path(cfg_.out_dir) / "config.yaml").string(), opt_.run_yaml);
   }
-  // MFU: train.peak_tflops, else the measured GEMM roof of the dtype this run trains in (drope-bench peak --save).
-  const double peak = training_peak_tflops(cfg_.train.peak_tflops, std::string(name_of(cfg_.train.dtype)),
-                                           device_.is_cpu(), say_ && main_rank_);
+  // MFU: train.peak_tflops, else the measured GEMM roof of the dtype this run computes in (drope-bench peak --save):
+  // bf16 on a CPU whose bf16 GEMMs are emulated computes in float32, and is measured against float32's roof.
+  const bool bf16 = cfg_.train.dtype == TrainDType::kBFloat16 && ops::bf16_pays(device_.type());
+  const double peak =
+      training_peak_tflops(cfg_.train.peak_tflops, bf16 ? "bfloat16" : "float32", device_.is_cpu(), say_ && main_rank_);
   metrics_.open({cfg_.out_dir, cfg_.train.steps, cfg_.train.log_every, peak, cfg_.train.tensorboard, main_rank_, say_},
                 state_.step, resumed_.checkpoint.has_value());
   if (say_)

@@ -119,10 +119,22 @@ FALLBACK = "so this run computes in float32"
 def test_bf16_without_native_bf16_gemms_trains_in_float32_and_says_so(tmp, cap):
     if "DROPE_CPU_ISA" in cap and "avx2" not in _cpu_flags():
         pytest.skip("the CPU has no AVX2")
+    # A roof file of this setting with made-up roofs, bf16's a tenth of float32's (as when emulated).
+    probe = tmp / "probe.json"
+    subprocess.run([str(BIN / "drope-bench"), "peak", "--rounds", "1", "--threads", "1", "--dtypes", "float32",
+                    "--json", probe], check=True, capture_output=True, env=env(cap))
+    roof = json.loads(probe.read_text())
+    roof_file = tmp / "roof.json"
+    roof_file.write_text(json.dumps({"cpu": roof["cpu"], "levels": roof["levels"], "threads": 1,
+                                     "roof_gflops": {"float32": 100.0, "bfloat16": 10.0}}))
+    cap = {**cap, "DROPE_PEAK_FILE": str(roof_file)}
     f32, _ = train(tmp, "f32", "float32", 4, cap)
     b16, out = train(tmp, "b16", "bfloat16", 4, cap)
     assert FALLBACK in out and "ONEDNN_MAX_CPU_ISA" in out
     assert [j["loss"] for j in b16] == [j["loss"] for j in f32]  # the same float32 path, bit for bit
+    # It computes in float32, so its MFU is against float32's roof, not the emulated bf16 one.
+    assert "measured float32 GEMM roof" in out
+    assert b16[0]["mfu"] / b16[0]["tokens_per_s"] == pytest.approx(f32[0]["mfu"] / f32[0]["tokens_per_s"], rel=1e-9)
 
 
 def test_bf16_with_native_bf16_gemms_computes_in_bf16(tmp):
