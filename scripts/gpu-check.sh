@@ -9,7 +9,8 @@
 #   gpu                    nvidia-smi
 #   gpu_tests              ctest -L gpu (every attention backend and our kernels vs the float64 reference)
 #   attention_bench_d64    drope-bench attention --device cuda, bf16, T = 1K..16K, D = 64: ours (the plan's
-#   attention_bench_d128   default), flash, mem_efficient, cudnn, own_cuda, SDPA, SDPA + dense mask, reference
+#   attention_bench_d128   default), flash, mem_efficient, cudnn, cudnn_graph, own_cuda, SDPA, SDPA + dense
+#                          mask, reference
 #   train_step_qwen2_0_5b  drope-train: qwen2-0.5b (random weights), bf16, seq 1024, a few steps on docs/ as
 #                          bytes: tokens/s and MFU (train.peak_tflops from the GPU's name or DROPE_PEAK_TFLOPS)
 #   train_step_qwen2_0_5b_eager  the same step in eager PyTorch (HF Qwen2ForCausalLM, SDPA, fused AdamW):
@@ -64,7 +65,7 @@ bench_value() {  # OPTION VALUE: checks VALUE for OPTION
       knob_fail "$WHO" "$o must be a number > 0, got '$v'" ;;
     --cases | --impls)
       local allowed="causal alibi window gqa"
-      [ "$o" = --impls ] && allowed="ours sdpa sdpa_mask reference flash mem_efficient cudnn own_cuda"
+      [ "$o" = --impls ] && allowed="ours sdpa sdpa_mask reference flash mem_efficient cudnn cudnn_graph own_cuda"
       [ -n "$v" ] || knob_fail "$WHO" "$o must be a comma list of: ${allowed// /, }, got ''"
       IFS=, read -r -a items <<<"$v"
       for item in "${items[@]}"; do

@@ -3,6 +3,7 @@
 
 #include "app_common.h"
 #include "bench/commands.h"
+#include "drope/bench/attention_bench.h"
 #include "drope/bench/runners.h"
 
 namespace drope::benchcli {
@@ -40,10 +41,12 @@ void add_attention_command(CLI::App& cli, int& rc) {
   att->add_option("--cases", opt.cases, "Cases among causal, alibi, window, gqa")
       ->delimiter(',')
       ->capture_default_str();
+  std::string backends;  // the registry's CUDA backends, in its listing order
+  for (const auto& b : bench::attention_backend_impls()) backends += (backends.empty() ? "" : ", ") + b;
   auto* impls_opt = att->add_option("--impls", opt.impls,
                                     "Implementations among ours, sdpa, sdpa_mask, reference; with --device cuda also "
-                                    "the attention plan's backends forced one at a time: flash, mem_efficient, cudnn, "
-                                    "own_cuda (default on CUDA: all eight)")
+                                    "the attention plan's backends forced one at a time: " +
+                                        backends + " (default on CUDA: all of them)")
                         ->delimiter(',')
                         ->capture_default_str();
   att->add_flag("--forward-only", ar->forward_only, "Skip forward+backward");
