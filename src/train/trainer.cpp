@@ -397,6 +397,16 @@ void Trainer::build_optimizer() {
   fwd_.block_runner = optimizer_->block_runner();
 }
 
+namespace {
+
+// Whether the run computes in bf16: train.dtype bfloat16 where bf16 pays on the device (ops::bf16_pays; elsewhere
+// it computes in float32, said at start).
+bool computes_in_bf16(const RunConfig& cfg, const torch::Device& device) {
+  return cfg.train.dtype == TrainDType::kBFloat16 && ops::bf16_pays(device.type());
+}
+
+}  // namespace
+
 // Run directory and logs (rank 0), and the run's description on the console.
 void Trainer::open_run_dir() {
   if (main_rank_) {
@@ -406,7 +416,7 @@ void Trainer::open_run_dir() {
   }
   // MFU: train.peak_tflops, else the measured GEMM roof of the dtype this run computes in (drope-bench peak --save):
   // bf16 on a CPU whose bf16 GEMMs are emulated computes in float32, and is measured against float32's roof.
-  const bool bf16 = cfg_.train.dtype == TrainDType::kBFloat16 && ops::bf16_pays(device_.type());
+  const bool bf16 = computes_in_bf16(cfg_, device_);
   const double peak =
       training_peak_tflops(cfg_.train.peak_tflops, bf16 ? "bfloat16" : "float32", device_.is_cpu(), say_ && main_rank_);
   metrics_.open({cfg_.out_dir, cfg_.train.steps, cfg_.train.log_every, peak, cfg_.train.tensorboard, main_rank_, say_},
@@ -439,7 +449,7 @@ void Trainer::replace_model(DecoderLM model) {
 // count, and only their rows reach the LM head.
 torch::Tensor Trainer::loss_of(const torch::Tensor& batch, const torch::Tensor& mask) {
   const int64_t T = seq_len_;
-  AutocastGuard autocast(cfg_.train.dtype == TrainDType::kBFloat16 && ops::bf16_pays(device_.type()), device_.type());
+  AutocastGuard autocast(computes_in_bf16(cfg_, device_), device_.type());
   auto b = batch.to(device_);
   auto labels = b.narrow(1, 1, T).reshape({-1});
   torch::Tensor rows;  // undefined = every target
