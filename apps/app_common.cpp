@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 
 #include "drope/core/cpu_budget.h"
+#include "drope/core/environment.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/log.h"
@@ -30,8 +31,8 @@ namespace {
 // for a little more peak RSS (docs/benchmarks.md#defaults-chosen-by-measurement). A user's own
 // GLIBC_TUNABLES / MALLOC_*_ settings win.
 void tune_allocator() {
-  if (std::getenv("GLIBC_TUNABLES") || std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_") ||
-      std::getenv("MALLOC_MMAP_MAX_"))
+  if (env::is_set("GLIBC_TUNABLES") || env::is_set("MALLOC_MMAP_THRESHOLD_") || env::is_set("MALLOC_TRIM_THRESHOLD_") ||
+      env::is_set("MALLOC_MMAP_MAX_"))
     return;
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
@@ -43,8 +44,8 @@ void tune_allocator() {
 // LibTorch's static initialisation has run (a small cost at start, docs/benchmarks.md). The re-executed process finds
 // the variables set and goes on; if exec fails it goes on with libgomp's defaults.
 void preinit(int, char** argv, char** envp) {
-  environ = envp;  // not yet set by libc at this point: getenv() would see an empty environment
-  if (std::getenv("DROPE_OMP_REEXEC")) return;
+  environ = envp;  // not yet set by libc at this point: the environment would read as empty
+  if (env::is_set("DROPE_OMP_REEXEC")) return;
   if (!configure_openmp_env()) return;
   setenv("DROPE_OMP_REEXEC", "1", 1);
   execv("/proc/self/exe", argv);
@@ -82,6 +83,9 @@ int run(const std::function<int()>& body) {
     ops::onednn_linear_enabled();   // and a bad DROPE_ONEDNN_LINEAR
     drope::env_switch("DROPE_COMPOSITE_LAYERS", "0, the fused CPU layers");
     drope::env_switch("DROPE_OMP_DEFAULTS", "1, drope's OpenMP defaults");
+    drope::env_switch("DROPE_TEST_FAULTS", "0, no fault hooks");
+    if (const std::string ignored = env::ignored_test_faults(); !ignored.empty())
+      logging::warn("{}: test fault hooks, ignored without DROPE_TEST_FAULTS=1", ignored);
     return body();
   } catch (const drope::Error& e) {
     logging::error("{}", e.what());

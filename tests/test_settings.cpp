@@ -173,12 +173,14 @@ TEST(Settings, HelpAndTextListEveryKey) {
 }
 
 TEST(Settings, DocSectionsAreReplacedBetweenTheirMarkers) {
-  const std::string doc = "# T\n<!-- train-settings:begin -->\nold\n<!-- train-settings:end -->\nmiddle\n"
-                          "<!-- resume-settings:begin -->\n<!-- resume-settings:end -->\ntail\n";
+  const std::string doc = "# T\n<!-- train-settings:begin -->\nstale-text\n<!-- train-settings:end -->\nmiddle\n"
+                          "<!-- resume-settings:begin -->\n<!-- resume-settings:end -->\n"
+                          "<!-- environment:begin -->\n<!-- environment:end -->\ntail\n";
   const std::string out = with_settings_sections(doc, "t.md");
-  EXPECT_EQ(out.find("old"), std::string::npos);
+  EXPECT_EQ(out.find("stale-text"), std::string::npos);
   EXPECT_NE(out.find("| `train.steps` |"), std::string::npos);
   EXPECT_NE(out.find("middle\n<!-- resume-settings:begin -->\n| may change | why |"), std::string::npos);
+  EXPECT_NE(out.find("| `DROPE_CPU_ISA` |"), std::string::npos);
   EXPECT_EQ(out.substr(out.size() - 5), "tail\n");
   EXPECT_EQ(with_settings_sections(out, "t.md"), out);
   test::expect_error([&] { with_settings_sections("# no markers\n", "t.md"); }, {"t.md", "train-settings:begin"});

@@ -1,4 +1,5 @@
 #include "drope/core/cpu_budget.h"
+#include "drope/core/environment.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -78,10 +79,7 @@ double cgroup_v1_quota() {
   return 0;
 }
 
-bool env_set(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v;
-}
+bool env_set(const char* name) { return env::is_set(name); }
 
 // First number after `key` in a /proc/meminfo-style text, 0 when absent.
 uint64_t field_kb(const char* text, const char* key) {
@@ -144,7 +142,7 @@ CpuBudget cpu_budget() {
 
 bool configure_openmp_env() {
   // Runs before main: an invalid value changes nothing here and is refused by the tool's main.
-  const SwitchValue v = switch_value(std::getenv("DROPE_OMP_DEFAULTS"));
+  const SwitchValue v = switch_value(env::get("DROPE_OMP_DEFAULTS"));
   if (v == SwitchValue::kOff || v == SwitchValue::kInvalid) return false;
   bool changed = false;
   if (!env_set("OMP_NUM_THREADS")) {
@@ -175,9 +173,9 @@ uint64_t available_memory_bytes() {
 std::string describe_cpu_budget() {
   const CpuBudget b = cpu_budget();
   char line[256];
-  const char* omp = std::getenv("OMP_NUM_THREADS");
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  const char* omp = env::get("OMP_NUM_THREADS");
+  const char* spin = env::get("GOMP_SPINCOUNT");
+  const char* wait = env::get("OMP_WAIT_POLICY");
   char quota[32] = "none";
   if (b.quota > 0) std::snprintf(quota, sizeof quota, "%.2f", b.quota);
   std::snprintf(

@@ -1,4 +1,5 @@
 #include "drope/core/log.h"
+#include "drope/core/environment.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -23,8 +24,8 @@ bool g_ready = false;
 // A non-negative integer from the first set variable among `names`, else `fallback`.
 int int_from_env(std::initializer_list<const char*> names, int fallback) {
   for (const char* n : names) {
-    const char* v = std::getenv(n);
-    if (v == nullptr || *v == '\0') continue;
+    const char* v = env::get(n);
+    if (v == nullptr) continue;
     char* end = nullptr;
     const long x = std::strtol(v, &end, 10);
     if (*end == '\0' && x >= 0 && x < (1L << 30)) return static_cast<int>(x);

@@ -1,4 +1,5 @@
 #include "drope/core/numbers.h"
+#include "drope/core/environment.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -50,7 +51,7 @@ std::optional<bool> parse_switch(const char* name, const char* value, const char
 }
 
 std::optional<bool> env_switch(const char* name, const char* unset_means) {
-  return parse_switch(name, std::getenv(name), unset_means);
+  return parse_switch(name, env::get(name), unset_means);
 }
 
 }  // namespace drope

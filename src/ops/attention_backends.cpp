@@ -2,6 +2,7 @@
 // GQA heads and padded gradients, and the real ops each backend binds. Device-agnostic: the CPU tests run the
 // backends' glue against emulated ops, the CUDA path against LibTorch's ATen ops.
 #include "drope/ops/attention_backends.h"
+#include "drope/core/environment.h"
 
 #include <algorithm>
 #include <cmath>
@@ -125,7 +126,7 @@ AttnCall make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
 bool cudnn_graph_enabled() {
 #ifdef DROPE_WITH_CUDNN_FRONTEND
   static const bool on = [] {
-    const char* e = std::getenv("DROPE_CUDNN_GRAPH");
+    const char* e = env::get("DROPE_CUDNN_GRAPH");
     return !(e && std::strcmp(e, "0") == 0);
   }();
   return on;

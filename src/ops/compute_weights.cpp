@@ -1,4 +1,5 @@
 #include "drope/ops/compute_weights.h"
+#include "drope/core/environment.h"
 
 #include <atomic>
 #include <cctype>
@@ -137,10 +138,10 @@ namespace {
 // dispatcher control") leaves its AVX512-BF16 kernels on: unset, DEFAULT, ALL or a level from AVX512_CORE_BF16 up.
 // Listed: the levels below it, in oneDNN's order.
 bool onednn_cap_allows_bf16_dot() {
-  const char* env = std::getenv("ONEDNN_MAX_CPU_ISA");
-  if (env == nullptr) env = std::getenv("DNNL_MAX_CPU_ISA");
-  if (env == nullptr) return true;
-  std::string cap(env);
+  const char* value = env::get("ONEDNN_MAX_CPU_ISA");
+  if (value == nullptr) value = env::get("DNNL_MAX_CPU_ISA");
+  if (value == nullptr) return true;
+  std::string cap(value);
   for (auto& c : cap) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   for (const char* below : {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}) {
     if (cap == below) return false;

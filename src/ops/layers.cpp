@@ -1,4 +1,5 @@
 #include "drope/ops/layers.h"
+#include "drope/core/environment.h"
 
 #include <cstdlib>
 #include <string>
@@ -19,7 +20,7 @@ namespace {
 
 // DROPE_COMPOSITE_LAYERS=1 takes the plain-ATen path everywhere (for A/B timing of whole runs); the tools
 // refuse a value other than 0 or 1 at start (drope::app::run), so none reaches this initialiser.
-thread_local bool force_composite = switch_value(std::getenv("DROPE_COMPOSITE_LAYERS")) == SwitchValue::kOn;
+thread_local bool force_composite = switch_value(env::get("DROPE_COMPOSITE_LAYERS")) == SwitchValue::kOn;
 
 // bf16 tensors the fused float32 kernels take through a float32 copy (one conversion each way): fewer passes than
 // the plain-ATen composite in bf16.
@@ -352,7 +353,7 @@ bool onednn_linear_available() { return onednn_linear_op() != nullptr; }
 bool onednn_linear_enabled() {
   static const bool chosen = [] {
     __builtin_cpu_init();
-    return onednn_linear_default(std::getenv("DROPE_ONEDNN_LINEAR"), __builtin_cpu_is("intel"));
+    return onednn_linear_default(env::get("DROPE_ONEDNN_LINEAR"), __builtin_cpu_is("intel"));
   }();
   return force_onednn >= 0 ? force_onednn == 1 : chosen;
 }

@@ -9,6 +9,7 @@
 //      text between them.
 // Floating-point sums are evaluated in Python's order so that ties and near-ties resolve identically.
 #include "drope/tasks/jieba.h"
+#include "drope/core/environment.h"
 
 #include <algorithm>
 #include <charconv>
@@ -286,8 +287,7 @@ Jieba::Jieba(const std::string& dir) {
 }
 
 std::string Jieba::default_dir() {
-  const char* env = std::getenv("DROPE_JIEBA_DIR");
-  if (env && *env) return env;
+  if (const char* dir = env::get("DROPE_JIEBA_DIR")) return dir;
   return "/usr/lib/python3/dist-packages/jieba";
 }
 

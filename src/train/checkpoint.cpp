@@ -1,4 +1,5 @@
 #include "drope/train/checkpoint.h"
+#include "drope/core/environment.h"
 
 #include <algorithm>
 #include <csignal>
@@ -276,9 +277,10 @@ std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_di
       error = e.what();
     }
   }
-  // Test-only fault injection (docs/training.md, crash safety): DROPE_FAULT_KILL_RANK_IN_CHECKPOINT=<rank>:<step>
-  // kills that rank right after it wrote its shard of that step's checkpoint.
-  if (const char* f = std::getenv("DROPE_FAULT_KILL_RANK_IN_CHECKPOINT"); f && *f)
+  // Test-only fault injection (read only with DROPE_TEST_FAULTS=1, docs/training.md):
+  // DROPE_FAULT_KILL_RANK_IN_CHECKPOINT=<rank>:<step> kills that rank right after it wrote its shard of that step's
+  // checkpoint.
+  if (const char* f = env::get("DROPE_FAULT_KILL_RANK_IN_CHECKPOINT"))
     if (fmt::format("{}:{}", dist.rank(), st.step) == f) std::raise(SIGKILL);
   if (!agree("writing its checkpoint shard")) {
     cleanup();

@@ -1,4 +1,5 @@
 #include "drope/train/distributed.h"
+#include "drope/core/environment.h"
 
 #include <algorithm>
 #include <chrono>
@@ -25,10 +26,7 @@ namespace drope::train {
 
 namespace {
 
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
-}
+const char* env(const char* name) { return env::get(name); }
 
 int env_int(const char* name, int def, int lo, int hi) {
   const char* v = env(name);
@@ -100,7 +98,7 @@ void wait(const DistEnv& env, double timeout_s, const c10::intrusive_ptr<c10d::W
 class QuietC10Logs {
  public:
   QuietC10Logs() : saved_(FLAGS_caffe2_log_level) {
-    if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = 3;  // FATAL only
+    if (!env::is_set("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = 3;  // FATAL only
   }
   ~QuietC10Logs() { FLAGS_caffe2_log_level = saved_; }
   QuietC10Logs(const QuietC10Logs&) = delete;

@@ -1,4 +1,5 @@
 #include "drope/train/metrics.h"
+#include "drope/core/environment.h"
 
 #include <unistd.h>
 
@@ -139,10 +140,10 @@ std::string RunMetrics::progress_bar(int64_t step, int64_t steps) {
 }
 
 std::string roof_file_path() {
-  if (const char* p = std::getenv("DROPE_PEAK_FILE"); p && *p) return p;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return (fs::path(x) / "drope" / "peak.json").string();
-  const char* home = std::getenv("HOME");
-  return (fs::path(home && *home ? home : ".") / ".cache" / "drope" / "peak.json").string();
+  if (const char* p = env::get("DROPE_PEAK_FILE")) return p;
+  if (const char* x = env::get("XDG_CACHE_HOME")) return (fs::path(x) / "drope" / "peak.json").string();
+  const char* home = env::get("HOME");
+  return (fs::path(home ? home : ".") / ".cache" / "drope" / "peak.json").string();
 }
 
 nlohmann::json roof_json(const GemmRoof& roof) {

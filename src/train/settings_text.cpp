@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "drope/core/environment.h"
 #include "drope/core/error.h"
 #include "drope/train/settings.h"
 
@@ -98,7 +99,8 @@ std::string section(const std::string& name, const std::string& body) {
 
 const std::vector<std::pair<std::string, std::string (*)()>>& doc_sections() {
   static const std::vector<std::pair<std::string, std::string (*)()>> s = {{"train-settings", &train_settings_table},
-                                                                           {"resume-settings", &resume_settings_table}};
+                                                                           {"resume-settings", &resume_settings_table},
+                                                                           {"environment", &env::markdown_table}};
   return s;
 }
 

@@ -27,6 +27,7 @@
 
 #include "drope/core/cpu_budget.h"
 #include "drope/core/crc32c.h"
+#include "drope/core/environment.h"
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
@@ -62,12 +63,13 @@ Variant drope_variant(const RunConfig& cfg) {
 
 std::atomic<bool> g_stop{false};
 
-// Test-only fault injection (documented in docs/training.md, crash safety): DROPE_FAULT_NAN_AT_STEP=4,5 makes the
-// loss of those steps (1-based) NaN; DROPE_FAULT_NAN_WEIGHTS_AT_STEP=n poisons one weight after step n.
+// Test-only fault injection, read only with DROPE_TEST_FAULTS=1 (docs/training.md, environment variables):
+// DROPE_FAULT_NAN_AT_STEP=4,5 makes the loss of those steps (1-based) NaN; DROPE_FAULT_NAN_WEIGHTS_AT_STEP=n poisons
+// one weight after step n.
 std::vector<int64_t> fault_steps(const char* var) {
   std::vector<int64_t> out;
-  const char* v = std::getenv(var);
-  if (!v || !*v) return out;
+  const char* v = env::get(var);
+  if (!v) return out;
   std::stringstream ss(v);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -434,7 +436,7 @@ void Trainer::open_run_dir() {
 
 void Trainer::add_default_hooks() {
   if (cfg_.drop_at_step >= 0) hooks_.push_back(std::make_unique<DropAtStep>());
-  hooks_.push_back(std::make_unique<NanFaultInjection>());
+  if (env::test_faults_enabled()) hooks_.push_back(std::make_unique<NanFaultInjection>());
 }
 
 void Trainer::replace_model(DecoderLM model) {

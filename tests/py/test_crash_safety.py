@@ -249,7 +249,7 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp):
 
 def test_non_finite_steps_are_skipped_then_abort_after_k(tmp):
     cfg = write_cfg(tmp, "nan", 10)
-    r = train(cfg, env=env1(DROPE_FAULT_NAN_AT_STEP="4,5"))
+    r = train(cfg, env=env1(DROPE_TEST_FAULTS="1", DROPE_FAULT_NAN_AT_STEP="4,5"))
     assert r.stderr.count("warning: step ") == 2  # --quiet keeps warnings: steps 4 and 5
     lines = log_lines(tmp / "nan")
     skipped = [j["step"] for j in lines if "skipped" in j]
@@ -260,7 +260,7 @@ def test_non_finite_steps_are_skipped_then_abort_after_k(tmp):
     # K = train.max_bad_steps non-finite steps in a row abort; the last good checkpoint is named and kept.
     cfg = write_cfg(tmp, "abort", 20)
     r = subprocess.run([TRAIN, str(cfg), "--set", "train.max_bad_steps=3"], capture_output=True, text=True,
-                       env=env1(DROPE_FAULT_NAN_AT_STEP="5,7,8,9"), timeout=240)
+                       env=env1(DROPE_TEST_FAULTS="1", DROPE_FAULT_NAN_AT_STEP="5,7,8,9"), timeout=240)
     expect_error(r, "aborting at step 9: 3 non-finite steps in a row", "train.max_bad_steps = 3", "step-00000006")
     assert "warning: step 5: non-finite" in r.stderr
     assert [c.name for c in checkpoints(tmp / "abort")] == ["step-00000003", "step-00000006"]
@@ -272,7 +272,7 @@ def test_non_finite_steps_are_skipped_then_abort_after_k(tmp):
 def test_non_finite_weights_never_overwrite_a_good_checkpoint(tmp):
     cfg = write_cfg(tmp, "poison", 20)
     r = subprocess.run([TRAIN, str(cfg), "--quiet", "--set", "train.max_bad_steps=100"], capture_output=True,
-                       text=True, env=env1(DROPE_FAULT_NAN_WEIGHTS_AT_STEP="4"), timeout=240)
+                       text=True, env=env1(DROPE_TEST_FAULTS="1", DROPE_FAULT_NAN_WEIGHTS_AT_STEP="4"), timeout=240)
     expect_error(r, "step 6: could not save the checkpoint", "refusing to write checkpoint", "non-finite weights",
                  "step-00000003 is intact")
     assert [c.name for c in checkpoints(tmp / "poison")] == ["step-00000003"]

@@ -77,12 +77,12 @@ def test_levels_and_quiet_filter_messages_not_results(tmp):
 def test_warnings_survive_quiet_and_errors_go_to_stderr(tmp):
     cfg = write_cfg(tmp, "nan")
     r = subprocess.run([TRAIN, str(cfg), "--quiet"], capture_output=True, text=True,
-                       env=env1(DROPE_FAULT_NAN_AT_STEP="2"), timeout=240)
+                       env=env1(DROPE_TEST_FAULTS="1", DROPE_FAULT_NAN_AT_STEP="2"), timeout=240)
     assert r.returncode == 0, r.stderr
     assert r.stdout == ""
     assert r.stderr.startswith("warning: step 2: non-finite loss/gradient norm"), r.stderr
     r = subprocess.run([TRAIN, str(write_cfg(tmp, "nan2")), "--log-level", "error"], capture_output=True, text=True,
-                       env=env1(DROPE_FAULT_NAN_AT_STEP="2"), timeout=240)
+                       env=env1(DROPE_TEST_FAULTS="1", DROPE_FAULT_NAN_AT_STEP="2"), timeout=240)
     assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
 
 

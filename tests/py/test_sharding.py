@@ -175,6 +175,7 @@ def test_resume_across_world_sizes_and_shard_modes(tmp, first, second):
 def test_rank_killed_while_writing_a_checkpoint(tmp):
     c = cfg(tmp, "k", shard="grads", steps=6, ckpt=2)
     env = env1()
+    env["DROPE_TEST_FAULTS"] = "1"
     env["DROPE_FAULT_KILL_RANK_IN_CHECKPOINT"] = "1:4"  # rank 1 dies after writing its shard of step 4
     r = train(c, world=2, check=False, env=env)
     assert r.returncode != 0

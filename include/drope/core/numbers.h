@@ -40,7 +40,7 @@ SwitchValue switch_value(const char* value);
 // A 0/1 switch from environment variable `name` whose value is `value` (null or empty: unset → nullopt);
 // any other value fails with "environment variable NAME='value': expected 0 or 1[ (unset: unset_means)]".
 std::optional<bool> parse_switch(const char* name, const char* value, const char* unset_means = nullptr);
-// parse_switch(name, getenv(name)).
+// parse_switch(name, env::get(name)): `name` must be declared in src/core/environment.cpp.
 std::optional<bool> env_switch(const char* name, const char* unset_means = nullptr);
 
 }  // namespace drope

@@ -1,4 +1,5 @@
 #include "drope/kernels/attention_cpu.h"
+#include "drope/core/environment.h"
 
 #include <algorithm>
 #include <atomic>
@@ -199,8 +200,8 @@ using bf16 = c10::BFloat16;
 // drope's kernels run at avx512, and DROPE_ATTENTION_AMX is not 0 (for A/B timing against the float32 FMA path).
 bool amx_tiles() {
   static const bool on = [] {
-    const char* env = std::getenv("DROPE_ATTENTION_AMX");
-    if (env && std::string(env) == "0") return false;
+    const char* off = env::get("DROPE_ATTENTION_AMX");
+    if (off && std::string(off) == "0") return false;
     return cpu_isa() == Isa::kAvx512 && at::native::cpublas::could_pack(at::kBFloat16);
   }();
   return on;

@@ -1,4 +1,5 @@
 #include "drope/kernels/cpu_isa.h"
+#include "drope/core/environment.h"
 
 #include <cstdlib>
 #include <stdexcept>
@@ -59,8 +60,8 @@ Isa parse_cpu_isa(const std::string& value) {
 
 Isa cpu_isa() {
   static const Isa isa = [] {
-    const char* env = std::getenv("DROPE_CPU_ISA");
-    return parse_cpu_isa(env ? env : "");
+    const char* value = env::get("DROPE_CPU_ISA");
+    return parse_cpu_isa(value ? value : "");
   }();  // a throwing initialiser is retried on the next call, so the error repeats rather than vanishing
   return isa;
 }
