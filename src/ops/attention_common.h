@@ -23,6 +23,18 @@ inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 // memory-efficient kernel loads bias rows in 128-bit pieces; PyTorch pads the same way).
 int64_t dense_bias_bytes(const AttnCall& c, int64_t key_len);
 
+// Whether a backend's top-left causal mask (row r sees keys c <= r: the documented tril(ones(L, S))) is ours for
+// this call: causal, T == key_len and delta == 0 (q_offset 0).
+inline bool top_left_causal_is_ours(const AttnCall& c, const AttnGeometry& g) {
+  return g.causal && g.delta == 0 && c.q_len == g.key_len;
+}
+
+// Whether our mask needs a dense additive bias on a backend whose own causal mask is ours for this call exactly
+// when `native_causal`: ALiBi, a sliding window, per-row key starts, or a causality its mask cannot say.
+inline bool needs_dense_bias(const AttnCall& c, const AttnGeometry& g, bool native_causal) {
+  return c.alibi || c.window > 0 || c.key_start || (g.causal && !native_causal);
+}
+
 // Reasons shared by every fused backend (nullptr: none applies).
 const char* common_reject(const AttnCall& c, const AttnGeometry& g);
 

@@ -18,9 +18,8 @@ CudnnArgs cudnn_args(const AttnCall& c) {
   if (const char* why = backends::common_reject(c, g)) return backends::refuse(a, why);
   a.key_len = g.key_len;
   a.scale = c.scale;
-  // Its causal mask is top-left (row r sees c ≤ r): ours only when T == key_len and delta == 0 (q_offset 0).
-  a.is_causal = g.causal && g.delta == 0 && c.q_len == g.key_len;
-  a.bias = c.alibi || c.window > 0 || c.key_start || (g.causal && !a.is_causal);
+  a.is_causal = backends::top_left_causal_is_ours(c, g);  // its causal mask is top-left
+  a.bias = backends::needs_dense_bias(c, g, a.is_causal);
   a.expand_kv = c.heads != c.kv_heads;
   a.bias_bytes = a.bias ? backends::dense_bias_bytes(c, g.key_len) : 0;
   a.ok = true;

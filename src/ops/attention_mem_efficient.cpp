@@ -21,8 +21,8 @@ MemEffArgs mem_eff_args(const AttnCall& c) {
   if (const char* why = backends::common_reject(c, g)) return backends::refuse(a, why);
   a.key_len = g.key_len;
   a.scale = c.scale;
-  a.custom_mask_type = g.causal && g.delta == 0 ? 2 : 0;
-  a.bias = c.alibi || c.window > 0 || c.key_start || (g.causal && a.custom_mask_type == 0);
+  a.custom_mask_type = g.causal && g.delta == 0 ? 2 : 0;  // 2: causal from the bottom right, ours when delta == 0
+  a.bias = backends::needs_dense_bias(c, g, a.custom_mask_type != 0);
   a.expand_kv = c.heads != c.kv_heads;
   a.lse_cols = backends::round_up(c.q_len, 32);
   a.bias_bytes = a.bias ? backends::dense_bias_bytes(c, g.key_len) : 0;

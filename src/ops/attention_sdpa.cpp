@@ -16,9 +16,8 @@ SdpaArgs sdpa_args(const AttnCall& c) {
   }
   a.key_len = g.key_len;
   a.scale = c.scale;
-  // is_causal is top-left (the documented tril(ones(L, S)) mask): ours when T == key_len and delta == 0.
-  const bool plain_causal = g.causal && g.delta == 0 && c.q_len == g.key_len;
-  a.mask = c.alibi || c.window > 0 || c.key_start || (g.causal && !plain_causal);
+  const bool plain_causal = backends::top_left_causal_is_ours(c, g);  // is_causal is top-left
+  a.mask = backends::needs_dense_bias(c, g, plain_causal);
   a.is_causal = plain_causal && !a.mask;
   a.enable_gqa = c.heads != c.kv_heads;
   a.mask_bytes = a.mask ? backends::dense_bias_bytes(c, g.key_len) : 0;
