@@ -79,8 +79,6 @@ double cgroup_v1_quota() {
   return 0;
 }
 
-bool env_set(const char* name) { return env::is_set(name); }
-
 // First number after `key` in a /proc/meminfo-style text, 0 when absent.
 uint64_t field_kb(const char* text, const char* key) {
   const char* at = std::strstr(text, key);
@@ -145,12 +143,12 @@ bool configure_openmp_env() {
   const SwitchValue v = switch_value(env::get("DROPE_OMP_DEFAULTS"));
   if (v == SwitchValue::kOff || v == SwitchValue::kInvalid) return false;
   bool changed = false;
-  if (!env_set("OMP_NUM_THREADS")) {
+  if (!env::is_set("OMP_NUM_THREADS")) {
     char n[32];
     std::snprintf(n, sizeof n, "%d", cpu_budget().threads);
     changed |= setenv("OMP_NUM_THREADS", n, 1) == 0;
   }
-  if (!env_set("GOMP_SPINCOUNT") && !env_set("OMP_WAIT_POLICY"))
+  if (!env::is_set("GOMP_SPINCOUNT") && !env::is_set("OMP_WAIT_POLICY"))
     changed |= setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0;
   return changed;
 }

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "drope/core/markdown.h"
+
 namespace drope::env {
 
 namespace {
@@ -101,12 +103,6 @@ const char* kind_heading(Kind k) {
   return "";
 }
 
-std::string cell(const char* text) {
-  std::string out;
-  for (const char* c = text; *c; ++c) out += *c == '|' ? std::string("\\|") : std::string(1, *c);
-  return out;
-}
-
 }  // namespace
 
 const Variable* begin() { return kVariables; }
@@ -147,8 +143,8 @@ std::string markdown_table() {
     out += std::string("| *") + kind_heading(k) + "* | | | |\n";
     for (const Variable* v = begin(); v != end(); ++v)
       if (v->kind == k)
-        out += std::string("| `") + v->name + "` | " + cell(v->values) + " | " + cell(v->unset) + " | " +
-               cell(v->effect) + " |\n";
+        out += std::string("| `") + v->name + "` | " + markdown_cell(v->values) + " | " + markdown_cell(v->unset) +
+               " | " + markdown_cell(v->effect) + " |\n";
   }
   return out;
 }

@@ -26,10 +26,8 @@ namespace drope::train {
 
 namespace {
 
-const char* env(const char* name) { return env::get(name); }
-
 int env_int(const char* name, int def, int lo, int hi) {
-  const char* v = env(name);
+  const char* v = env::get(name);
   if (!v) return def;
   char* end = nullptr;
   long x = std::strtol(v, &end, 10);
@@ -42,14 +40,14 @@ int env_int(const char* name, int def, int lo, int hi) {
 
 DistEnv read_dist_env() {
   DistEnv e;
-  if (env("RANK") || env("WORLD_SIZE")) {
-    if (!env("RANK") || !env("WORLD_SIZE")) fail("environment: RANK and WORLD_SIZE must be set together");
+  if (env::get("RANK") || env::get("WORLD_SIZE")) {
+    if (!env::get("RANK") || !env::get("WORLD_SIZE")) fail("environment: RANK and WORLD_SIZE must be set together");
     e.world = env_int("WORLD_SIZE", 1, 1, 1 << 20);
     e.rank = env_int("RANK", 0, 0, e.world - 1);
     e.local_rank = env_int("LOCAL_RANK", e.rank, 0, 1 << 20);
-    e.torchrun = env("TORCHELASTIC_RUN_ID") != nullptr || env("TORCHELASTIC_USE_AGENT_STORE") != nullptr;
+    e.torchrun = env::get("TORCHELASTIC_RUN_ID") != nullptr || env::get("TORCHELASTIC_USE_AGENT_STORE") != nullptr;
     e.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0, 0, 1 << 20);
-  } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
+  } else if (env::get("SLURM_PROCID") && env::get("SLURM_NTASKS")) {
     e.world = env_int("SLURM_NTASKS", 1, 1, 1 << 20);
     e.rank = env_int("SLURM_PROCID", 0, 0, e.world - 1);
     e.local_rank = env_int("SLURM_LOCALID", 0, 0, 1 << 20);
@@ -57,11 +55,11 @@ DistEnv read_dist_env() {
     e.restart_count = env_int("SLURM_RESTART_COUNT", 0, 0, 1 << 20);
   }
   e.single_rank_group = env_int("DROPE_DIST_SINGLE_RANK_GROUP", 0, 0, 1) == 1;
-  if (e.single_rank_group && e.world == 1 && !env("MASTER_PORT"))
+  if (e.single_rank_group && e.world == 1 && !env::get("MASTER_PORT"))
     fail("environment: DROPE_DIST_SINGLE_RANK_GROUP=1 needs MASTER_PORT (launch with torchrun)");
-  if (const char* a = env("MASTER_ADDR")) e.master_addr = a;
+  if (const char* a = env::get("MASTER_ADDR")) e.master_addr = a;
   e.master_port = env_int("MASTER_PORT", 29500, 1, 65535);
-  if (e.world > 1 && !env("MASTER_PORT") && !e.slurm)
+  if (e.world > 1 && !env::get("MASTER_PORT") && !e.slurm)
     fail("environment: WORLD_SIZE={} but MASTER_PORT is not set (launch with torchrun)", e.world);
   return e;
 }

@@ -5,6 +5,7 @@
 
 #include "drope/core/environment.h"
 #include "drope/core/error.h"
+#include "drope/core/markdown.h"
 #include "drope/train/settings.h"
 
 namespace drope::train {
@@ -61,12 +62,6 @@ std::string allowed(const Setting& s) {
   return (each ? "each " : "") + range_text(*s.range);
 }
 
-std::string escape_cell(std::string t) {
-  std::string out;
-  for (char ch : t) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
-  return out;
-}
-
 std::string code(const std::string& t) { return t.empty() ? "" : "`" + t + "`"; }
 
 std::string train_settings_table() {
@@ -74,8 +69,8 @@ std::string train_settings_table() {
       "| key | type | default | allowed | `--resume` may change it | what it sets |\n|---|---|---|---|---|---|\n";
   for (const auto& s : run_settings())
     out += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", s.key, s.type,
-                       s.default_note.empty() ? code(shown_default(s)) : s.default_note, escape_cell(allowed(s)),
-                       rule_label(s.resume), escape_cell(s.doc));
+                       s.default_note.empty() ? code(shown_default(s)) : s.default_note, markdown_cell(allowed(s)),
+                       rule_label(s.resume), markdown_cell(s.doc));
   return out;
 }
 

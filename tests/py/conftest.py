@@ -23,6 +23,16 @@ def run_cli(*args, check=True):
     return r
 
 
+def micro_train_yaml(out, steps):
+    """A drope-train config of the micro preset on a licence text: `steps` steps, a log line and an eval each."""
+    return (f"run: {{name: t, out_dir: {out}, seed: 5}}\n"
+            "model: {preset: micro, max_position: 32}\n"
+            "data: {text: /usr/share/common-licenses/GPL-3, seq_len: 32, batch_size: 8}\n"
+            "optim: {lr: 3.0e-3}\n"
+            f"schedule: {{type: cosine, warmup: 1, steps: {steps}}}\n"
+            f"train: {{steps: {steps}, log_every: 1, eval_batches: 1}}\n")
+
+
 def expect_error(r, *needles):
     """A CLI failure: non-zero exit, one clear message containing every needle, no crash or traceback."""
     assert r.returncode != 0, f"expected failure, got success:\n{r.stdout}"

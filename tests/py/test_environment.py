@@ -5,21 +5,14 @@ import os
 import re
 import subprocess
 
-from conftest import BIN, ROOT, expect_error, run_cli
+from conftest import BIN, ROOT, expect_error, micro_train_yaml, run_cli
 
 SOURCES = [p for d in ("src", "apps", "include", "python", "bench")
            for p in sorted((ROOT / d).rglob("*")) if p.suffix in (".cpp", ".h", ".cu", ".cuh", ".cc")]
 HOME = ROOT / "src" / "core" / "environment.cpp"
 # The readers that take a variable's name as a literal.
-READ = re.compile(r"\b(?:env::get|env::is_set|env_switch|env_int|env_set|fault_steps|env)\(\s*\"([A-Z][A-Z0-9_]*)\"")
+READ = re.compile(r"\b(?:env::get|env::is_set|env_switch|env_int|fault_steps)\(\s*\"([A-Z][A-Z0-9_]*)\"")
 READ_LIST = re.compile(r"\bint_from_env\(\{([^}]*)\}")
-CFG = """run: {{name: t, out_dir: {out}, seed: 5}}
-model: {{preset: micro, max_position: 32}}
-data: {{text: /usr/share/common-licenses/GPL-3, seq_len: 32, batch_size: 8}}
-optim: {{lr: 3.0e-3}}
-schedule: {{type: cosine, warmup: 1, steps: 3}}
-train: {{steps: 3, log_every: 1, eval_batches: 1}}
-"""
 
 
 def declared():
@@ -64,7 +57,7 @@ def test_every_name_read_is_declared_and_every_declared_name_is_read():
 
 def test_fault_hooks_do_nothing_without_the_switch(tmp):
     cfg = tmp / "t.yaml"
-    cfg.write_text(CFG.format(out=tmp / "run"))
+    cfg.write_text(micro_train_yaml(tmp / "run", 3))
     env = dict(os.environ, OMP_NUM_THREADS="1", DROPE_FAULT_NAN_AT_STEP="2")
     env.pop("DROPE_TEST_FAULTS", None)
     r = subprocess.run([str(BIN / "drope-train"), str(cfg)], capture_output=True, text=True, env=env, timeout=240)
@@ -73,7 +66,7 @@ def test_fault_hooks_do_nothing_without_the_switch(tmp):
     assert "non-finite" not in r.stdout + r.stderr
     # With the switch the same hook makes step 2 non-finite (the crash-safety tests build on it).
     env["DROPE_TEST_FAULTS"] = "1"
-    cfg.write_text(CFG.format(out=tmp / "run2"))
+    cfg.write_text(micro_train_yaml(tmp / "run2", 3))
     r = subprocess.run([str(BIN / "drope-train"), str(cfg)], capture_output=True, text=True, env=env, timeout=240)
     assert r.returncode == 0, r.stderr
     assert "step 2: non-finite loss/gradient norm" in r.stderr and "ignored without" not in r.stderr, r.stderr

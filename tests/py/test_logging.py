@@ -8,16 +8,9 @@ import sys
 
 import pytest
 
-from conftest import BIN, expect_error, free_port, run_cli
+from conftest import BIN, expect_error, free_port, micro_train_yaml, run_cli
 
 TRAIN = str(BIN / "drope-train")
-CFG = """run: {{name: t, out_dir: {out}, seed: 5}}
-model: {{preset: micro, max_position: 32}}
-data: {{text: /usr/share/common-licenses/GPL-3, seq_len: 32, batch_size: 8}}
-optim: {{lr: 3.0e-3}}
-schedule: {{type: cosine, warmup: 1, steps: 2}}
-train: {{steps: 2, log_every: 1, eval_batches: 1}}
-"""
 STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\] \[(info|warning|error)\] ")
 # One command per tool that reaches the logger (each fails later for want of real input, or not at all).
 COMMANDS = [
@@ -39,7 +32,7 @@ def env1(**extra):
 
 def write_cfg(tmp, name):
     p = tmp / f"{name}.yaml"
-    p.write_text(CFG.format(out=tmp / name))
+    p.write_text(micro_train_yaml(tmp / name, 2))
     return p
 
 
