@@ -69,12 +69,22 @@ if ((tidy)); then
   build="${DROPE_BUILD_DIR:-$ROOT/build}"
   [ -f "$build/compile_commands.json" ] || { echo "lint.sh: no $build/compile_commands.json: run bash scripts/setup.sh" >&2; exit 2; }
   ((${#tidy_files[@]})) || mapfile -t tidy_files < <(git ls-files -- 'src/*.cpp' 'apps/*.cpp')
-  # The build's commands without its precompiled header, which clang cannot read.
+  # The build's commands without its precompiled header, which clang cannot read; a unity source (DROPE_UNITY)
+  # becomes one entry per file it includes, so that each file is checked with its own command.
   db="$(mktemp -d)"
   trap 'rm -rf "$db"' EXIT
   python3 - "$build/compile_commands.json" "$db/compile_commands.json" <<'EOF'
-import json, shlex, sys
-entries = json.load(open(sys.argv[1]))
+import json, re, shlex, sys
+entries = []
+for e in json.load(open(sys.argv[1])):
+    if "/Unity/unity_" not in e["file"]:
+        entries.append(e)
+        continue
+    unity = e["file"]
+    for src in re.findall(r'^#include "([^"]+)"', open(unity).read(), re.M):
+        one = dict(e, file=src)
+        one["command"] = e["command"].replace(unity, src)
+        entries.append(one)
 for e in entries:
     args = e.pop("arguments", None) or shlex.split(e.pop("command"))
     keep, skip = [], False

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "drope/core/markdown.h"
+#include "drope/core/strings.h"
 
 namespace drope::env {
 

@@ -13,6 +13,7 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/log.h"
+#include "drope/core/strings.h"
 #include "drope/formats/safetensors_header.h"
 
 namespace fs = std::filesystem;
@@ -36,10 +37,6 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const uint8_t* p, size_t
 #endif
 
 std::string hex(uint32_t v) { return fmt::format("{:08x}", v); }
-
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // A tensor's digest: its bytes, then its dtype and shape (the same bytes read as another dtype or shape differ).
 std::string tensor_digest(const uint8_t* bytes, const io::TensorEntry& e) {

@@ -6,6 +6,7 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/strings.h"
 #include "drope/core/utf8.h"
 #include "drope/text/jsonl.h"
 #include "drope/text/line_reader.h"
@@ -78,10 +79,6 @@ void parquet_documents(const std::string& file, const std::string& column, const
       fail("{}: column \"{}\" is not valid UTF-8 (byte offset {})", where.describe(), column, bad);
     fn(*text, where);
   });
-}
-
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace

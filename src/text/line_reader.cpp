@@ -15,14 +15,11 @@
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
+#include "drope/core/strings.h"
 
 namespace drope::text {
 
 namespace {
-
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 constexpr size_t kInputChunk = size_t{1} << 18;   // bytes read from the file at a time
 constexpr size_t kOutputChunk = size_t{1} << 18;  // decoded bytes appended per decode step at most

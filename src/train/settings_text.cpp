@@ -5,7 +5,7 @@
 
 #include "drope/core/environment.h"
 #include "drope/core/error.h"
-#include "drope/core/markdown.h"
+#include "drope/core/strings.h"
 #include "drope/train/settings.h"
 
 namespace drope::train {
