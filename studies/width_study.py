@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from drope_scripts import cli, corpus, figures, stats
 from drope_scripts import study as common
-from drope_scripts.driver import NONE, ROOT, Driver, Method, checkpoint, run_pipeline
+from drope_scripts.driver import NONE, ROOT, Driver, Method, checkpoint, claim, locked, run_pipeline
 
 PRETRAIN = "configs/train/quickstart-pretrain-rope.yaml"
 DROPE = "configs/train/quickstart-drope.yaml"
@@ -80,6 +80,19 @@ ARM = {a.name: a for a in ARMS}
 def units() -> list[tuple[int, int, int]]:
     """(seed, width, budget) in the protocol's order: seed by seed, width ascending, budget ascending."""
     return [(s, w, b) for s in SEEDS for w in WIDTHS for b in BUDGETS]
+
+
+def unit_seconds(w: int, b: int) -> float:
+    """The protocol's estimate of one unit's time with one thread: rope and nope for the whole budget, two DroPE
+    arms for its last quarter, and five evaluations."""
+    return (2 * b + 2 * recal_steps(b)) * SEC_PER_STEP[w] + len(ARMS) * SEC_PER_EVAL
+
+
+def run_order() -> list[tuple[int, int, int]]:
+    """The units cheapest first (then in the protocol's order), so that a session finishes as many whole units as
+    it can: a unit's runs live in runs/, which a fresh clone does not have, so an unfinished unit starts again.
+    The order enters no test: every registered row is run before any verdict."""
+    return sorted(units(), key=lambda u: (unit_seconds(u[1], u[2]), units().index(u)))
 
 
 def registered() -> list[tuple[int, int, int, str]]:
@@ -354,34 +367,50 @@ class Runs:
 def run_all(d: Driver, runs: Runs, tab: common.Table, doc: pathlib.Path | None, plot_path: pathlib.Path | None,
             commit: str, cpu: str) -> int:
     ran = 0
-    for s, w, b in units():
-        have = {(r["width"], r["budget"], r["seed"], r["arm"]) for r in tab.read()}
-        need = [a for a in ARMS if (w, b, s, a.name) not in have]
-        if not need:
-            continue
-        d.stage(f"seed {s}, width {w} ({parameters(w) / 1e6:.2f}M parameters), {b} steps: "
-                + ", ".join(a.name for a in need))
+    locks = runs.out / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    for s, w, b in run_order():
+        with claim(locks / f"w{w}-b{b}-s{s}.lock") as mine:
+            if mine:
+                ran += run_unit(d, runs, tab, doc, plot_path, commit, cpu, (s, w, b))
+    return ran
+
+
+def run_unit(d: Driver, runs: Runs, tab: common.Table, doc: pathlib.Path | None, plot_path: pathlib.Path | None,
+             commit: str, cpu: str, unit: tuple[int, int, int]) -> int:
+    """One (seed, width, budget) unit: its rope run, then each arm not yet in the CSV. Several study processes may
+    share one --out (each unit is claimed with a lock there); rows are appended under a lock, so each process can
+    run on its own core: `OMP_NUM_THREADS=1 ... width_study` started twice."""
+    s, w, b = unit
+    ran = 0
+    have = {(r["width"], r["budget"], r["seed"], r["arm"]) for r in tab.read()}
+    need = [a for a in ARMS if (w, b, s, a.name) not in have]
+    if not need:
+        return 0
+    d.stage(f"seed {s}, width {w} ({parameters(w) / 1e6:.2f}M parameters), {b} steps: "
+            + ", ".join(a.name for a in need))
+    t0 = time.monotonic()
+    rope_model = common.retrying(lambda w=w, b=b, s=s: runs.train(w, b, s, ARM["rope"]), d.say)
+    rope_c, rope_4c = runs.ppl(rope_model, runs.run_dir(w, b, s, "rope").name)
+    rope_sec = time.monotonic() - t0
+    for a in need:
         t0 = time.monotonic()
-        rope_model = common.retrying(lambda w=w, b=b, s=s: runs.train(w, b, s, ARM["rope"]), d.say)
-        rope_c, rope_4c = runs.ppl(rope_model, runs.run_dir(w, b, s, "rope").name)
-        rope_sec = time.monotonic() - t0
-        for a in need:
-            t0 = time.monotonic()
-            if a.name == "rope":
-                ppl_c, ppl_4c, sec = rope_c, rope_4c, rope_sec
-            else:
-                model = common.retrying(lambda a=a, w=w, b=b, s=s: runs.train(w, b, s, a), d.say)
-                ppl_c, ppl_4c = runs.ppl(model, runs.run_dir(w, b, s, a.name).name)
-                sec = time.monotonic() - t0
-            row = {"width": w, "budget": b, "seed": s, "arm": a.name, "ppl_c": round(ppl_c, 4),
-                   "ppl_4c": round(ppl_4c, 3), "ppl_rope": round(rope_c, 4),
-                   "gap_pct": round(100 * (ppl_c / rope_c - 1), 3), "seconds": round(sec, 1), "commit": commit,
-                   "cpu": cpu}
+        if a.name == "rope":
+            ppl_c, ppl_4c, sec = rope_c, rope_4c, rope_sec
+        else:
+            model = common.retrying(lambda a=a, w=w, b=b, s=s: runs.train(w, b, s, a), d.say)
+            ppl_c, ppl_4c = runs.ppl(model, runs.run_dir(w, b, s, a.name).name)
+            sec = time.monotonic() - t0
+        row = {"width": w, "budget": b, "seed": s, "arm": a.name, "ppl_c": round(ppl_c, 4),
+               "ppl_4c": round(ppl_4c, 3), "ppl_rope": round(rope_c, 4),
+               "gap_pct": round(100 * (ppl_c / rope_c - 1), 3), "seconds": round(sec, 1), "commit": commit,
+               "cpu": cpu}
+        with locked(runs.out / "rows.lock"):
             tab.append(row)
             report(tab, doc, plot_path)
-            d.say(f"w{w} b{b} s{s} {a.name}: ppl@C {ppl_c:.2f} (RoPE {rope_c:.2f}, gap {row['gap_pct']:+.1f} %), "
-                  f"{sec:.0f} s")
-            ran += 1
+        d.say(f"w{w} b{b} s{s} {a.name}: ppl@C {ppl_c:.2f} (RoPE {rope_c:.2f}, gap {row['gap_pct']:+.1f} %), "
+              f"{sec:.0f} s")
+        ran += 1
     return ran
 
 

@@ -175,6 +175,21 @@ def claim(path: pathlib.Path) -> Iterator[bool]:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def locked(path: pathlib.Path) -> Iterator[None]:
+    """An exclusive flock on `path`, waiting for it: for a read-modify-write that other processes also do (a study's
+    CSV shared by several workers). The lock goes with the process; the file stays."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class Task:
     """One resumable piece of work for Driver.work: `done` says whether its outputs exist, `run` makes them. It

@@ -199,3 +199,25 @@ def test_committed_csv_is_well_formed():
     assert len(keys) == len(set(keys)) and set(keys) <= reg
     assert all(not r["commit"].endswith("-dirty") and r["commit"] != "unknown" for r in rows)
     assert ws.results_md(rows) == study.section_of(pathlib.Path(ws.DOC_PATH), ws.SECTION)
+
+
+def test_units_run_cheapest_first_and_each_once_across_workers(tmp_path, monkeypatch):
+    order = ws.run_order()
+    assert sorted(order) == sorted(ws.units())
+    cost = [ws.unit_seconds(w, b) for _, w, b in order]
+    assert cost == sorted(cost)
+    assert order[0] == (0, 128, 400) and order[-1] == (3, 384, 1600)
+
+    # a unit another worker holds is skipped; every other unit runs once, cheapest first
+    ran = []
+    monkeypatch.setattr(ws, "run_unit", lambda d, runs, tab, doc, plot, commit, cpu, unit: ran.append(unit) or 4)
+
+    class FakeRuns:
+        out = tmp_path
+
+    (tmp_path / "locks").mkdir()
+    held = order[3]
+    with ws.claim(tmp_path / "locks" / f"w{held[1]}-b{held[2]}-s{held[0]}.lock") as mine:
+        assert mine
+        n = ws.run_all(None, FakeRuns(), None, None, None, "c0ffee", "cpu")
+    assert held not in ran and ran == [u for u in order if u != held] and n == 4 * len(ran)
