@@ -450,7 +450,9 @@ def study(argv: list[str]) -> int:
     d = Driver("width-study", snap, width=6, jobs=1)
     d.stage(f"tools: {snap} (commit {commit})")
     d.stage("corpus: the full Debian corpus, SentencePiece vocab 4096, token shards")
-    rc = corpus.main(["--full"])
+    out.mkdir(parents=True, exist_ok=True)
+    with locked(out / "corpus.lock"):  # a second worker waits for the first one's corpus, then finds it made
+        rc = corpus.main(["--full"])
     if rc:
         return rc
     print(plan_text(rows))
