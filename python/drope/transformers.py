@@ -6,12 +6,13 @@
 
 ``attention_forward`` takes transformers' arguments: query (B, H, T, D), key/value (B, H_kv, S, D) without repeating
 the key/value heads, ``scaling``, ``sliding_window`` and ``is_causal``; a call the op does not compute exactly
-(dropout, a two-sided window, attention sinks, soft-capping, a position bias, ...) runs through transformers' own
-function for it (SDPA's, or the model's eager one) with the same scale and temperature. ``register`` also registers
-the mask function, so that a causal or sliding-window mask is not materialised (the op applies both itself, as
-FlashAttention does); a mask that is more than that (padding, packed sequences, a static cache while decoding,
-chunked prefill) reaches the attention function and runs through transformers' SDPA function with the same scale
-and temperature.
+(dropout, a two-sided window, attention sinks, soft-capping, a position bias, attention weights, more queries than
+keys, ...) runs through transformers' own function for it (SDPA's, or the model's eager one) with the same scale and
+temperature. ``register`` also registers the mask function, so that a plain causal mask is not materialised (the op
+applies it itself, as FlashAttention does) and a sliding-window mask that is exactly the op's pattern is marked with
+its window, which the op then applies; a mask that is more than that (padding, packed sequences, attention chunks, a
+static cache while decoding, chunked prefill) reaches the attention function and runs through transformers' SDPA
+function with the same scale and temperature.
 
 A DroPE'd model (NoPE layers, e.g. SmolLM3 with ``no_rope_layers`` all 0) gets drope's long-context softmax
 temperature from its config: ``config.drope_softmax_temperature = c`` multiplies the logits by
@@ -25,7 +26,7 @@ import sys
 import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface, causal_mask_function, sdpa_mask
 
 from ._ops import attention
 
@@ -36,14 +37,18 @@ __all__ = ["attention_forward", "register", "softmax_temperature"]
 # options). Every other keyword argument with a value (attention sinks `s_aux`, `softcap`, `position_bias`, a paged
 # `cache`, ...) sends the call to transformers' own function for it (_route).
 INERT_KWARGS = frozenset({
-    "position_ids", "cache_position", "use_cache", "output_attentions", "output_hidden_states",
+    "position_ids", "cache_position", "use_cache", "output_hidden_states",
     "output_router_logits", "num_items_in_batch", "past_key_values", "past_key_value", "position_embeddings",
     "layer_idx", "deterministic", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx",
     "return_dict",
 })
 # Handled by transformers' SDPA function exactly as attn_implementation="sdpa" does; anything else needs the model's
-# own eager function (the reference of every model, e.g. gpt-oss's sinks, Gemma 2's soft-capping).
+# own eager function (the reference of every model, e.g. gpt-oss's sinks, Gemma 2's soft-capping, the attention
+# weights of output_attentions=True).
 SDPA_KWARGS = frozenset({"position_bias", "cache"})
+# The attribute by which _mask marks a mask tensor that is exactly a sliding-window causal pattern whose queries end
+# the keys: its value is the window, which the op applies by itself.
+WINDOW_TAG = "_drope_window"
 
 
 def softmax_temperature(config, length):
@@ -122,17 +127,40 @@ def _route(module, query, key, value, attention_mask, dropout, scaling, temperat
                                   is_causal=is_causal, **kwargs)
 
 
+def _routed(kwargs):
+    """The keyword arguments that change what attention computes: every one with a value that is not inert
+    (output_attentions=False is inert; True asks for the attention weights, which only the eager function returns)."""
+    return {k for k, v in kwargs.items()
+            if v is not None and k not in INERT_KWARGS and not (k == "output_attentions" and v is False)}
+
+
+def _tagged_window(attention_mask, T, S):
+    """The window of a mask that _mask marked as a sliding-window causal pattern of this call's (T, S), else None."""
+    window = getattr(attention_mask, WINDOW_TAG, None) if attention_mask is not None else None
+    return window if window is not None and tuple(attention_mask.shape[-2:]) == (T, S) else None
+
+
 def attention_forward(
     module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None, is_causal=None, **kwargs
 ):
     """transformers' attention interface: returns (attn_output (B, T, H, D), None). What the op computes exactly runs
-    the op; every other call (a mask tensor, dropout, a two-sided window, sinks, soft-capping, ...) runs through
-    transformers' own function for it (_route), never with an argument dropped."""
+    the op; every other call (a mask tensor, dropout, a two-sided window, sinks, soft-capping, attention weights,
+    more queries than keys, ...) runs through transformers' own function for it (_route), never with an argument
+    dropped."""
     _check_options(dropout, scaling, sliding_window, is_causal)
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     T, S = query.shape[2], key.shape[2]
     temperature = softmax_temperature(getattr(module, "config", None), S)
-    routed = {k for k, v in kwargs.items() if v is not None and k not in INERT_KWARGS}
+    routed = _routed(kwargs)
+    tagged = _tagged_window(attention_mask, T, S)
+    if tagged is not None and not (dropout or routed):
+        # The mask is exactly causal with a window of `tagged` keys (what "sdpa" applies, whatever sliding_window this
+        # module passes, if any): the op applies that pattern itself.
+        attention_mask, is_causal, sliding_window = None, True, tagged
+    if attention_mask is None and T > S:
+        # More queries than keys (cross-attention to a shorter sequence): transformers' SDPA function, as "sdpa" runs it
+        # (the op's queries are the last T of S positions).
+        return _route(module, query, key, value, None, dropout, scaling, temperature, None, is_causal, routed, **kwargs)
     if attention_mask is None and is_causal and 1 < T < S:
         # No mask with more keys than queries: the prefill of an empty static cache (transformers' SDPA does the same).
         key, value = key[:, :, :T], value[:, :, :T]
@@ -148,14 +176,33 @@ def attention_forward(
     return out.transpose(1, 2).contiguous(), None
 
 
-def _mask(*, q_length, kv_length, q_offset=0, attention_mask=None, allow_is_causal_skip=True, local_size=None, **kw):
-    """transformers' SDPA mask, except where the op masks by itself: None for a causal or sliding-window pattern
-    without padding whose queries end the keys (while compiling too, where transformers' own test keeps the mask)."""
+def _sliding_pattern(q_length, kv_length, window, device):
+    """(T, S) bool: causal with a window of `window` keys, the queries ending the keys (what the op applies)."""
+    i = torch.arange(kv_length - q_length, kv_length, device=device).view(q_length, 1)
+    j = torch.arange(kv_length, device=device).view(1, kv_length)
+    return (j <= i) & (j > i - window)
+
+
+def _mask(*, q_length, kv_length, q_offset=0, attention_mask=None, allow_is_causal_skip=True, local_size=None,
+          mask_function=causal_mask_function, **kw):
+    """transformers' SDPA mask, except where the op masks by itself: None for a plain causal mask without padding whose
+    queries end the keys (while compiling too, where transformers' own test keeps the mask). A mask with a local
+    pattern (local_size: a sliding window or attention chunks) is materialised, as for "sdpa", since not every model
+    passes its window to the attention function (Qwen2-MoE, PhiMoE) and chunks are no window (Llama 4); a mask that is
+    exactly a sliding-window causal pattern is marked with its window (WINDOW_TAG), so the attention function still
+    runs the op on it."""
     plain = allow_is_causal_skip and attention_mask is None and isinstance(q_offset, int)
-    if plain and (q_length == 1 or q_length == kv_length):
+    ends = plain and (q_length == 1 or q_length == kv_length)
+    if ends and local_size is None and mask_function is causal_mask_function:
         return None
-    return sdpa_mask(q_length=q_length, kv_length=kv_length, q_offset=q_offset, attention_mask=attention_mask,
-                     allow_is_causal_skip=allow_is_causal_skip, **kw)
+    mask = sdpa_mask(q_length=q_length, kv_length=kv_length, q_offset=q_offset, attention_mask=attention_mask,
+                     allow_is_causal_skip=allow_is_causal_skip, local_size=local_size, mask_function=mask_function,
+                     **kw)
+    if (ends and mask is not None and local_size and mask.dtype == torch.bool and mask.dim() == 4
+            and not torch.compiler.is_compiling()
+            and torch.equal(mask, _sliding_pattern(q_length, kv_length, local_size, mask.device).expand_as(mask))):
+        setattr(mask, WINDOW_TAG, local_size)
+    return mask
 
 
 def register(name="drope"):

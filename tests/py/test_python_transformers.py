@@ -1,7 +1,8 @@
 """drope as an HF transformers attention implementation (drope.transformers): tiny random Llama, Qwen2 (with
 sliding-window layers) and SmolLM3 models with attn_implementation="drope" against "sdpa" (float32, forward and every
 gradient), a DroPE'd SmolLM3 (NoPE everywhere) with drope's softmax temperature, padded batches (the SDPA fallback),
-greedy generation from a KV cache, and torch.compile(fullgraph=True) of a model.
+greedy generation from a KV cache, torch.compile(fullgraph=True) of a model, local attention that only the mask
+carries (Qwen2-MoE, PhiMoE, Llama 4's chunks), output_attentions and encoder-decoder cross-attention.
 
 Skips when the package is not installed (.venv/bin/pip install --no-build-isolation ./python)."""
 
@@ -10,16 +11,24 @@ import math
 import pytest
 import torch
 from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
     Gemma2Config,
     Gemma2ForCausalLM,
     GptOssConfig,
     GptOssForCausalLM,
+    Llama4ForCausalLM,
+    Llama4TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
     ModernBertConfig,
     ModernBertModel,
+    PhimoeConfig,
+    PhimoeForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen2MoeConfig,
+    Qwen2MoeForCausalLM,
     SmolLM3Config,
     SmolLM3ForCausalLM,
 )
@@ -47,6 +56,16 @@ MODELS = {
                                                       sliding_window=8, intermediate_size=64)),
     # logit soft-capping (SDPA refuses it: "eager" is the reference)
     "gemma2": (Gemma2Config, Gemma2ForCausalLM, dict(head_dim=16, sliding_window=8, attn_logit_softcapping=5.0)),
+    # local attention that reaches the attention function only through the mask: sliding-window layers that do not
+    # pass `sliding_window` (Qwen2-MoE, PhiMoE) and Llama 4's attention chunks
+    "qwen2_moe_sliding": (Qwen2MoeConfig, Qwen2MoeForCausalLM, dict(
+        use_sliding_window=True, sliding_window=8, max_window_layers=1, num_experts=2, num_experts_per_tok=1,
+        moe_intermediate_size=32, shared_expert_intermediate_size=32)),
+    "phimoe_sliding": (PhimoeConfig, PhimoeForCausalLM, dict(sliding_window=8, num_local_experts=2,
+                                                             num_experts_per_tok=1)),
+    "llama4_chunked": (Llama4TextConfig, Llama4ForCausalLM, dict(
+        attention_chunk_size=8, num_local_experts=2, num_experts_per_tok=1, intermediate_size_mlp=96, head_dim=16,
+        no_rope_layers=[1, 1], layer_types=["chunked_attention", "full_attention"])),
 }
 SEQ = 40
 
@@ -296,3 +315,52 @@ def test_bad_softmax_temperature_is_refused(c, error, words):
     for off in (None, 0, 0.0):
         assert drope.transformers.softmax_temperature(type("C", (), {"drope_softmax_temperature": off,
                                                                       "max_position_embeddings": 4})(), 64) == 1.0
+
+
+@pytest.mark.parametrize("name", ["qwen2_moe_sliding", "phimoe_sliding", "llama4_chunked"])
+def test_local_attention_carried_by_the_mask_matches_sdpa(name):
+    """A sliding window or attention chunks that only the mask carries (the attention function gets no
+    `sliding_window`) are applied, not dropped for a plain causal mask: logits and gradients equal "sdpa"'s."""
+    sdpa, ours = pair(name)
+    ids = tokens(seq=24)
+    assert_same(logits_and_grads(ours, ids), logits_and_grads(sdpa, ids))
+
+
+def test_sliding_window_masks_still_run_the_op(monkeypatch):
+    """A sliding-window mask that is exactly the op's pattern runs the op, whether or not the module passes its
+    window (Qwen2-MoE does not, Qwen2 does): no call falls back to transformers' functions."""
+    monkeypatch.setattr(drope.transformers, "_route", lambda *a, **k: pytest.fail("fell back to transformers"))
+    for name in ("qwen2_moe_sliding", "qwen2_sliding"):
+        _, ours = pair(name)
+        with torch.no_grad():
+            ours(tokens(seq=24))
+
+
+def test_output_attentions_returns_eager_weights():
+    """output_attentions=True returns every layer's attention weights (as "eager"), not a tuple of None."""
+    eager, ours = pair("llama", reference="eager")
+    ids = tokens(seq=12)
+    with torch.no_grad():
+        a, b = (m(ids, output_attentions=True) for m in (eager, ours))
+    assert len(b.attentions) == BASE["num_hidden_layers"] and all(w is not None for w in b.attentions)
+    for wa, wb in zip(a.attentions, b.attentions):
+        torch.testing.assert_close(wb, wa, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(b.logits, a.logits, rtol=1e-5, atol=1e-5)
+
+
+def bart(impl, enc_len, dec_len):
+    torch.manual_seed(0)
+    cfg = BartConfig(vocab_size=97, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                     decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+                     attn_implementation=impl)
+    model = BartForConditionalGeneration(cfg)
+    model.zero_grad()
+    out = model(input_ids=tokens(seq=enc_len), decoder_input_ids=tokens(seq=dec_len, seed=3))
+    (out.logits * torch.linspace(-1, 1, 97)).sum().backward()
+    return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("enc_len, dec_len", [(12, 6), (6, 12)])
+def test_cross_attention_matches_sdpa(enc_len, dec_len):
+    """Encoder-decoder cross-attention, with fewer or more decoder queries than encoder keys, equals "sdpa"."""
+    assert_same(bart("drope", enc_len, dec_len), bart("sdpa", enc_len, dec_len))
