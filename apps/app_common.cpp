@@ -83,6 +83,7 @@ int run(const std::function<int()>& body) {
     ops::onednn_linear_enabled();   // and a bad DROPE_ONEDNN_LINEAR
     drope::env_switch("DROPE_COMPOSITE_LAYERS", "0, the fused CPU layers");
     drope::env_switch("DROPE_OMP_DEFAULTS", "1, drope's OpenMP defaults");
+    drope::env_switch("DROPE_BF16_EMULATED", "0, bf16 only where the CPU multiplies it natively");
     drope::env_switch("DROPE_TEST_FAULTS", "0, no fault hooks");
     if (const std::string ignored = env::ignored_test_faults(); !ignored.empty())
       logging::warn("{}: test fault hooks, ignored without DROPE_TEST_FAULTS=1", ignored);

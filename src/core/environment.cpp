@@ -23,6 +23,10 @@ constexpr Variable kVariables[] = {
      "1 runs the CPU linear layers through oneDNN, 0 through LibTorch's own GEMM", Kind::kDrope},
     {"DROPE_ATTENTION_AMX", "`0`", "AMX tiles where the CPU and oneDNN's cap allow them",
      "0 keeps bf16 CPU attention on the float32 FMA path (A/B timing)", Kind::kDrope},
+    {"DROPE_BF16_EMULATED", "`0`, `1`", "0, bf16 only where the CPU multiplies it natively",
+     "1 makes `train.dtype: bfloat16` compute in bf16 on any CPU, emulated bf16 GEMMs included: many times slower "
+     "than float32 there; for checking bf16 numerics on a CPU without AMX or AVX512-BF16 (tests)",
+     Kind::kDrope},
     {"DROPE_CUDNN_GRAPH", "`0`", "the cuDNN graph backend is listed where it was built",
      "0 takes the cuDNN graph backend out of the CUDA attention plan (A/B runs)", Kind::kDrope},
     {"DROPE_OMP_DEFAULTS", "`0`, `1`", "1, drope's OpenMP defaults",

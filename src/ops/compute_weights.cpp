@@ -10,6 +10,7 @@
 #include <ATen/native/CPUBlas.h>
 #include <torch/torch.h>
 
+#include "drope/core/numbers.h"
 #include "drope/kernels/cpu_isa.h"
 
 namespace drope::ops {
@@ -156,6 +157,13 @@ bool cpu_bf16_dot() {
   return dot && kernels::cpu_isa() == kernels::Isa::kAvx512;
 }
 
-bool bf16_pays(c10::DeviceType device) { return device != c10::DeviceType::CPU || cpu_bf16_tiles() || cpu_bf16_dot(); }
+bool bf16_emulation_forced() {
+  static const bool forced = switch_value(env::get("DROPE_BF16_EMULATED")) == SwitchValue::kOn;
+  return forced;
+}
+
+bool bf16_pays(c10::DeviceType device) {
+  return device != c10::DeviceType::CPU || cpu_bf16_tiles() || cpu_bf16_dot() || bf16_emulation_forced();
+}
 
 }  // namespace drope::ops

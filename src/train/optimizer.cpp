@@ -114,7 +114,10 @@ class ReplicatedAdamW final : public Optimizer {
                     "than float32 ones, so this run computes in float32, the faster dtype here (docs/cpu-isa.md)");
       return;
     }
-    if (!ops::cpu_bf16_tiles()) {
+    if (!ops::cpu_bf16_tiles() && !ops::cpu_bf16_dot()) {
+      logging::warn("train.dtype bfloat16: computing in bf16 with emulated bf16 GEMMs (DROPE_BF16_EMULATED=1), "
+                    "many times slower than float32 on this CPU");
+    } else if (!ops::cpu_bf16_tiles()) {
       logging::info("train.dtype bfloat16: bf16 GEMMs on AVX512-BF16 (no AMX tiles in use: the fused attention "
                     "multiplies on its FMA path; docs/cpu-isa.md)");
     }

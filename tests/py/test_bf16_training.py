@@ -47,12 +47,16 @@ def smooth(x):
 
 
 def test_bf16_loss_curve_stays_within_the_band_of_float32(tmp):
+    # DROPE_BF16_EMULATED=1: the bf16 path runs on every CPU (emulated GEMMs where it lacks AMX / AVX512-BF16), so
+    # this checks bf16 numerics on the CI machine whatever it is, not float32 against itself.
     steps = 240
     f32, _ = train(tmp, "f32", "float32", steps)
-    b16, out = train(tmp, "b16", "bfloat16", steps)
+    b16, out = train(tmp, "b16", "bfloat16", steps, {"DROPE_BF16_EMULATED": "1"})
+    assert FALLBACK not in out
     a = np.array([j["loss"] for j in f32])
     b = np.array([j["loss"] for j in b16])
     assert len(a) == len(b) == steps and np.isfinite(b).all()
+    assert not np.array_equal(a, b), "the bf16 run reproduced float32 bit for bit: it did not compute in bf16"
     assert a[-1] < 0.7 * a[0], "the float32 run did not learn; the comparison would say nothing"
     gap = np.abs(smooth(b) - smooth(a)) / smooth(a)
     assert gap.mean() <= MEAN_BAND, f"mean relative gap {gap.mean():.4f}"
@@ -135,9 +139,22 @@ def test_bf16_without_native_bf16_gemms_trains_in_float32_and_says_so(tmp, cap):
     b16, out = train(tmp, "b16", "bfloat16", 4, cap)
     assert FALLBACK in out and "ONEDNN_MAX_CPU_ISA" in out
     assert [j["loss"] for j in b16] == [j["loss"] for j in f32]  # the same float32 path, bit for bit
+    # DROPE_BF16_EMULATED=1 computes in bf16 all the same, and says so.
+    forced, forced_out = train(tmp, "forced", "bfloat16", 4, {**cap, "DROPE_BF16_EMULATED": "1"})
+    assert FALLBACK not in forced_out and [j["loss"] for j in forced] != [j["loss"] for j in f32]
+    assert "emulated bf16 GEMMs (DROPE_BF16_EMULATED=1)" in forced_out
     # It computes in float32, so its MFU is against float32's roof, not the emulated bf16 one.
     assert "measured float32 GEMM roof" in out
     assert b16[0]["mfu"] / b16[0]["tokens_per_s"] == pytest.approx(f32[0]["mfu"] / f32[0]["tokens_per_s"], rel=1e-9)
+
+
+def test_a_malformed_bf16_emulation_switch_is_refused(tmp):
+    cfg = tmp / "c.yaml"
+    cfg.write_text(CFG.format(out=tmp / "x", steps=2, dtype="bfloat16"))
+    r = subprocess.run([str(BIN / "drope-train"), cfg], capture_output=True, text=True,
+                       env=env({"DROPE_BF16_EMULATED": "yes"}), timeout=120)
+    assert r.returncode != 0 and "DROPE_BF16_EMULATED='yes': expected 0 or 1" in r.stderr
+    assert not (tmp / "x").exists()
 
 
 def test_bf16_with_native_bf16_gemms_computes_in_bf16(tmp):

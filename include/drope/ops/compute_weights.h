@@ -56,7 +56,9 @@ bool cpu_bf16_dot();
 // Whether computing in bf16 is faster than float32 on this device: on a GPU, and on a CPU whose bf16 GEMMs run
 // natively, on AMX tiles (cpu_bf16_tiles) or with AVX512-BF16 (cpu_bf16_dot; measured in docs/cpu-isa.md).
 // Elsewhere LibTorch's bf16 GEMMs are emulated, many times slower than its float32 ones, and train.dtype bfloat16
-// trains in float32 (said at start).
+// trains in float32 (said at start), unless DROPE_BF16_EMULATED=1 asks for bf16 anyway.
 bool bf16_pays(c10::DeviceType device);
+// DROPE_BF16_EMULATED=1: bf16 computes in bf16 even where its GEMMs are emulated (checks bf16 numerics anywhere).
+bool bf16_emulation_forced();
 
 }  // namespace drope::ops
