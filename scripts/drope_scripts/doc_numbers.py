@@ -1,7 +1,8 @@
 """Every number, interval, p-value and verdict that README.md and docs/ quote from a study's committed CSV, written
 by this one script between the pages' `<!-- NAME:begin -->` / `<!-- NAME:end -->` markers (study.update_section).
 tests/py/test_doc_numbers.py regenerates every section in memory and fails when a page disagrees with its CSV.
-Rows whose commit ends in -dirty are kept and labelled (docs/design.md#statistics-protocol, provenance).
+Rows whose commit ends in -dirty are kept and labelled, and a summary built on them opens "Exploratory, not evidence"
+(docs/design.md#statistics-protocol, provenance).
 
   .venv/bin/python -m drope_scripts.doc_numbers            # rewrite the sections (from scripts/)
   bash scripts/run_python.sh -m drope_scripts.doc_numbers --check
@@ -156,7 +157,10 @@ def prose_summary(link: str) -> str:
                           for cid, o in seq.items() if cid.endswith("noqk"))
     n_seeds = sorted({v["n"] for v in q.values()})
     dirty = common.dirty_note([r["commit"] for r in rows])
-    return (f"**On prose DroPE loses, and more with budget**: at the quickstart recipe its in-context perplexity is "
+    lead = ("**On prose DroPE loses, and more with budget**: at" if not dirty else
+            f"**Exploratory, not evidence** ({dirty}; the width study decides): "
+            f"on prose DroPE lost, and more with budget. At")
+    return (f"{lead} the quickstart recipe its in-context perplexity is "
             f"{q[lo]['mean']:+.0f} % against RoPE's at {lo:,} steps and {q[hi]['mean']:+.0f} % at {hi:,} "
             f"({'–'.join(map(str, (n_seeds[0], n_seeds[-1]))) if len(n_seeds) > 1 else n_seeds[0]} seeds a cell), "
             f"{tr['slope']:+.0f} points per doubling of the budget (95 % CI {tr['low']:+.0f} to {tr['high']:+.0f}); "
@@ -166,7 +170,7 @@ def prose_summary(link: str) -> str:
             "); against DroPE, read at Pocock's level for looks at 3, 4 and 5 seeds "
             f"({ps.LOOK_ALPHA:.4f} a look): {nope_read}. Dropping the QK-norm: {noqk_read}. The sweep cannot say why: "
             "it never varied the model's size, and its budgets are 0.9 to 6.8 epochs over a 957K-token corpus, so "
-            f"budget and repetition move together; the width study below tests both ({link}; {dirty}).")
+            f"budget and repetition move together; the width study below tests both ({link}).")
 
 
 def prose_results() -> str:
@@ -205,14 +209,16 @@ def real_model_summary() -> str:
              + " and ".join(f"{r['length']:,} tokens ({r['value']:.0f} % of {r['detail'].split(',')[0]})"
                             for r in niah))
     dirty = common.dirty_note([r["commit"] for r in rows])
-    return (f"On the real SmolLM2-135M, {tokens:,} tokens of CPU recalibration cut DroPE's perplexity at "
+    lead = "On the real SmolLM2-135M" if not dirty else (
+        f"**Exploratory, not evidence** ({dirty}): on the real SmolLM2-135M")
+    return (f"{lead}, {tokens:,} tokens of CPU recalibration cut DroPE's perplexity at "
             f"{long:,} tokens from {v('DroPE', 0, long):.0f} to {v('DroPE', last, long):.0f} (RoPE "
             f"{v('RoPE', last, long):.1f}); at {long:,} tokens it is no better than at {short} "
             f"({v('DroPE', last, long):.1f} against {v('DroPE', last, short):.1f}) while RoPE gains from the longer "
             f"window ({v('RoPE', last, long):.1f} against {v('RoPE', last, short):.1f}), so DroPE does not use "
             f"context beyond {short} tokens yet, and it {found}. That is "
             f"1/{rr.PAPER_TOKENS / tokens:,.0f} of the paper's budget (under {rr.PAPER_TOKENS / 1e9:g}B tokens for "
-            f"95 % of SmolLM-360M's performance) and says nothing about where the curve ends ({dirty}).")
+            f"95 % of SmolLM-360M's performance) and says nothing about where the curve ends.")
 
 
 # --- the width study -------------------------------------------------------------------------------------------

@@ -44,6 +44,10 @@ def test_dirty_rows_are_labelled_not_cited_as_reproducible(generated):
         assert note and note in generated[key]
     readme = generated["README.md", "headline"]
     assert readme.count("not reproducible from a commit") == 2  # the prose sweep and the real model
+    # a paragraph built on dirty rows leads with that: exploratory, not evidence, before any number
+    for para in readme.split("\n\n"):
+        if "not reproducible from a commit" in para:
+            assert para.startswith("**Exploratory, not evidence** ("), para[:80]
 
 
 def test_no_hand_typed_p_value_or_verdict_outside_the_generated_sections():
