@@ -238,6 +238,21 @@ bool split_layer_name(const std::string& name, int64_t* layer, std::string* suff
   return true;
 }
 
+// A tied model's head is its embedding: a stored lm_head.weight must be a copy of it (some exporters write one),
+// never a different matrix that would be silently dropped.
+void check_tied_head(DecoderLM& model, const SafetensorsFile& f, const std::string& config_file) {
+  const auto& e = f.header().tensors.at("lm_head.weight");
+  const at::Tensor embed = model->named_parameters()["model.embed_tokens.weight"];
+  if (at::IntArrayRef(e.shape) != embed.sizes())
+    fail("{}: tensor 'lm_head.weight' has shape {} but the tied embedding has {}", f.path(),
+         c10::str(at::IntArrayRef(e.shape)), c10::str(embed.sizes()));
+  if (!is_float_dtype(e.dtype) || !torch::equal(f.get("lm_head.weight").to(embed.scalar_type()), embed))
+    fail("{}: tensor 'lm_head.weight' differs from 'model.embed_tokens.weight', but {} ties them "
+         "(tie_word_embeddings / model.tie_embeddings), so the stored head would be ignored; untie them in the "
+         "config or remove the tensor",
+         f.path(), config_file);
+}
+
 // Copies every parameter of `model` from the opened weight files of `dir`; the source's unused tensors
 // (checked for shape) are skipped with one warning.
 void load_weights_from(DecoderLM& model, const WeightSet& ws, const std::string& dir, const ModelSource& src) {
@@ -269,7 +284,10 @@ void load_weights_from(DecoderLM& model, const WeightSet& ws, const std::string&
   std::string skipped_name;
   for (const auto& kv : ws.where) {
     if (used.count(kv.first) || ignorable(kv.first)) continue;
-    if (tied && kv.first == "lm_head.weight") continue;  // tied: the head is the embedding
+    if (tied && kv.first == "lm_head.weight") {  // tied: the head is the embedding, so a stored one must be a copy
+      check_tied_head(model, *kv.second, src.config_file);
+      continue;
+    }
     int64_t layer = 0;
     std::string suffix;
     if (split_layer_name(kv.first, &layer, &suffix) && layer < model->config().num_layers) {
@@ -322,11 +340,14 @@ void load_weights(DecoderLM& model, const std::string& dir) {
 }
 
 namespace {
-// Checks the config against the weight files' headers before the model is allocated: the embedding, the
-// first and last layer's projections and the layer count must match, so that a config.json that does not
-// describe these weights (sizes missing and defaulted, a larger shape) is refused, not allocated.
+// Checks the config against the weight files' headers before the model is allocated: the embedding, an untied
+// head and every layer's projections must be there with the config's shapes, and no layer beyond the config's
+// count. A config.json that does not describe these weights (sizes missing and defaulted, a larger shape, more
+// layers than the files hold) is refused, not allocated: what is allocated is then bounded by what the files
+// hold (the norm and bias vectors, O(hidden) each, are checked as they are read).
 void check_config_against_weights(const ModelConfig& cfg, const WeightSet& ws, const std::string& dir) {
-  const int64_t H = cfg.hidden_size, D = cfg.resolved_head_dim();
+  const int64_t H = cfg.hidden_size, D = cfg.resolved_head_dim(), I = cfg.intermediate_size;
+  const int64_t Q = cfg.num_heads * D, KV = cfg.num_kv_heads * D;
   const auto expect = [&](const std::string& name, std::vector<int64_t> shape) {
     auto it = ws.where.find(name);
     if (it == ws.where.end())
@@ -337,11 +358,16 @@ void check_config_against_weights(const ModelConfig& cfg, const WeightSet& ws, c
            name, c10::str(at::IntArrayRef(got)), c10::str(at::IntArrayRef(shape)));
   };
   expect("model.embed_tokens.weight", {cfg.vocab_size, H});
-  for (int64_t l : {int64_t(0), cfg.num_layers - 1}) {
+  if (!cfg.tie_embeddings || ws.where.count("lm_head.weight")) expect("lm_head.weight", {cfg.vocab_size, H});
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    expect(p + "self_attn.q_proj.weight", {cfg.num_heads * D, H});
-    expect(p + "self_attn.k_proj.weight", {cfg.num_kv_heads * D, H});
-    expect(p + "mlp.gate_proj.weight", {cfg.intermediate_size, H});
+    expect(p + "self_attn.q_proj.weight", {Q, H});
+    expect(p + "self_attn.k_proj.weight", {KV, H});
+    expect(p + "self_attn.v_proj.weight", {KV, H});
+    expect(p + "self_attn.o_proj.weight", {H, Q});
+    expect(p + "mlp.gate_proj.weight", {I, H});
+    expect(p + "mlp.up_proj.weight", {I, H});
+    expect(p + "mlp.down_proj.weight", {H, I});
   }
   const std::string extra = "model.layers." + std::to_string(cfg.num_layers) + ".self_attn.q_proj.weight";
   if (ws.where.count(extra)) fail("{}: the weights have more than the config's {} layers", dir, cfg.num_layers);

@@ -5,7 +5,10 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 import time
+
+import numpy as np
 
 BIN = pathlib.Path(os.environ.get("DROPE_BIN", pathlib.Path(__file__).resolve().parents[2] / "build"))
 
@@ -119,3 +122,48 @@ def test_analyses_read_only_the_text_they_use(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "na" / "needle_attention.json").read_text())
     assert doc["runs"][0]["prompt_tokens"] == 400 and secs < 60
+
+
+PEAK_RSS = """import json, resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(json.dumps({"rc": r.returncode, "stderr": r.stderr,
+                  "rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+"""
+
+
+def peak_rss(*args):
+    """Runs a command; returns its exit status, stderr and peak resident memory (MiB)."""
+    r = subprocess.run([sys.executable, "-c", PEAK_RSS, *map(str, args)], capture_output=True, text=True, timeout=120)
+    return json.loads(r.stdout)
+
+
+def test_weights_with_missing_layers_are_refused_before_allocating(tmp_path):
+    """A config.json claiming 512 layers beside weights of two (layers 0 and 511, enough to match the first and
+    last layer's shapes): every layer's projections are looked up in the headers before the model is built, so
+    the missing layer is named without allocating the 1.6 GiB the config asks for."""
+    from safetensors.numpy import load_file, save_file
+
+    m = tmp_path / "m"
+    r, _ = run(BIN / "drope-model", "init", "--preset", "micro", "--out", m)
+    assert r.returncode == 0, r.stderr
+    baseline = peak_rss(BIN / "drope-model", "info", "--model", m)
+    assert baseline["rc"] == 0, baseline["stderr"]
+    (m / "drope.yaml").unlink()
+    layers, inter = 512, 4096
+    hf = json.loads((m / "config.json").read_text())
+    (m / "config.json").write_text(json.dumps(dict(hf, num_hidden_layers=layers, intermediate_size=inter)))
+    w = load_file(str(m / "model.safetensors"))
+    sparse = {k: v for k, v in w.items() if not k.startswith("model.layers.")}
+    for src, dst in ((0, 0), (1, layers - 1)):
+        for k, v in w.items():
+            if k.startswith(f"model.layers.{src}."):
+                if k.endswith("gate_proj.weight"):
+                    v = np.zeros((inter, v.shape[1]), np.float16)
+                sparse[f"model.layers.{dst}." + k[len(f"model.layers.{src}."):]] = v
+    save_file(sparse, str(m / "model.safetensors"))
+    got = peak_rss(BIN / "drope-model", "info", "--model", m)
+    assert got["rc"] == 1, got["stderr"]
+    assert got["rss_mib"] < baseline["rss_mib"] + 256, (got["rss_mib"], baseline["rss_mib"], got["stderr"])
+    for needle in ("model.safetensors", "'model.layers.0.mlp.up_proj.weight'", "[4096, 64]", "config"):
+        assert needle in got["stderr"], got["stderr"]
+    assert len(got["stderr"].strip().splitlines()) == 1, got["stderr"]

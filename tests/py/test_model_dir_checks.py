@@ -70,3 +70,23 @@ def test_a_rope_config_json_beside_a_nope_drope_yaml_is_refused(model, tmp):
     assert not (nope / "config.json").exists()
     shutil.copy(model / "config.json", nope / "config.json")
     expect_model_dir_error(nope, tmp, "config.json", "model.positional, layer 0", "nope", "rope")
+
+
+@pytest.mark.parametrize("layout", ["drope", "hf"])
+def test_a_tied_model_with_a_different_stored_head_is_refused(model, tmp, layout):
+    """A tied model's head is its embedding. A stored lm_head.weight that is a copy of it (as some exporters write)
+    loads; a different one would be silently ignored, so it is refused naming the tensor and the config."""
+    if layout == "hf":
+        (model / "drope.yaml").unlink()
+    w = load_file(str(model / "model.safetensors"))
+    embed = w["model.embed_tokens.weight"]
+    save_file(dict(w, **{"lm_head.weight": embed.copy()}), str(model / "model.safetensors"))
+    run_cli("drope-model", "info", "--model", model)
+    head = embed.copy()
+    head[3, 5] += 0.25
+    save_file(dict(w, **{"lm_head.weight": head}), str(model / "model.safetensors"))
+    config = "drope.yaml" if layout == "drope" else "config.json"
+    expect_model_dir_error(model, tmp, "model.safetensors", "'lm_head.weight'", "model.embed_tokens.weight", config,
+                           "tie")
+    save_file(dict(w, **{"lm_head.weight": embed[:-1].copy()}), str(model / "model.safetensors"))
+    expect_model_dir_error(model, tmp, "model.safetensors", "'lm_head.weight'", "shape")
