@@ -4,14 +4,17 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "drope/core/crc32c.h"
 #include "drope/core/error.h"
+#include "drope/core/files.h"
 #include "drope/formats/checkpoint_digest.h"
 #include "drope/formats/checkpoint_state.h"
+#include "test_util.h"
 
 namespace {
 
@@ -114,6 +117,34 @@ TEST(CheckpointState, MalformedIdentityOrDigestsAreRefusedNamingTheKey) {
   refused(base + run + R"("digests": {"algorithm": "crc32c", "files": {"../x": "0123abcd"}}, "state_digest": "0"})",
           "'../x'");
   refused(base + run + digests + "\"x\": 1}", "state_digest");
+}
+
+namespace fs = std::filesystem;
+
+bool any_file(const std::string&) { return true; }
+
+TEST(CheckpointIntegrity, FilesTheLoadersReadMustBeRecorded) {
+  const std::string dir = drope::test::tmp_dir("ckpt_unrecorded");
+  drope::write_file_atomic((fs::path(dir) / "drope.yaml").string(), "model: {preset: micro}\n");
+  drope::write_file_atomic((fs::path(dir) / "run.yaml").string(), "run: {name: r}\n");
+  TrainState st = sample_state();
+  st.digests = drope::train::digest_directory(dir);
+  using drope::train::check_checkpoint_integrity;
+  EXPECT_TRUE(check_checkpoint_integrity(dir, st, any_file).empty());
+  // Files no loader reads may be added (a fitted temperature, notes).
+  drope::write_file_atomic((fs::path(dir) / "temperature.json").string(), "{\"c\": 0.1}\n");
+  drope::write_file_atomic((fs::path(dir) / "notes.txt").string(), "mine\n");
+  EXPECT_TRUE(check_checkpoint_integrity(dir, st, any_file).empty());
+  // An optimizer file (read in place of a sharded run's pieces) and a model index are not.
+  drope::write_file_atomic((fs::path(dir) / "optimizer.safetensors").string(), "x");
+  auto problems = check_checkpoint_integrity(dir, st, any_file);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("optimizer.safetensors: not recorded in"), std::string::npos) << problems[0];
+  EXPECT_TRUE(check_checkpoint_integrity(dir, st, drope::train::is_model_file).empty());  // a model load reads none
+  drope::write_file_atomic((fs::path(dir) / "model.safetensors.index.json").string(), "{}");
+  problems = check_checkpoint_integrity(dir, st, drope::train::is_model_file);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("model.safetensors.index.json: not recorded"), std::string::npos) << problems[0];
 }
 
 }  // namespace

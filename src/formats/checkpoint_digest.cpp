@@ -89,6 +89,12 @@ bool is_model_file(const std::string& name) {
 }
 
 namespace {
+// Whether a loader reads `name` from a checkpoint: the model files, run.yaml, the optimizer state (whole or pieces).
+bool is_checkpoint_file(const std::string& name) {
+  return is_model_file(name) || name == "run.yaml" || name == "optimizer-manifest.json" ||
+         (name.rfind("optimizer", 0) == 0 && ends_with(name, ".safetensors"));
+}
+
 // The identity a safetensors file's metadata names, checked against the checkpoint's (absent: not checked;
 // a file rewritten by another tool keeps its tensors, which the digests still check).
 void check_identity(const io::SafetensorsHeader& h, const std::string& path, const std::string& state_path,
@@ -153,6 +159,18 @@ std::vector<std::string> check_checkpoint_integrity(const std::string& dir, cons
                    state_path, st, identity);
     compare_tensors(got, want, path, state_path, content);
   }
+  // A file the loaders would read that the record does not list was put there after the checkpoint was written
+  // (an optimizer.safetensors beside a sharded run's pieces is read in their place).
+  std::vector<std::string> unrecorded;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!st.digests.count(name) && select(name) && is_checkpoint_file(name)) unrecorded.push_back(name);
+  }
+  std::sort(unrecorded.begin(), unrecorded.end());
+  for (const auto& name : unrecorded)
+    content.push_back(fmt::format("{}: not recorded in {} (a file added after the checkpoint was written)",
+                                  (fs::path(dir) / name).string(), state_path));
   identity.insert(identity.end(), content.begin(), content.end());
   return identity;
 }

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
@@ -45,15 +46,30 @@ std::optional<int64_t> parse_count(const std::string& s) {
   return v;
 }
 
+// The checkpoints of a run directory by step. A checkpoints/ that is there but cannot be read (a symlink to a
+// volume that is not mounted, a symlink loop, no permission) is an error, not a run without checkpoints: --resume
+// would start again from step 0 and replace the run's logs. So is a checkpoint entry that cannot be examined.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
   std::vector<std::pair<int64_t, std::string>> out;
   const auto root = fs::path(run_dir) / "checkpoints";
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return out;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const int64_t step = step_of_name(e.path().filename().string());
-    if (step >= 0 && e.is_directory() && fs::exists(e.path() / "state.json")) out.emplace_back(step, e.path().string());
+  if (!fs::exists(fs::symlink_status(root, ec))) return out;
+  const auto unreadable = [&](const fs::path& p, const std::error_code& why) {
+    fail("{}: not a readable directory ({}); its checkpoints cannot be listed", p.string(),
+         why ? why.message() : std::string("not a directory"));
+  };
+  if (!fs::is_directory(fs::status(root, ec)) || ec) unreadable(root, ec);
+  fs::directory_iterator it(root, ec);
+  if (ec) unreadable(root, ec);
+  for (; it != fs::directory_iterator(); it.increment(ec)) {  // an error ends the loop, reported below
+    const int64_t step = step_of_name(it->path().filename().string());
+    if (step < 0) continue;
+    const bool dir = it->is_directory(ec);
+    if (ec) fail("{}: cannot be examined ({})", it->path().string(), ec.message());
+    if (dir && fs::exists(it->path() / "state.json", ec)) out.emplace_back(step, it->path().string());
+    if (ec) fail("{}: cannot be examined ({})", (it->path() / "state.json").string(), ec.message());
   }
+  if (ec) unreadable(root, ec);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -353,21 +369,22 @@ void load_full_moments(const std::string& opt_path, const std::map<std::string, 
 // Reads and checks a sharded run's optimizer-manifest.json against the model's parameters (`numel` by name);
 // sets the world size and the optimizer steps of `c`.
 void read_manifest(const std::string& manifest_path, const std::map<std::string, int64_t>& numel, LoadedCheckpoint& c) {
-  const auto m = parse_json(read_file(manifest_path), manifest_path);
+  const auto m = parse_json(read_file(manifest_path, kMaxConfigBytes), manifest_path);
   auto need_int = [&](const char* key, int64_t lo, int64_t hi) {
     if (!m.is_object() || !m.contains(key) || !m[key].is_number_integer() || m[key].get<int64_t>() < lo ||
         m[key].get<int64_t>() > hi)
       fail("{}: '{}' must be an integer in [{}, {}]", manifest_path, key, lo, hi);
     return m[key].get<int64_t>();
   };
-  if (!m.is_object() || m.value("format", "") != "drope.sharded-optimizer")
-    fail("{}: not a drope sharded-optimizer manifest (format '{}')", manifest_path,
-         m.is_object() ? m.value("format", "") : "");
+  if (!m.is_object() || !m.contains("format") || m["format"] != "drope.sharded-optimizer")
+    fail("{}: not a drope sharded-optimizer manifest (format {})", manifest_path,
+         m.is_object() && m.contains("format") ? m["format"].dump() : "missing");
   need_int("version", 1, 1);
   const int64_t world = need_int("world", 1, 1 << 20);
   c.optimizer_steps = need_int("steps", 0, int64_t(1) << 50);
   c.saved_world = world;
   if (!m.contains("params") || !m["params"].is_array()) fail("{}: 'params' must be a list", manifest_path);
+  std::set<std::string> listed;
   for (const auto& p : m["params"]) {
     if (!p.is_object() || !p.contains("name") || !p["name"].is_string() || !p.contains("numel") ||
         !p["numel"].is_number_integer())
@@ -376,6 +393,8 @@ void read_manifest(const std::string& manifest_path, const std::map<std::string,
     if (it == numel.end() || it->second != p["numel"].get<int64_t>())
       fail("{}: parameter '{}' ({} elements) does not match the checkpoint's model", manifest_path,
            p["name"].get<std::string>(), p["numel"].get<int64_t>());
+    if (!listed.insert(p["name"].get<std::string>()).second)
+      fail("{}: parameter '{}' is listed twice", manifest_path, p["name"].get<std::string>());
   }
   if (m["params"].size() != numel.size())
     fail("{}: lists {} parameters, the model has {}", manifest_path, m["params"].size(), numel.size());

@@ -288,3 +288,49 @@ def test_sharded_checkpoints_are_verified(tmp):
     assert metadata(last / "optimizer-00000-of-00001.safetensors")["drope.run"] == s["run"]["id"]
     flip_bit(last / "optimizer-00000-of-00001.safetensors", piece, 0, 2)
     refused(resume(cfg), "optimizer-00000-of-00001.safetensors", piece, "does not match its digest")
+
+
+def test_files_the_record_does_not_list_are_refused(runs, tmp):
+    """A sharded checkpoint records its manifest and pieces. An optimizer.safetensors copied in beside them is
+    what the loader reads first, so it must be in the record too: a file the loaders read that state.json does not
+    list is refused by name (a warning with --allow-foreign-checkpoint), whatever its content."""
+    cfg, ck = make_run(tmp, "s", shard="optimizer")
+    last = ck / "step-00000004"
+    foreign = last / "optimizer.safetensors"
+    shutil.copy(runs["b"][1] / "step-00000004" / "optimizer.safetensors", foreign)
+    before = sorted(p.name for p in ck.parent.rglob("*"))
+    refused(resume(cfg), str(foreign), "not recorded", str(last / "state.json"))
+    assert sorted(p.name for p in ck.parent.rglob("*")) == before  # nothing written
+    r = resume(cfg, "--allow-foreign-checkpoint")
+    assert r.returncode == 0 and "warning:" in r.stderr and str(foreign) in r.stderr, r.stderr
+    # A model file beside a checkpoint's model is refused by every load, not only by resume.
+    (last / "model.safetensors.index.json").write_text('{"weight_map": {"x": "model.safetensors"}}')
+    expect_model_dir_error(last, tmp, "model.safetensors.index.json", "not recorded")
+
+
+def test_a_malformed_optimizer_manifest_is_named(tmp):
+    cfg, ck = make_run(tmp, "s", shard="optimizer")
+    path = ck / "step-00000004" / "optimizer-manifest.json"
+    good = json.loads(path.read_text())
+    for key, value in [("format", 5), ("format", None), ("params", [{"name": 7, "numel": 1}]), ("world", "1")]:
+        path.write_text(json.dumps(dict(good, **{key: value})))
+        refused(resume(cfg), str(path))
+
+
+def test_a_checkpoints_directory_that_cannot_be_read_stops_resume(run_a, tmp):
+    """checkpoints/ as a symlink to a volume that is not mounted: --resume must not take it for a run without
+    checkpoints, start again from step 0 and replace the run's log; it stops at once naming the directory. A
+    checkpoint entry that cannot be examined (a symlink loop) is named the same way."""
+    cfg, ck = run_a
+    run_dir = ck.parent
+    logs = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    ck.rename(tmp / "elsewhere")
+    ck.symlink_to(tmp / "not-mounted" / "checkpoints")
+    for args in (["--resume"], []):
+        refused(train(cfg, *args, "--set", "train.steps=6"), str(ck), "not a readable directory")
+        assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == logs
+    ck.unlink()
+    (tmp / "elsewhere").rename(ck)
+    (ck / "step-00000009").symlink_to("step-00000009")
+    refused(resume(cfg), str(ck / "step-00000009"), "Too many levels of symbolic links")
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == logs

@@ -33,8 +33,9 @@ bool is_model_file(const std::string& name);
 
 // What loading checkpoint `dir` (its state `st`) finds wrong with its integrity, one line each naming the file
 // and the tensor: state.json's own digest, the run identity in the safetensors files' metadata, the recorded
-// files that are missing, and the tensors and files whose content differs from their digests. Only the
-// recorded files that `select` accepts are read.
+// files that are missing, the tensors and files whose content differs from their digests, and the files a
+// loader would read (model files, run.yaml, optimizer files) that are not recorded. Only the files that `select`
+// accepts are read or listed.
 std::vector<std::string> check_checkpoint_integrity(const std::string& dir, const TrainState& st,
                                                     bool (*select)(const std::string& name));
 
