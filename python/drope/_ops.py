@@ -143,6 +143,37 @@ def _double_backward(ctx, *grads):
 torch.library.register_autograd("drope::attention_bwd", _double_backward, setup_context=_no_setup)
 
 
+_AUTOCAST_KEYS = {"cpu": torch._C.DispatchKey.AutocastCPU, "cuda": torch._C.DispatchKey.AutocastCUDA}
+_LIB = torch.library.Library("drope", "IMPL")
+
+
+def _register_autocast(name, cast):
+    """torch.autocast for drope::`name`, as torch's SDPA has it: q, k and v (arguments 1..3 of attention_bwd, 0..2 of
+    attention_fwd) of a lower-precision-eligible dtype (float32, float16, bfloat16) are cast to the autocast dtype
+    when `cast`, and the op runs with autocast off, so that its own float32 arithmetic (the reference implementation,
+    the float32 softmax statistics) is not cast down operation by operation."""
+    op = getattr(torch.ops.drope, name).default
+    first = 1 if name == "attention_bwd" else 0
+    excluded = torch._C.DispatchKeySet(_AUTOCAST_KEYS["cpu"]) | torch._C.DispatchKeySet(_AUTOCAST_KEYS["cuda"])
+
+    def run(device_type, args):
+        if cast:
+            dtype = torch.get_autocast_dtype(device_type)
+            args = [a.to(dtype) if first <= i < first + 3 and a.dtype in (torch.float32, torch.float16, torch.bfloat16)
+                    else a for i, a in enumerate(args)]
+        with torch._C._ExcludeDispatchKeyGuard(excluded):
+            return op(*args)
+
+    for device_type, key in _AUTOCAST_KEYS.items():
+        op.py_impl(key)(lambda *args, device_type=device_type: run(device_type, args))
+        _LIB.impl(name, lambda _keyset, *args, device_type=device_type: run(device_type, args),
+                  key.name, with_keyset=True)
+
+
+_register_autocast("attention_fwd", cast=True)
+_register_autocast("attention_bwd", cast=False)
+
+
 def _check_arguments(q, k, v, causal, window, alibi_slopes, scale, q_offset, temperature):
     """Python types and ranges of attention()'s arguments, each named (the C++ op checks the tensors' shapes)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -177,7 +208,8 @@ def attention(q, k, v, *, causal=True, window=0, alibi_slopes=None, scale=None, 
     alibi_slopes (H), float: the logit bias -slope_h * (i - j) (constants, no gradient). Logits are
     q·k · scale · temperature (scale None: 1/sqrt(D)). Differentiable in q, k and v (once: double backward raises);
     CPU float32 / bfloat16 / float64 and CUDA bfloat16 / float16 with head dim 64 or 128 run the fused kernels, other
-    inputs a plain reference implementation. A wrong argument raises ValueError (TypeError for a type) naming it.
+    inputs a plain reference implementation. Under torch.autocast, float32 / float16 / bfloat16 q, k and v run in the
+    autocast dtype, as SDPA's do (float64 stays). A wrong argument raises ValueError (TypeError for a type) naming it.
     """
     _check_arguments(q, k, v, causal, window, alibi_slopes, scale, q_offset, temperature)
     return torch.ops.drope.attention(

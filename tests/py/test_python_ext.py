@@ -385,3 +385,63 @@ def test_opcheck_over_the_grid(name, dtype):
     out, lse = torch.ops.drope.attention_fwd(q.detach(), k.detach(), v.detach(), *opts)
     torch.library.opcheck(torch.ops.drope.attention_bwd.default,
                           (torch.ones_like(out), q.detach(), k.detach(), v.detach(), out, lse, *opts))
+
+
+@needs_drope
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_runs_in_the_autocast_dtype_as_sdpa(dtype):
+    """Under torch.autocast, float32 (and mixed float32 / lower-precision) q, k, v run in the autocast dtype, as torch's
+    SDPA runs them: the same dtype out, the same values as a call on inputs cast by hand, gradients in the inputs'
+    dtypes; float64 is left in float64."""
+    case = GRID["gqa_alibi_window"]
+    q, k, v = case.inputs(torch.float32, requires_grad=True)
+    kw = case.kwargs()
+    with torch.autocast("cpu", dtype=dtype):
+        out = drope.attention(q, k, v, **kw)
+        mixed = drope.attention(q.to(dtype), k, v, **kw)
+        assert sdpa_reference(case, q, k, v).dtype == dtype
+        wide = drope.attention(*(t.double() for t in (q, k, v)), **{**kw, "alibi_slopes": case.slopes(torch.float64)})
+    by_hand = drope.attention(q.to(dtype), k.to(dtype), v.to(dtype), **kw)
+    assert out.dtype == mixed.dtype == dtype and wide.dtype == torch.float64
+    torch.testing.assert_close(out, by_hand, rtol=0, atol=0)
+    torch.testing.assert_close(mixed, by_hand, rtol=0, atol=0)
+    grads = torch.autograd.grad(out.float().sum(), (q, k, v))
+    assert all(g.dtype == torch.float32 and g.shape == t.shape for g, t in zip(grads, (q, k, v)))
+
+
+@needs_drope
+def test_autocast_under_compile():
+    case = GRID["gqa_alibi_window"]
+    q, k, v = case.inputs(torch.float32)
+    kw = case.kwargs()
+
+    def f(q, k, v):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return drope.attention(q, k, v, **kw)
+
+    torch._dynamo.reset()
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, f(q, k, v), rtol=0, atol=0)
+
+
+@needs_drope
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_input_layouts_are_read_as_they_are(dtype):
+    """Transposed, sliced and expanded (stride-0) q, k and v give the output and gradients of contiguous copies."""
+    case = Case(H=4, Hkv=2, T=5, S=9)
+    g = torch.Generator().manual_seed(4)
+    base = [torch.randn(1, case.T, case.H, case.D, generator=g, dtype=torch.float64).to(dtype).requires_grad_(),
+            torch.randn(1, case.Hkv, 2 * case.S, case.D, generator=g, dtype=torch.float64).to(dtype).requires_grad_(),
+            torch.randn(1, 1, case.S, 2 * case.D, generator=g, dtype=torch.float64).to(dtype).requires_grad_()]
+
+    def views(q, k, v):  # (B, T, H, D) transposed; every other key; v's heads expanded and every other channel
+        return (q.transpose(1, 2).expand(case.B, -1, -1, -1), k[:, :, ::2].expand(case.B, -1, -1, -1),
+                v[..., ::2].expand(case.B, case.Hkv, -1, -1))
+
+    dout = torch.randn(case.B, case.H, case.T, case.D, generator=g, dtype=torch.float64).to(dtype)
+    strided = out_and_grads(lambda *t: drope.attention(*views(*t), window=4), *base, dout)
+    copies = out_and_grads(lambda *t: drope.attention(*(x.contiguous() for x in views(*t)), window=4), *base, dout)
+    assert not views(*base)[1].is_contiguous()
+    for a, b in zip(strided, copies):
+        torch.testing.assert_close(a, b)
