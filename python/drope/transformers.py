@@ -189,11 +189,10 @@ def _mask(*, q_length, kv_length, q_offset=0, attention_mask=None, allow_is_caus
     queries end the keys (while compiling too, where transformers' own test keeps the mask). A mask with a local
     pattern (local_size: a sliding window or attention chunks) is materialised, as for "sdpa", since not every model
     passes its window to the attention function (Qwen2-MoE, PhiMoE) and chunks are no window (Llama 4); a mask that is
-    exactly a sliding-window causal pattern is marked with its window (WINDOW_TAG), so the attention function still
-    runs the op on it."""
-    plain = allow_is_causal_skip and attention_mask is None and isinstance(q_offset, int)
-    ends = plain and (q_length == 1 or q_length == kv_length)
-    if ends and local_size is None and mask_function is causal_mask_function:
+    exactly a sliding-window causal pattern (also with a padding mask of ones, as generate passes) is marked with its
+    window (WINDOW_TAG), so the attention function still runs the op on it."""
+    ends = allow_is_causal_skip and isinstance(q_offset, int) and (q_length == 1 or q_length == kv_length)
+    if ends and attention_mask is None and local_size is None and mask_function is causal_mask_function:
         return None
     mask = sdpa_mask(q_length=q_length, kv_length=kv_length, q_offset=q_offset, attention_mask=attention_mask,
                      allow_is_causal_skip=allow_is_causal_skip, local_size=local_size, mask_function=mask_function,

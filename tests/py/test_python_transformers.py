@@ -332,8 +332,10 @@ def test_sliding_window_masks_still_run_the_op(monkeypatch):
     monkeypatch.setattr(drope.transformers, "_route", lambda *a, **k: pytest.fail("fell back to transformers"))
     for name in ("qwen2_moe_sliding", "qwen2_sliding"):
         _, ours = pair(name)
+        ids = tokens(seq=24)
         with torch.no_grad():
-            ours(tokens(seq=24))
+            ours(ids)
+            ours(ids, attention_mask=torch.ones_like(ids))  # no padding: still the op's pattern
 
 
 def test_output_attentions_returns_eager_weights():
