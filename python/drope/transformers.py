@@ -145,8 +145,8 @@ def attention_forward(
 ):
     """transformers' attention interface: returns (attn_output (B, T, H, D), None). What the op computes exactly runs
     the op; every other call (a mask tensor, dropout, a two-sided window, sinks, soft-capping, attention weights,
-    more queries than keys, ...) runs through transformers' own function for it (_route), never with an argument
-    dropped."""
+    more queries than keys, a value head dim other than the query's, ...) runs through transformers' own function
+    for it (_route), never with an argument dropped."""
     _check_options(dropout, scaling, sliding_window, is_causal)
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     T, S = query.shape[2], key.shape[2]
@@ -167,7 +167,8 @@ def attention_forward(
         S = T
     # A window that covers every key is no window: |i - j| and i - j are at most S - 1.
     window = sliding_window if sliding_window and sliding_window < S else None
-    if attention_mask is not None or dropout or routed:
+    # The op takes v of q's head dim; multi-head latent attention (DeepSeek-V3: 192 for q and k, 128 for v) runs SDPA.
+    if attention_mask is not None or dropout or routed or value.shape[-1] != query.shape[-1]:
         return _route(module, query, key, value, attention_mask, dropout, scaling, temperature, window, is_causal,
                       routed, **kwargs)
     if window and not is_causal:  # a two-sided window: the op's window is one-sided

@@ -13,6 +13,8 @@ import torch
 from transformers import (
     BartConfig,
     BartForConditionalGeneration,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
     Gemma2Config,
     Gemma2ForCausalLM,
     GptOssConfig,
@@ -63,6 +65,11 @@ MODELS = {
         moe_intermediate_size=32, shared_expert_intermediate_size=32)),
     "phimoe_sliding": (PhimoeConfig, PhimoeForCausalLM, dict(sliding_window=8, num_local_experts=2,
                                                              num_experts_per_tok=1)),
+    # multi-head latent attention: v's head dim (8) is not q's and k's (24)
+    "deepseek_v3": (DeepseekV3Config, DeepseekV3ForCausalLM, dict(
+        kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=8, n_routed_experts=2,
+        num_experts_per_tok=1, n_group=1, topk_group=1, first_k_dense_replace=2, moe_intermediate_size=32,
+        num_key_value_heads=4)),
     "llama4_chunked": (Llama4TextConfig, Llama4ForCausalLM, dict(
         attention_chunk_size=8, num_local_experts=2, num_experts_per_tok=1, intermediate_size_mlp=96, head_dim=16,
         no_rope_layers=[1, 1], layer_types=["chunked_attention", "full_attention"])),
@@ -366,3 +373,10 @@ def bart(impl, enc_len, dec_len):
 def test_cross_attention_matches_sdpa(enc_len, dec_len):
     """Encoder-decoder cross-attention, with fewer or more decoder queries than encoder keys, equals "sdpa"."""
     assert_same(bart("drope", enc_len, dec_len), bart("sdpa", enc_len, dec_len))
+
+
+def test_value_head_dim_other_than_the_query_s_matches_sdpa():
+    """DeepSeek-V3's multi-head latent attention (v's head dim 8, q's and k's 24) runs, equal to "sdpa"."""
+    sdpa, ours = pair("deepseek_v3")
+    ids = tokens(seq=24)
+    assert_same(logits_and_grads(ours, ids), logits_and_grads(sdpa, ids))
