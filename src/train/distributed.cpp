@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -170,7 +171,11 @@ std::string string_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end(
 
 std::string encode(const Consensus& c) {
   nlohmann::json j = nlohmann::json::array();
-  for (const auto& [k, v] : c) j.push_back({k, v});
+  std::set<std::string> keys;
+  for (const auto& [k, v] : c) {
+    TORCH_INTERNAL_ASSERT(keys.insert(k).second, "consensus key '", k, "' given twice");  // first_difference's map
+    j.push_back({k, v});
+  }
   return j.dump();
 }
 
@@ -204,10 +209,17 @@ void Distributed::agree(const Consensus& mine) {
   auto& store = *impl_->store;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(impl_->timeout_s * 1000));
   const std::string verdict_key = "consensus/verdict";
+  // A second process with the same RANK (a rank started twice) would otherwise take the first one's place in the
+  // process group, or fail at its first collective saying that another rank died.
+  if (store.add(fmt::format("consensus/joined/{}", env_.rank), 1) > 1)
+    fail("rank {} of {}: another process already joined this run as rank {} (a rank started twice, or two "
+         "processes given RANK={})",
+         env_.rank, env_.world, env_.rank, env_.rank);
   store.set(fmt::format("consensus/{}", env_.rank), bytes_of(encode(mine)));
   const auto refuse = [&](const std::string& why) {
-    fail("rank {} of {}: ranks disagree before the first step: {}; start every rank with the same config, data, "
-         "flags and binary",
+    fail("rank {} of {}: ranks disagree before the first step: {}; start every rank with the same config, flags, "
+         "environment and binary, on files every rank sees the same (run.out_dir, data and run.init on a shared "
+         "filesystem)",
          env_.rank, env_.world, why);
   };
   if (env_.rank == 0) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +33,7 @@
 #include "drope/core/files.h"
 #include "drope/core/json.h"
 #include "drope/core/log.h"
+#include "drope/core/numbers.h"
 #include "drope/io/model_io.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/model/drope.h"
@@ -154,7 +156,8 @@ std::string fingerprint(const std::string& bytes) {
 }
 
 // What every rank must agree on before the first step: the resolved run config (nothing in it is per rank),
-// the world size, the start (fresh or --resume), the dataset's index, the initial model's config and the binary.
+// the world size, the start (fresh or --resume), the checkpoint in run.out_dir, the data's identity, the initial
+// model's config, the switches that decide which collectives a rank starts, and the binary.
 Consensus consensus_of(const RunConfig& cfg, const TrainOptions& opt, int world) {
   Consensus c = config_leaves(cfg);
   c.emplace_back("world size", std::to_string(world));
@@ -165,16 +168,53 @@ Consensus consensus_of(const RunConfig& cfg, const TrainOptions& opt, int world)
   };
   if (!cfg.data.dataset.empty())
     c.emplace_back("data.dataset index.json", file(fs::path(cfg.data.dataset) / "index.json"));
-  if (!cfg.data.text.empty()) {
-    std::error_code ec;
-    const auto size = fs::is_regular_file(cfg.data.text, ec) ? fs::file_size(cfg.data.text, ec) : 0;
-    c.emplace_back("data.text size", std::to_string(size));
-  }
+  if (!cfg.data.text.empty()) c.emplace_back("data.text content", file(cfg.data.text));  // read whole for training
   if (!cfg.init.empty())
     for (const char* f : {"config.json", "drope.yaml", "model.safetensors.index.json", "state.json"})
       c.emplace_back(fmt::format("run.init {}", f), file(fs::path(cfg.init) / f));
+  // Each rank resumes from the newest checkpoint it sees, and a fresh start refuses a run directory that holds one:
+  // ranks that see different ones (run.out_dir on node-local disks, a stale copy) would train different weights
+  // from different steps through the same collectives, or one rank alone would refuse to start.
+  const auto newest = latest_checkpoint(cfg.out_dir);
+  c.emplace_back("the newest checkpoint in run.out_dir",
+                 newest ? fmt::format("{} (state.json {})", fs::path(*newest).filename().string(),
+                                      file(fs::path(*newest) / "state.json"))
+                        : std::string("(none)"));
+  // The sharded engine's prefetch starts all-gathers that a rank without it does not: the collectives would pair
+  // up wrongly.
+  c.emplace_back("DROPE_SHARD_PREFETCH",
+                 env_switch("DROPE_SHARD_PREFETCH", "1, prefetch the next block").value_or(true) ? "1" : "0");
   c.emplace_back("drope-train binary", file("/proc/self/exe"));
   return c;
+}
+
+// run.out_dir must be one directory that every rank sees: every rank resumes from its checkpoints, and with a
+// sharded optimizer writes its pieces into rank 0's staging directory there. Each rank looks for the lock rank 0
+// took (its pid in run.out_dir/.drope-lock), with a few seconds' grace for a filesystem slow to show a new file.
+void check_run_dir_shared(Distributed& dist, const std::string& out_dir, const torch::Device& device) {
+  if (!dist.grouped() || dist.world() == 1) return;
+  const fs::path lock = fs::path(out_dir) / kDirLockName;
+  auto t = torch::full({1}, dist.is_main() ? int64_t(::getpid()) : int64_t(0), torch::kLong);  // (1)
+  if (device.is_cuda()) t = t.to(device);
+  dist.broadcast({t});
+  const int64_t holder = t.cpu().item<int64_t>();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  bool seen = dist.is_main();
+  while (!seen) {
+    std::ifstream f(lock);
+    int64_t pid = 0;
+    seen = (f >> pid) && pid == holder;
+    if (seen || std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const int64_t blind = std::llround(dist.sum(seen ? 0.0 : 1.0));
+  if (blind == 0) return;
+  const std::string need = "run.out_dir must be one directory that every rank sees (a shared filesystem)";
+  if (!seen)
+    fail("rank {} of {}: run.out_dir {} is not the directory rank 0 holds ({} does not name rank 0's process {}); {}",
+         dist.rank(), dist.world(), out_dir, lock.string(), holder, need);
+  fail("rank {} of {}: {} other rank(s) do not see run.out_dir {} as rank 0 does; {}", dist.rank(), dist.world(), blind,
+       out_dir, need);
 }
 
 }  // namespace
@@ -295,6 +335,7 @@ void Trainer::build_device() {
     run_lock_ = claim_run_dir(
         cfg_.out_dir, {{"run.init", cfg_.init}, {"data.dataset", cfg_.data.dataset}, {"data.text", cfg_.data.text}},
         opt_.force);
+  check_run_dir_shared(*dist_, cfg_.out_dir, device_);
 }
 
 void Trainer::build_data() {

@@ -3,6 +3,8 @@ resolved config, world size, start, dataset and binary are compared through the 
 ends every rank with one line naming the key and both values, and a rank that never arrives ends the other within
 train.dist_timeout_s naming it. Never a C++ abort, never divergent replicas that both exit 0."""
 import os
+import pathlib
+import shutil
 import subprocess
 import time
 
@@ -12,21 +14,23 @@ from conftest import BIN, free_port
 
 CFG = """run: {{name: c, out_dir: {out}, seed: {seed}}}
 model: {{preset: micro, max_position: 32, hidden_size: {hidden}}}
-data: {{text: /usr/share/common-licenses/GPL-3, seq_len: {seq}, batch_size: 8}}
+data: {{text: {text}, seq_len: {seq}, batch_size: 8}}
 optim: {{lr: {lr}}}
 schedule: {{type: cosine, warmup: 2}}
-train: {{steps: {steps}, log_every: 1, eval_batches: 2, dist_timeout_s: {timeout}, shard: {shard}}}
+train: {{steps: {steps}, log_every: 1, eval_batches: 2, dist_timeout_s: {timeout}, shard: {shard},
+         checkpoint_every: {ckpt}}}
 """
-BASE = {"seed": 5, "hidden": 64, "seq": 32, "lr": "3.0e-3", "steps": 4, "timeout": 20, "shard": "none"}
+BASE = {"seed": 5, "hidden": 64, "seq": 32, "lr": "3.0e-3", "steps": 4, "timeout": 20, "shard": "none", "ckpt": 0,
+        "text": "/usr/share/common-licenses/GPL-3"}
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
              "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE")
 TRAIN = str(BIN / "drope-train")
 BAD = "terminate called", "EnforceNotMet", "Traceback", "Aborted", "Segmentation"
 
 
-def cfg_file(tmp, name, **over):
+def cfg_file(tmp, name, out=None, **over):
     p = tmp / f"{name}.yaml"
-    p.write_text(CFG.format(out=tmp / "run", **{**BASE, **over}))
+    p.write_text(CFG.format(out=out or tmp / "run", **{**BASE, **over}))
     return p
 
 
@@ -37,13 +41,16 @@ def env_for(rank, world, port):
     return e
 
 
-def launch(cfgs, worlds=None, extra=None):
+def launch(cfgs, worlds=None, extra=None, cwds=None, envs=None):
+    """Starts one rank per config; `cwds` (one working directory per rank) stands for each rank's node, where a
+    relative run.out_dir names a different directory."""
     port = free_port()
     worlds = worlds or [len(cfgs)] * len(cfgs)
     procs = []
     for r, (cfg, w) in enumerate(zip(cfgs, worlds)):
         args = [TRAIN, str(cfg), "--quiet", *((extra or {}).get(r, []))]
-        procs.append(subprocess.Popen(args, env=env_for(r, w, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        procs.append(subprocess.Popen(args, env={**env_for(r, w, port), **(envs or {}).get(r, {})},
+                                      cwd=(cwds or {}).get(r), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))
     out = []
     for p in procs:
@@ -101,7 +108,139 @@ def test_a_rank_that_never_arrives_is_named(tmp):
     assert took < 30, took
 
 
+def test_a_rank_started_twice_is_refused_and_the_run_goes_on(tmp):
+    """A second process given RANK=1 while the run trains: it stops at once naming the duplicate (not 'another rank
+    died' at its first collective, nor in the first one's place); rank 0 and the first rank 1 train on."""
+    port, cfg = free_port(), cfg_file(tmp, "a", steps=100000)
+    procs = [subprocess.Popen([TRAIN, str(cfg), "--quiet"], env=env_for(r, 2, port), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    log = tmp / "run" / "log.jsonl"
+
+    def steps():
+        return log.read_text().count('"loss"') if log.exists() else 0
+
+    try:
+        deadline = time.monotonic() + 90
+        while steps() == 0:
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+            time.sleep(0.01)
+        dup = subprocess.run([TRAIN, str(cfg), "--quiet"], env=env_for(1, 2, port), capture_output=True, text=True,
+                             timeout=90)
+        assert dup.returncode != 0 and not any(b in dup.stderr for b in BAD), dup.stderr
+        assert len(dup.stderr.strip().splitlines()) == 1, dup.stderr
+        assert "rank 1 of 2: another process already joined this run as rank 1" in dup.stderr, dup.stderr
+        seen = steps()
+        while steps() < seen + 3:  # the run goes on
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+            time.sleep(0.01)
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+
+
 def test_agreeing_ranks_train(tmp):
     res = launch([cfg_file(tmp, "a"), cfg_file(tmp, "a")])
     assert all(rc == 0 for rc, _ in res), res
     assert (tmp / "run" / "checkpoints" / "step-00000004").is_dir()
+
+
+def test_a_text_file_that_differs_under_the_same_path_is_refused(tmp):
+    """data.text on each node's own disk: the same name and size, other bytes (a stale or half-copied file)."""
+    cfg = cfg_file(tmp, "a", text="corpus.txt")
+    gpl = pathlib.Path("/usr/share/common-licenses/GPL-3").read_bytes()
+    for node, data in ((tmp / "node0", gpl), (tmp / "node1", gpl[::-1])):
+        node.mkdir()
+        (node / "corpus.txt").write_bytes(data)
+    res = launch([cfg, cfg], cwds={0: tmp / "node0", 1: tmp / "node1"})
+    for rc, err in res:
+        assert rc != 0 and not any(b in err for b in BAD) and len(err.strip().splitlines()) == 1, err
+        assert "ranks disagree before the first step: data.text content is '" in err, err
+        assert f"({len(gpl)} bytes)' on rank 1" in err, err
+    assert not (tmp / "run").exists()
+
+
+def test_a_differing_prefetch_switch_is_refused(tmp):
+    """DROPE_SHARD_PREFETCH decides which all-gathers a rank of a sharded run starts: set on one node only, the
+    ranks' collectives would pair up wrongly."""
+    cfg = cfg_file(tmp, "a", shard="params")
+    res = launch([cfg, cfg], envs={1: {"DROPE_SHARD_PREFETCH": "0"}})
+    for rc, err in res:
+        assert rc != 0 and not any(b in err for b in BAD) and len(err.strip().splitlines()) == 1, err
+        assert "DROPE_SHARD_PREFETCH is '1' on rank 0 but '0' on rank 1" in err, err
+
+
+def checkpoints(run_dir):
+    return sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")) if (run_dir / "checkpoints").is_dir() \
+        else []
+
+
+def train_alone(node, cfg, steps):
+    """A one-process run of `cfg` in `node` (its relative run.out_dir), then its checkpoints after `steps` removed:
+    a run directory as an interrupted run leaves it."""
+    node.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
+    subprocess.run([TRAIN, str(cfg), "--quiet"], cwd=node, env=dict(env, OMP_NUM_THREADS="1"), check=True,
+                   timeout=120)
+    for p in (node / "run" / "checkpoints").glob("step-*"):
+        if int(p.name.split("-")[1]) > steps:
+            shutil.rmtree(p)
+
+
+@pytest.mark.parametrize("case", ["older", "none", "other-run"])
+def test_ranks_that_would_resume_from_different_checkpoints_are_refused(tmp, case):
+    """run.out_dir on node-local disks (each rank's working directory here): rank 0 finds step 4, rank 1 an older
+    checkpoint, none, or the same step of another run. Resumed, they would train different weights from different
+    steps (or rank 1 from scratch) through the same all-reduces."""
+    cfg = cfg_file(tmp, "a", out="run", steps=6, ckpt=2)
+    node0, node1 = tmp / "node0", tmp / "node1"
+    train_alone(node0, cfg, 4)
+    if case == "older":
+        shutil.copytree(node0, node1)
+        shutil.rmtree(node1 / "run" / "checkpoints" / "step-00000004")
+    elif case == "none":
+        node1.mkdir()
+    else:
+        train_alone(node1, cfg, 4)
+    before = checkpoints(node0 / "run"), checkpoints(node1 / "run")
+    t0 = time.monotonic()
+    res = launch([cfg, cfg], extra={0: ["--resume"], 1: ["--resume"]}, cwds={0: node0, 1: node1})
+    assert time.monotonic() - t0 < 60
+    theirs = {"older": "'step-00000002 (state.json ", "none": "'(none)' on rank 1", "other-run": "'step-00000004 ("}
+    for rc, err in res:
+        assert rc != 0, err
+        assert not any(b in err for b in BAD) and len(err.strip().splitlines()) == 1, err
+        assert "ranks disagree before the first step: the newest checkpoint in run.out_dir is 'step-00000004 (" \
+            in err, err
+        assert theirs[case] in err, err
+    assert (checkpoints(node0 / "run"), checkpoints(node1 / "run")) == before  # nothing trained, nothing written
+
+
+def test_a_checkpoint_only_one_rank_sees_refuses_a_fresh_start_on_every_rank(tmp):
+    """Without --resume, a checkpoint in rank 1's run.out_dir alone: every rank stops naming it (not rank 1 alone,
+    with rank 0 left to find out at its first collective)."""
+    cfg = cfg_file(tmp, "a", out="run", steps=6, ckpt=2)
+    node0, node1 = tmp / "node0", tmp / "node1"
+    node0.mkdir()
+    train_alone(node1, cfg, 4)
+    res = launch([cfg, cfg], cwds={0: node0, 1: node1})
+    for rc, err in res:
+        assert rc != 0 and not any(b in err for b in BAD) and len(err.strip().splitlines()) == 1, err
+        assert "the newest checkpoint in run.out_dir is '(none)' on rank 0 but 'step-00000004 (" in err, err
+    assert not (node0 / "run").exists()
+
+
+def test_a_run_directory_that_only_rank_0_sees_is_refused_at_start(tmp):
+    """run.out_dir on each node's own disk: with a sharded optimizer every rank writes its piece into rank 0's
+    staging directory at each checkpoint, and every rank resumes from run.out_dir's checkpoints. Refused before the
+    first step, not at the first checkpoint or the first restart."""
+    cfg = cfg_file(tmp, "a", out="run", steps=6, ckpt=2, shard="optimizer")
+    node0, node1 = tmp / "node0", tmp / "node1"
+    node0.mkdir()
+    node1.mkdir()
+    res = launch([cfg, cfg], cwds={0: node0, 1: node1})
+    for rc, err in res:
+        assert rc != 0 and not any(b in err for b in BAD) and len(err.strip().splitlines()) == 1, err
+        assert "run.out_dir must be one directory that every rank sees (a shared filesystem)" in err, err
+    assert "rank 1 of 2: run.out_dir run is not the directory rank 0 holds" in res[1][1], res[1][1]
+    assert not (node0 / "run").exists() and not (node1 / "run").exists()  # a refused start leaves nothing
