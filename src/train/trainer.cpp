@@ -155,6 +155,45 @@ std::string fingerprint(const std::string& bytes) {
   return fmt::format("{:08x} ({} bytes)", crc32c(bytes), bytes.size());
 }
 
+// The identity of a token dataset's shards, sampled: each one's size, its first and last 16 KiB and 4 KiB at 8
+// offsets between (every rank reading all of a large dataset at start would take minutes; a stale, re-tokenized or
+// half-copied shard differs in its size or throughout). "(unreadable)" leaves the error to the data loader.
+std::string sampled_shards(const fs::path& dataset) {
+  constexpr int64_t kEdge = 16 << 10, kWindow = 4 << 10, kInner = 8;
+  try {
+    const auto index = nlohmann::json::parse(read_file((dataset / "index.json").string()));
+    uint32_t crc = 0;
+    int64_t files = 0, bytes = 0;
+    std::string buf;
+    for (const char* split : {"train", "val"})
+      for (const auto& shard : index.at("splits").at(split).at("shards")) {
+        const fs::path p = dataset / shard.at("file").get<std::string>();
+        std::error_code ec;
+        const auto size = int64_t(fs::file_size(p, ec));
+        std::ifstream f(p, std::ios::binary);
+        if (ec || !f) {
+          crc = crc32c("(missing) " + p.string(), crc);
+          continue;
+        }
+        crc = crc32c(std::to_string(size), crc);
+        std::vector<std::pair<int64_t, int64_t>> spans{{0, kEdge}, {std::max<int64_t>(0, size - kEdge), kEdge}};
+        for (int64_t i = 1; i <= kInner; ++i) spans.emplace_back(size * i / (kInner + 1), kWindow);
+        for (const auto& [at, want] : spans) {
+          buf.resize(size_t(std::max<int64_t>(0, std::min(want, size - at))));
+          f.seekg(at);
+          f.read(buf.data(), std::streamsize(buf.size()));
+          crc = crc32c(std::string_view(buf.data(), size_t(f.gcount())), crc);
+          f.clear();
+        }
+        ++files;
+        bytes += size;
+      }
+    return fmt::format("{:08x} ({} shards, {} bytes)", crc, files, bytes);
+  } catch (const std::exception&) {
+    return "(unreadable)";
+  }
+}
+
 // What every rank must agree on before the first step: the resolved run config (nothing in it is per rank),
 // the world size, the start (fresh or --resume), the checkpoint in run.out_dir, the data's identity, the initial
 // model's config, the switches that decide which collectives a rank starts, and the binary.
@@ -166,8 +205,10 @@ Consensus consensus_of(const RunConfig& cfg, const TrainOptions& opt, int world)
     std::error_code ec;
     return fs::is_regular_file(p, ec) ? fingerprint(read_file(p.string())) : std::string("(missing)");
   };
-  if (!cfg.data.dataset.empty())
+  if (!cfg.data.dataset.empty()) {
     c.emplace_back("data.dataset index.json", file(fs::path(cfg.data.dataset) / "index.json"));
+    c.emplace_back("data.dataset shards", sampled_shards(cfg.data.dataset));
+  }
   if (!cfg.data.text.empty()) c.emplace_back("data.text content", file(cfg.data.text));  // read whole for training
   if (!cfg.init.empty())
     for (const char* f : {"config.json", "drope.yaml", "model.safetensors.index.json", "state.json"})

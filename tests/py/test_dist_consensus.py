@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import BIN, free_port
+from conftest import BIN, free_port, run_cli
 
 CFG = """run: {{name: c, out_dir: {out}, seed: {seed}}}
 model: {{preset: micro, max_position: 32, hidden_size: {hidden}}}
@@ -157,6 +157,33 @@ def test_a_text_file_that_differs_under_the_same_path_is_refused(tmp):
         assert rc != 0 and not any(b in err for b in BAD) and len(err.strip().splitlines()) == 1, err
         assert "ranks disagree before the first step: data.text content is '" in err, err
         assert f"({len(gpl)} bytes)' on rank 1" in err, err
+    assert not (tmp / "run").exists()
+
+
+@pytest.mark.parametrize("case", ["tokens", "truncated"])
+def test_a_dataset_whose_shards_differ_under_the_same_path_is_refused(tmp, case):
+    """data.dataset on each node's own disk with the same index.json: a shard with other tokens (a stale copy) trained
+    silently on both ranks; a truncated one stopped rank 1 alone, rank 0 learning only that another rank died."""
+    corpus = tmp / "corpus"
+    corpus.mkdir()
+    for name in ("GPL-3", "Apache-2.0"):
+        shutil.copy(f"/usr/share/common-licenses/{name}", corpus / f"{name}.txt")
+    run_cli("drope-data", "prepare", "--input", corpus, "--train-tokenizer", "--vocab-size", 512, "--out",
+            tmp / "node0" / "ds")
+    shutil.copytree(tmp / "node0", tmp / "node1")
+    shard = tmp / "node1" / "ds" / "train" / "shard_00000.bin"
+    b = shard.read_bytes()
+    tokens = [b[i:i + 2] for i in range(32, 2032, 2)]  # uint16 after the 32-byte header: reversed, all in vocabulary
+    shard.write_bytes(b[:32] + b"".join(tokens[::-1]) + b[2032:] if case == "tokens" else b[: len(b) // 2])
+    cfg = tmp / "a.yaml"
+    cfg.write_text(f"run: {{name: c, out_dir: {tmp / 'run'}, seed: 5}}\n"
+                   "model: {preset: micro, max_position: 32, vocab_size: 512}\n"
+                   "data: {dataset: ds, seq_len: 32, batch_size: 8}\n"
+                   "train: {steps: 4, log_every: 1, eval_batches: 2, dist_timeout_s: 20}\n")
+    res = launch([cfg, cfg], cwds={0: tmp / "node0", 1: tmp / "node1"})
+    for rc, err in res:
+        assert rc != 0 and not any(b in err for b in BAD) and len(err.strip().splitlines()) == 1, err
+        assert "ranks disagree before the first step: data.dataset shards is '" in err, err
     assert not (tmp / "run").exists()
 
 
