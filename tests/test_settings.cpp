@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "drope/core/files.h"
+#include "drope/train/lr_schedule.h"
 #include "drope/train/resume_settings.h"
 #include "drope/train/run_config.h"
 #include "drope/train/settings.h"
@@ -159,6 +160,69 @@ TEST(Settings, ResumeFollowsTheTable) {
   // A path rule accepts another spelling of the same file.
   const RunConfig same = with(was, *find_setting("data.text"), "/usr/share/common-licenses/./GPL-3");
   check_resume_settings(same, ckpt, st, was.model);
+}
+
+// The step check_resume_settings names as the first whose learning rate changes ("... of step N"), or -1.
+int64_t reported_lr_change(const RunConfig& was, const RunConfig& now, const std::string& ckpt, const TrainState& st) {
+  try {
+    check_resume_settings(now, ckpt, st, was.model);
+  } catch (const Error& e) {
+    const std::string msg = e.what(), tag = "learning rate of step ";
+    const auto at = msg.find(tag);
+    EXPECT_NE(at, std::string::npos) << msg;
+    return at == std::string::npos ? -2 : std::stoll(msg.substr(at + tag.size())) - 1;
+  }
+  return -1;
+}
+
+TEST(Settings, ResumeFindsTheFirstLearningRateChangeOfAnyStep) {
+  const std::string d = test::tmp_dir("settings_lr_change");
+  const std::string ckpt = d + "/ckpt";
+  fs::create_directories(ckpt);
+  const RunConfig base = load_run_config(base_cfg(d));
+  auto set = [](RunConfig c, const std::vector<std::pair<std::string, std::string>>& kv) {
+    for (const auto& [k, v] : kv) c = with(c, *find_setting(k), v);
+    return c;
+  };
+  // Small runs: the same step as comparing every step taken.
+  const std::vector<std::vector<std::pair<std::string, std::string>>> changes = {
+      {{"optim.lr", "0.002"}},
+      {{"schedule.warmup", "7"}},
+      {{"schedule.steps", "90"}},
+      {{"schedule.min_lr_ratio", "0.3"}},
+      {{"schedule.type", "wsd"}},
+      {{"schedule.type", "constant"}},
+      {{"schedule.type", "wsd"}, {"schedule.decay_fraction", "0.5"}}};
+  for (const auto& change : changes) {
+    const RunConfig was = set(base, {{"schedule.type", "cosine"}, {"schedule.warmup", "5"}, {"schedule.steps", "60"}});
+    const RunConfig now = set(was, change);
+    write_file_atomic(ckpt + "/run.yaml", run_config_to_yaml(was));
+    for (int64_t taken : {1, 6, 40, 200}) {
+      TrainState st;
+      st.step = taken;
+      int64_t brute = -1;
+      for (int64_t k = 0; k < taken && brute < 0; ++k)
+        if (schedule_lr(was.schedule, k, was.optim.lr) != schedule_lr(now.schedule, k, now.optim.lr)) brute = k;
+      EXPECT_EQ(reported_lr_change(was, now, ckpt, st), brute) << change[0].first << " after " << taken << " steps";
+    }
+  }
+  // A checkpoint claiming 10^12 steps of a 2·10^12-step schedule: the change (at the warmup's end, where the
+  // floors first round apart) is found at once, not after a scan
+  // of every step (a hang), both early and past the scanned range.
+  const RunConfig was =
+      set(base, {{"schedule.type", "cosine"}, {"schedule.warmup", "10"}, {"schedule.steps", "2000000000000"}});
+  write_file_atomic(ckpt + "/run.yaml", run_config_to_yaml(was));
+  TrainState st;
+  st.step = 1000000000000;
+  EXPECT_EQ(reported_lr_change(was, set(was, {{"schedule.min_lr_ratio", "0.3"}}), ckpt, st), 10);
+  const RunConfig late =
+      set(base, {{"schedule.type", "cosine"}, {"schedule.warmup", "100000000"}, {"schedule.steps", "2000000000000"}});
+  write_file_atomic(ckpt + "/run.yaml", run_config_to_yaml(late));
+  EXPECT_EQ(reported_lr_change(late, set(late, {{"schedule.min_lr_ratio", "0.3"}}), ckpt, st), 100000000);
+  // A change no step feels (a constant schedule has no floor): accepted, without visiting 10^12 steps.
+  const RunConfig flat = set(base, {{"schedule.type", "constant"}, {"schedule.steps", "2000000000000"}});
+  write_file_atomic(ckpt + "/run.yaml", run_config_to_yaml(flat));
+  EXPECT_EQ(reported_lr_change(flat, set(flat, {{"schedule.min_lr_ratio", "0.3"}}), ckpt, st), -1);
 }
 
 TEST(Settings, HelpAndTextListEveryKey) {

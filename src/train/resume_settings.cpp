@@ -1,5 +1,7 @@
 #include "drope/train/resume_settings.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <utility>
@@ -52,12 +54,36 @@ bool dropped_within(const RunConfig& c, int64_t steps) {
   return c.phase == TrainPhase::kDrope || (c.drop_at_step >= 0 && c.drop_at_step < steps);
 }
 
-// The first step in [phase_start, step) whose learning rate differs between the two configs, or -1.
+// The phase steps where a schedule's formula changes: the start, the end of the warmup, the wsd decay's start and
+// the end. From the last of them on, every schedule is flat (lr_schedule.cpp).
+std::vector<int64_t> schedule_breakpoints(const ScheduleConfig& s) {
+  std::vector<int64_t> out{0, s.warmup, s.steps};
+  if (s.type == ScheduleType::kWsd)
+    out.push_back(s.steps - std::max<int64_t>(1, int64_t(std::llround(s.decay_fraction * double(s.steps)))));
+  return out;
+}
+
+// The first step in [phase_start, step) whose learning rate differs between the two configs, or -1. Both schedules
+// are flat once past their last breakpoint, so no step after it can be the first to differ; the steps before it are
+// compared one by one up to kScan (a fraction of a second), and past that (a checkpoint's step is the user's file)
+// only around each breakpoint, where a formula starts: two different formulas part at once.
 int64_t first_lr_change(const RunConfig& a, const RunConfig& b, const TrainState& st) {
-  for (int64_t s = st.phase_start; s < st.step; ++s)
-    if (schedule_lr(a.schedule, s - st.phase_start, a.optim.lr) !=
-        schedule_lr(b.schedule, s - st.phase_start, b.optim.lr))
-      return s;
+  constexpr int64_t kScan = int64_t{1} << 24;
+  const auto differs = [&](int64_t k) {
+    return schedule_lr(a.schedule, k, a.optim.lr) != schedule_lr(b.schedule, k, b.optim.lr);
+  };
+  std::vector<int64_t> points = schedule_breakpoints(a.schedule);
+  for (int64_t p : schedule_breakpoints(b.schedule)) points.push_back(p);
+  const int64_t flat = *std::max_element(points.begin(), points.end());
+  const int64_t end = std::min(st.step - st.phase_start, flat + 1);
+  for (int64_t k = 0; k < std::min(end, kScan); ++k)
+    if (differs(k)) return st.phase_start + k;
+  std::vector<int64_t> near;
+  for (int64_t p : points)
+    for (int64_t d = -1; d <= 2; ++d) near.push_back(p + d);
+  std::sort(near.begin(), near.end());
+  for (int64_t k : near)
+    if (k >= kScan && k < end && differs(k)) return st.phase_start + k;
   return -1;
 }
 
