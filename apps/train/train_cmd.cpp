@@ -38,36 +38,52 @@ void add_train_options(CLI::App& cli, TrainFlags& f) {
   cli.footer(train::settings_help());
 }
 
+namespace {
+
+int train_or_plan(const TrainFlags& f) {
+  if (f.config.empty()) fail("a run config YAML is required: drope-train CONFIG (or drope-train plot RUN_DIR)");
+  train::install_stop_handlers();  // first: before LibTorch or oneDNN start threads
+  auto cfg = train::load_run_config(f.config, f.sets);
+  train::TrainOptions opt;
+  opt.run_yaml = train::run_config_to_yaml(cfg);
+  if (f.print_config) {
+    fmt::print("{}", opt.run_yaml);
+    return 0;
+  }
+  if (!f.plan && (f.world_opt->count() > 0 || f.gpu_mem_opt->count() > 0 || f.json_opt->count() > 0))
+    fail("--world, --gpu-mem-gb and --json go with --plan");
+  if (f.plan) {
+    if (f.world_opt->count() > 0) app::check_size_flag("--world", f.plan_world, 1, 1 << 20);
+    train::PlanRun r;
+    r.world = f.world_opt->count() > 0 ? int(f.plan_world) : train::read_dist_env().world;
+    if (!(f.gpu_mem_gb > 0 && f.gpu_mem_gb <= 1e6))
+      fail("--gpu-mem-gb: expected a number in (0, 1e6], got {}", f.gpu_mem_gb);
+    r.gpu_mem_gb = f.gpu_mem_gb;
+    r.json = f.plan_json;
+    train::run_plan(cfg, r);
+    return 0;
+  }
+  opt.resume = f.resume || train::read_dist_env().restart_count > 0;
+  opt.force = f.force;
+  cfg.init_import.allow_foreign_checkpoint = f.allow_foreign_checkpoint;
+  train::install_tensor_memory_tracker_from_env();  // before the model's tensors exist
+  train::Trainer(cfg, opt).run();
+  return 0;
+}
+
+}  // namespace
+
 int run_train(const TrainFlags& f) {
   return app::run([&] {
-    if (f.config.empty()) fail("a run config YAML is required: drope-train CONFIG (or drope-train plot RUN_DIR)");
-    train::install_stop_handlers();  // first: before LibTorch or oneDNN start threads
-    auto cfg = train::load_run_config(f.config, f.sets);
-    train::TrainOptions opt;
-    opt.run_yaml = train::run_config_to_yaml(cfg);
-    if (f.print_config) {
-      fmt::print("{}", opt.run_yaml);
-      return 0;
+    try {
+      return train_or_plan(f);
+    } catch (const std::exception& e) {
+      // A rank that fails before it joined the others (a config missing on its node, a bad flag) tells them, so
+      // that they stop at once instead of waiting train.dist_timeout_s for it; a no-op once it joined.
+      const std::string what = e.what();
+      train::tell_peers_start_failed(what.substr(0, what.find('\n')));
+      throw;
     }
-    if (!f.plan && (f.world_opt->count() > 0 || f.gpu_mem_opt->count() > 0 || f.json_opt->count() > 0))
-      fail("--world, --gpu-mem-gb and --json go with --plan");
-    if (f.plan) {
-      if (f.world_opt->count() > 0) app::check_size_flag("--world", f.plan_world, 1, 1 << 20);
-      train::PlanRun r;
-      r.world = f.world_opt->count() > 0 ? int(f.plan_world) : train::read_dist_env().world;
-      if (!(f.gpu_mem_gb > 0 && f.gpu_mem_gb <= 1e6))
-        fail("--gpu-mem-gb: expected a number in (0, 1e6], got {}", f.gpu_mem_gb);
-      r.gpu_mem_gb = f.gpu_mem_gb;
-      r.json = f.plan_json;
-      train::run_plan(cfg, r);
-      return 0;
-    }
-    opt.resume = f.resume || train::read_dist_env().restart_count > 0;
-    opt.force = f.force;
-    cfg.init_import.allow_foreign_checkpoint = f.allow_foreign_checkpoint;
-    train::install_tensor_memory_tracker_from_env();  // before the model's tensors exist
-    train::Trainer(cfg, opt).run();
-    return 0;
   });
 }
 

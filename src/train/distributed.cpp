@@ -2,6 +2,7 @@
 #include "drope/core/environment.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -202,6 +203,32 @@ std::string first_difference(const Consensus& mine, const Consensus& theirs, int
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_joined{false};     // this process published its consensus (or a failure) in the store
+constexpr const char* kFailed = "(failed)";  // the one key of a rank's entry that says it could not start
+}  // namespace
+
+void tell_peers_start_failed(const std::string& error) {
+  if (g_joined.exchange(true)) return;
+  try {
+    const DistEnv e = read_dist_env();
+    // Without torchrun rank 0 hosts the store: failing before it exists, it has nobody to tell.
+    if (e.world == 1 || (e.rank == 0 && !e.torchrun)) return;
+    const QuietC10Logs quiet;
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(e.master_port);
+    so.isServer = false;
+    so.timeout = std::chrono::seconds(5);
+    auto store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("drope/{}", e.restart_count),
+                                                        c10::make_intrusive<c10d::TCPStore>(e.master_addr, so));
+    if (store->add(fmt::format("consensus/joined/{}", e.rank), 1) > 1) return;  // another process is this rank
+    const std::string why = fmt::format("rank {} could not start: {}", e.rank, error);
+    if (e.rank == 0) store->set("consensus/verdict", bytes_of("failed:" + why));  // the others wait for rank 0's
+    else store->set(fmt::format("consensus/{}", e.rank), bytes_of(encode({{kFailed, why}})));
+  } catch (const std::exception&) {
+  }
+}
+
 // Before the process group exists: every rank publishes what must agree; rank 0 compares each rank's with its own
 // and publishes one verdict that every rank reads. A mismatched WORLD_SIZE cannot form a process group, so this
 // goes through the rendezvous store alone.
@@ -211,6 +238,7 @@ void Distributed::agree(const Consensus& mine) {
   const std::string verdict_key = "consensus/verdict";
   // A second process with the same RANK (a rank started twice) would otherwise take the first one's place in the
   // process group, or fail at its first collective saying that another rank died.
+  g_joined = true;
   if (store.add(fmt::format("consensus/joined/{}", env_.rank), 1) > 1)
     fail("rank {} of {}: another process already joined this run as rank {} (a rank started twice, or two "
          "processes given RANK={})",
@@ -224,6 +252,7 @@ void Distributed::agree(const Consensus& mine) {
   };
   if (env_.rank == 0) {
     std::string verdict;
+    int failed = -1;  // a rank that could not start: it never reads the verdict
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (int r = 1; r < env_.world && verdict.empty(); ++r) {
       const std::string key = fmt::format("consensus/{}", r);
@@ -238,14 +267,20 @@ void Distributed::agree(const Consensus& mine) {
             r, impl_->timeout_s);
         break;
       }
-      const std::string why = first_difference(mine, decode(string_of(store.get(key))), r);
+      const Consensus theirs = decode(string_of(store.get(key)));
+      if (theirs.size() == 1 && theirs[0].first == kFailed) {
+        verdict = "failed:" + theirs[0].second;
+        failed = r;
+        break;
+      }
+      const std::string why = first_difference(mine, theirs, r);
       if (!why.empty()) verdict = "differ:" + why;
     }
     store.set(verdict_key, bytes_of(verdict.empty() ? std::string("ok") : verdict));
     if (!verdict.empty()) {
       // Rank 0 may host the store: it stays until every rank that arrived has read the verdict (bounded).
       for (int r = 1; r < env_.world; ++r) {
-        if (!store.check({fmt::format("consensus/{}", r)})) continue;
+        if (r == failed || !store.check({fmt::format("consensus/{}", r)})) continue;
         try {
           store.wait({fmt::format("consensus/seen/{}", r)}, std::min(timeout, std::chrono::milliseconds(10000)));
         } catch (const std::exception&) {
@@ -253,6 +288,7 @@ void Distributed::agree(const Consensus& mine) {
       }
     }
     if (verdict.rfind("missing:", 0) == 0) fail("rank 0 of {}: {}", env_.world, verdict.substr(8));
+    if (verdict.rfind("failed:", 0) == 0) fail("rank 0 of {}: {}", env_.world, verdict.substr(7));
     if (!verdict.empty()) refuse(verdict.substr(7));
     return;
   }
@@ -268,6 +304,7 @@ void Distributed::agree(const Consensus& mine) {
   }
   if (verdict == "ok") return;
   if (verdict.rfind("missing:", 0) == 0) fail("rank {} of {}: {}", env_.rank, env_.world, verdict.substr(8));
+  if (verdict.rfind("failed:", 0) == 0) fail("rank {} of {}: {}", env_.rank, env_.world, verdict.substr(7));
   refuse(verdict.substr(7));
 }
 

@@ -139,6 +139,18 @@ def test_a_rank_started_twice_is_refused_and_the_run_goes_on(tmp):
             p.communicate()
 
 
+def test_a_rank_that_cannot_start_stops_the_others_at_once(tmp):
+    """Rank 1's config is missing on its node: it posts its error where rank 0 compares the ranks, and rank 0 stops
+    naming rank 1 and that error, not after train.dist_timeout_s (60 s here) with 'rank 1 did not arrive'."""
+    t0 = time.monotonic()
+    res = launch([cfg_file(tmp, "a", timeout=60), tmp / "missing.yaml"])
+    assert time.monotonic() - t0 < 30
+    for rc, err in res:
+        assert rc != 0 and not any(b in err for b in BAD) and len(err.strip().splitlines()) == 1, err
+    assert f"rank 0 of 2: rank 1 could not start: {tmp / 'missing.yaml'}: " in res[0][1], res[0][1]
+    assert not (tmp / "run").exists()
+
+
 def test_agreeing_ranks_train(tmp):
     res = launch([cfg_file(tmp, "a"), cfg_file(tmp, "a")])
     assert all(rc == 0 for rc, _ in res), res

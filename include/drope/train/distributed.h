@@ -46,6 +46,12 @@ class Collective {
 // world size, the dataset's and the binary's identity (Trainer builds it).
 using Consensus = std::vector<std::pair<std::string, std::string>>;
 
+// For a rank that fails before it joined the others (a config missing on its node, a bad flag): posts `error` in
+// the rendezvous store where rank 0 compares the ranks, so that every rank stops at once naming this rank and its
+// error instead of waiting train.dist_timeout_s for it. Best effort and bounded (a few seconds); a no-op for one
+// process, after this process joined, or where no store is reachable.
+void tell_peers_start_failed(const std::string& error);
+
 class Distributed {
  public:
   // world == 1 (without env.single_rank_group): no process group, every call is local. `timeout_s` bounds
