@@ -208,6 +208,31 @@ std::atomic<bool> g_joined{false};     // this process published its consensus (
 constexpr const char* kFailed = "(failed)";  // the one key of a rank's entry that says it could not start
 }  // namespace
 
+std::atomic<bool>& stop_signal() {
+  static std::atomic<bool> stop{false};
+  return stop;
+}
+
+namespace {
+// store.wait for `key` until `deadline`, in slices, so that SIGTERM or SIGINT ends a wait for the other ranks at
+// once (say names what is awaited); at the deadline it throws what store.wait throws.
+void wait_key(c10d::Store& store, const std::string& key, std::chrono::steady_clock::time_point deadline,
+              const DistEnv& env, const std::string& what) {
+  using std::chrono::milliseconds;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    try {
+      store.wait({key}, std::clamp(left, milliseconds(1), milliseconds(500)));
+      return;
+    } catch (const c10::DistStoreError&) {
+      if (stop_signal())
+        fail("rank {} of {}: stopped by SIGTERM or SIGINT while waiting for {}", env.rank, env.world, what);
+      if (left <= milliseconds(500)) throw;
+    }
+  }
+}
+}  // namespace
+
 void tell_peers_start_failed(const std::string& error) {
   if (g_joined.exchange(true)) return;
   try {
@@ -256,11 +281,9 @@ void Distributed::agree(const Consensus& mine) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (int r = 1; r < env_.world && verdict.empty(); ++r) {
       const std::string key = fmt::format("consensus/{}", r);
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       try {
-        store.wait({key}, std::max(left, std::chrono::milliseconds(1)));
-      } catch (const std::exception&) {
+        wait_key(store, key, deadline, env_, fmt::format("rank {}", r));
+      } catch (const c10::Error&) {  // a signal's stop is ours (drope::Error) and goes through
         verdict = fmt::format(
             "missing:rank {} did not arrive within train.dist_timeout_s = {} s (it died before its first step, or it "
             "was started with another WORLD_SIZE, MASTER_ADDR or MASTER_PORT)",
@@ -294,10 +317,10 @@ void Distributed::agree(const Consensus& mine) {
   }
   std::string verdict;
   try {
-    store.wait({verdict_key}, timeout);
+    wait_key(store, verdict_key, std::chrono::steady_clock::now() + timeout, env_, "rank 0's comparison of the ranks");
     verdict = string_of(store.get(verdict_key));
     store.set(fmt::format("consensus/seen/{}", env_.rank), bytes_of("1"));
-  } catch (const std::exception&) {
+  } catch (const c10::Error&) {  // a signal's stop is ours (drope::Error) and goes through
     fail("rank {} of {}: rank 0 did not compare the ranks' settings within train.dist_timeout_s = {} s (rank 0 died "
          "or never started, or the ranks were started with different WORLD_SIZE values)",
          env_.rank, env_.world, impl_->timeout_s);

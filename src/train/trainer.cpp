@@ -63,8 +63,6 @@ Variant drope_variant(const RunConfig& cfg) {
   return v;
 }
 
-std::atomic<bool> g_stop{false};
-
 // Test-only fault injection, read only with DROPE_TEST_FAULTS=1 (docs/training.md, environment variables):
 // DROPE_FAULT_NAN_AT_STEP=4,5 makes the loss of those steps (1-based) NaN; DROPE_FAULT_NAN_WEIGHTS_AT_STEP=n poisons
 // one weight after step n.
@@ -274,7 +272,7 @@ void install_stop_handlers() {
     fail("cannot block SIGTERM/SIGINT: {}", std::strerror(e));
   std::thread([set] {
     int sig = 0;
-    while (sigwait(&set, &sig) == 0) g_stop = true;
+    while (sigwait(&set, &sig) == 0) stop_signal() = true;
   }).detach();
   // A file-size limit (RLIMIT_FSIZE) must make write() fail with EFBIG, a clean error, not kill us.
   ignore_file_size_signal();
@@ -731,7 +729,7 @@ void Trainer::checkpoint() {
 }
 
 // Whether any rank was asked to stop (SIGTERM/SIGINT); every rank takes part.
-bool Trainer::stop_requested() { return dist_->mean(g_stop.load() ? 1.0 : 0.0) > 0; }
+bool Trainer::stop_requested() { return dist_->mean(stop_signal().load() ? 1.0 : 0.0) > 0; }
 
 // The final validation and checkpoint (marked complete: a later --resume has nothing to redo).
 void Trainer::finish() {

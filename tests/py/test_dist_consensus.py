@@ -5,7 +5,9 @@ train.dist_timeout_s naming it. Never a C++ abort, never divergent replicas that
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -149,6 +151,40 @@ def test_a_rank_that_cannot_start_stops_the_others_at_once(tmp):
         assert rc != 0 and not any(b in err for b in BAD) and len(err.strip().splitlines()) == 1, err
     assert f"rank 0 of 2: rank 1 could not start: {tmp / 'missing.yaml'}: " in res[0][1], res[0][1]
     assert not (tmp / "run").exists()
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_signal_ends_the_wait_for_the_other_ranks(tmp, rank):
+    """A rank waiting at start for the others (rank 0 for rank 1, rank 1 for rank 0's comparison) stops on SIGTERM
+    at once, not after train.dist_timeout_s (60 s here)."""
+    port, cfg = free_port(), cfg_file(tmp, "a", timeout=60)
+    if rank == 1:  # rank 0 would compare at once: a store alone stands for a rank 0 that is slow to start
+        store = subprocess.Popen([sys.executable, "-c", STORE, str(port)], stdout=subprocess.PIPE, text=True)
+        assert store.stdout.readline().strip() == "ready"
+    p = subprocess.Popen([TRAIN, str(cfg), "--quiet"], env=env_for(rank, 2, port), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)
+        assert p.poll() is None, p.communicate()
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=90)
+        assert time.monotonic() - t0 < 10
+    finally:
+        p.kill()
+        if rank == 1:
+            store.kill()
+    awaited = "rank 1" if rank == 0 else "rank 0's comparison of the ranks"
+    assert p.returncode != 0 and len(err.strip().splitlines()) == 1, err
+    assert f"rank {rank} of 2: stopped by SIGTERM or SIGINT while waiting for {awaited}" in err, err
+
+
+STORE = """import sys, time
+from torch.distributed import TCPStore
+s = TCPStore("127.0.0.1", int(sys.argv[1]), 3, True, wait_for_workers=False)
+print("ready", flush=True)
+time.sleep(600)
+"""
 
 
 def test_agreeing_ranks_train(tmp):

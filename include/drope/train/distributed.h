@@ -3,6 +3,7 @@
 // scalar reductions and barriers.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -45,6 +46,10 @@ class Collective {
 // What every rank must agree on before the first step, as (name, value) pairs: the resolved run config, the
 // world size, the dataset's and the binary's identity (Trainer builds it).
 using Consensus = std::vector<std::pair<std::string, std::string>>;
+
+// Set when SIGTERM or SIGINT asked this process to stop (install_stop_handlers' signal thread): a training run
+// checkpoints and stops, and a wait for the other ranks at start gives up at once.
+std::atomic<bool>& stop_signal();
 
 // For a rank that fails before it joined the others (a config missing on its node, a bad flag): posts `error` in
 // the rendezvous store where rank 0 compares the ranks, so that every rank stops at once naming this rank and its
