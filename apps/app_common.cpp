@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <new>
 #include <string>
 
@@ -94,6 +95,8 @@ int run(const std::function<int()>& body) {
     logging::error("{}", library_error_line(e.what_without_backtrace()));
   } catch (const std::bad_alloc&) {
     logging::error("{}", kOutOfMemory);
+  } catch (const std::filesystem::filesystem_error& e) {  // a path the checks could not even stat (a symlink loop)
+    logging::error("{}: {}", e.path1().string(), e.code().message());
   } catch (const std::exception& e) {
     logging::error("{}", library_error_line(e.what()));
   }

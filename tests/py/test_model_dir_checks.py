@@ -90,3 +90,14 @@ def test_a_tied_model_with_a_different_stored_head_is_refused(model, tmp, layout
                            "tie")
     save_file(dict(w, **{"lm_head.weight": embed[:-1].copy()}), str(model / "model.safetensors"))
     expect_model_dir_error(model, tmp, "model.safetensors", "'lm_head.weight'", "shape")
+
+
+@pytest.mark.parametrize("tool", [("drope-model", "info"), ("drope-model", "drop", "--out", "{tmp}/d")])
+def test_a_model_path_that_is_a_symlink_loop_is_one_line_naming_it(tmp, tool):
+    loop = tmp / "loop"
+    loop.symlink_to(loop)
+    r = run_cli(*(a.format(tmp=tmp) for a in tool), "--model", loop, check=False)
+    assert r.returncode != 0
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and str(loop) in lines[0] and "Too many levels of symbolic links" in lines[0], r.stderr
+    assert "filesystem error" not in r.stderr and not (tmp / "d").exists()
