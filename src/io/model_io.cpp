@@ -200,6 +200,11 @@ WeightSet open_weights(const std::string& dir) {
     }
     shard[file] = ws.files.back().get();
     for (const auto& kv : ws.files.back()->header().tensors) {
+      // A tensor the index does not list would be used here but reported missing (and re-initialised) by
+      // transformers: the index and its shards disagree, so neither reading is right.
+      if (!weight_map.count(kv.first))
+        fail("{}: tensor '{}' is in the shard {} but not in the weight_map; the index and its shards disagree", index,
+             kv.first, file);
       if (ws.where.count(kv.first)) fail("{}: tensor '{}' also appears in {}", p, kv.first, ws.where[kv.first]->path());
       ws.where[kv.first] = ws.files.back().get();
     }

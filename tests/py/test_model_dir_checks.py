@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from conftest import expect_model_dir_error, run_cli
+from conftest import expect_error, expect_model_dir_error, run_cli
 
 TENSOR = "model.layers.0.mlp.up_proj.weight"
 
@@ -101,3 +101,27 @@ def test_a_model_path_that_is_a_symlink_loop_is_one_line_naming_it(tmp, tool):
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and str(loop) in lines[0] and "Too many levels of symbolic links" in lines[0], r.stderr
     assert "filesystem error" not in r.stderr and not (tmp / "d").exists()
+
+
+def test_a_shard_tensor_the_index_does_not_list_is_refused(model, tmp):
+    """A sharded checkpoint whose shard holds a tensor its index does not list: transformers would report that
+    tensor missing (and initialise it afresh) while the shard's copy would be used here. The index and its shards
+    disagree, so the directory is refused naming the index, the tensor and the shard; a consistent one loads."""
+    w = load_file(str(model / "model.safetensors"))
+    (model / "model.safetensors").unlink()
+    keys = sorted(w)
+    shards = {"a.safetensors": keys[::2], "b.safetensors": keys[1::2]}
+    weight_map = {k: f for f, ks in shards.items() for k in ks}
+    for f, ks in shards.items():
+        save_file({k: w[k] for k in ks}, str(model / f), metadata={"format": "pt"})
+    index = model / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    run_cli("drope-model", "info", "--model", model)
+    unlisted = TENSOR if weight_map[TENSOR] == "b.safetensors" else keys[1]
+    del weight_map[unlisted]
+    index.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    expect_model_dir_error(model, tmp, "model.safetensors.index.json", f"'{unlisted}'", "b.safetensors",
+                           "not in the weight_map")
+    out = tmp / "converted"
+    expect_error(run_cli("drope-model", "convert", "--model", model, "--out", out, check=False), f"'{unlisted}'")
+    assert not out.exists()
