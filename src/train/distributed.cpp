@@ -108,6 +108,19 @@ class QuietC10Logs {
   int saved_;
 };
 
+// The rendezvous store of this launch: a TCPStore at MASTER_ADDR:MASTER_PORT (this process serving it when
+// `serve`), under a prefix per restart so that a restarted run never reads a previous attempt's keys.
+c10::intrusive_ptr<c10d::Store> rendezvous_store(const DistEnv& e, bool serve, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(e.master_port);
+  so.isServer = serve;
+  so.numWorkers = e.world;
+  so.waitWorkers = false;
+  so.timeout = timeout;
+  return c10::make_intrusive<c10d::PrefixStore>(fmt::format("drope/{}", e.restart_count),
+                                                c10::make_intrusive<c10d::TCPStore>(e.master_addr, so));
+}
+
 }  // namespace
 
 Distributed::Distributed(const DistEnv& e, const torch::Device& device, double timeout_s, const Consensus& consensus)
@@ -119,17 +132,10 @@ Distributed::Distributed(const DistEnv& e, const torch::Device& device, double t
     return;
   }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  c10d::TCPStoreOptions so;
-  so.port = static_cast<uint16_t>(e.master_port);
-  // torchrun's agent hosts the store; under Slurm rank 0 does.
-  so.isServer = !e.torchrun && e.rank == 0;
-  so.numWorkers = e.world;
-  so.waitWorkers = false;
-  so.timeout = timeout;
   try {
     const QuietC10Logs quiet;
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(e.master_addr, so);
-    impl_->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("drope/{}", e.restart_count), tcp);
+    // torchrun's agent hosts the store; under Slurm rank 0 does.
+    impl_->store = rendezvous_store(e, !e.torchrun && e.rank == 0, timeout);
   } catch (const std::exception& ex) {
     fail("rank {}: cannot reach the rendezvous store at {}:{} ({})", e.rank, e.master_addr, e.master_port,
          first_line(ex));
@@ -201,19 +207,9 @@ std::string first_difference(const Consensus& mine, const Consensus& theirs, int
   return {};
 }
 
-}  // namespace
-
-namespace {
 std::atomic<bool> g_joined{false};     // this process published its consensus (or a failure) in the store
 constexpr const char* kFailed = "(failed)";  // the one key of a rank's entry that says it could not start
-}  // namespace
 
-std::atomic<bool>& stop_signal() {
-  static std::atomic<bool> stop{false};
-  return stop;
-}
-
-namespace {
 // store.wait for `key` until `deadline`, in slices, so that SIGTERM or SIGINT ends a wait for the other ranks at
 // once (say names what is awaited); at the deadline it throws what store.wait throws.
 void wait_key(c10d::Store& store, const std::string& key, std::chrono::steady_clock::time_point deadline,
@@ -233,6 +229,11 @@ void wait_key(c10d::Store& store, const std::string& key, std::chrono::steady_cl
 }
 }  // namespace
 
+std::atomic<bool>& stop_signal() {
+  static std::atomic<bool> stop{false};
+  return stop;
+}
+
 void tell_peers_start_failed(const std::string& error) {
   if (g_joined.exchange(true)) return;
   try {
@@ -240,12 +241,7 @@ void tell_peers_start_failed(const std::string& error) {
     // Without torchrun rank 0 hosts the store: failing before it exists, it has nobody to tell.
     if (e.world == 1 || (e.rank == 0 && !e.torchrun)) return;
     const QuietC10Logs quiet;
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(e.master_port);
-    so.isServer = false;
-    so.timeout = std::chrono::seconds(5);
-    auto store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("drope/{}", e.restart_count),
-                                                        c10::make_intrusive<c10d::TCPStore>(e.master_addr, so));
+    auto store = rendezvous_store(e, false, std::chrono::seconds(5));
     if (store->add(fmt::format("consensus/joined/{}", e.rank), 1) > 1) return;  // another process is this rank
     const std::string why = fmt::format("rank {} could not start: {}", e.rank, error);
     if (e.rank == 0) store->set("consensus/verdict", bytes_of("failed:" + why));  // the others wait for rank 0's
