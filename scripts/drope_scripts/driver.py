@@ -335,20 +335,20 @@ class Driver:
 
     def train(self, config: str | pathlib.Path, run_dir: pathlib.Path, steps: int, overrides: Sequence[str] = (),
               fresh_overrides: Sequence[str] = (), show: Show = ALL) -> str:
-        """drope-train `config` into run_dir unless finished: a killed run resumes, a fresh one starts (with
-        `fresh_overrides` too). Deletes nothing: drope-train rewrites an unfinished first attempt's log itself.
-        Returns the state found (train_state)."""
+        """drope-train `config` into run_dir unless finished: a killed run resumes, a fresh one starts.
+        `fresh_overrides` (e.g. run.init) are settings only a fresh start reads; a resumed run passes them too,
+        unchanged, because drope-train refuses a resume whose settings differ from the checkpoint's. Deletes
+        nothing: drope-train rewrites an unfinished first attempt's log itself. Returns the state found."""
         state = train_state(run_dir, steps)
         if state == "finished":
             return state
         args = [config, "--set", f"run.out_dir={run_dir}"]
         for o in overrides:
             args += ["--set", o]
+        for o in fresh_overrides:
+            args += ["--set", o]
         if state == "killed":
             args.append("--resume")
-        else:
-            for o in fresh_overrides:
-                args += ["--set", o]
         self.tool("drope-train", *args, show=show, line_buffered=True)
         return state
 

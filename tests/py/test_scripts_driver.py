@@ -2,9 +2,11 @@
 import json
 import os
 import re
+import shutil
 
 import pytest
 
+from conftest import BIN, micro_train_yaml
 from drope_scripts import driver
 from drope_scripts.driver import Driver, Method
 
@@ -58,11 +60,33 @@ def test_train_fresh_killed_finished(tools, tmp_path, capsys):
     assert (run / "notes.txt").read_text() == "mine"  # nothing deleted
     fake_checkpoint(run, 150)
     assert d.train("cfg.yaml", run, 600, ["run.seed=1"], fresh_overrides=["run.init=x"]) == "killed"
-    assert calls.read_text().splitlines()[-1] == f"{head} --resume"
+    assert calls.read_text().splitlines()[-1] == f"{head} --set run.init=x --resume"  # the same settings
     fake_checkpoint(run, 600)
     assert d.train("cfg.yaml", run, 600) == "finished"
     assert len(calls.read_text().splitlines()) == 2
     assert driver.checkpoint(run, 150).is_dir()
+
+
+def test_killed_drope_run_resumes_with_real_tool(tmp_path):
+    """A DroPE run (run.init set by the caller, not its config) killed after a checkpoint resumes: drope-train
+    refuses a resume whose run.init differs from the checkpoint's, so the driver must pass it again."""
+    rope = tmp_path / "rope"
+    cfg = tmp_path / "rope.yaml"
+    cfg.write_text(micro_train_yaml(rope, 2).replace("log_every: 1,", "log_every: 1, eval_every: 0,"))
+    d = Driver("test", BIN, width=3)
+    assert d.train(cfg, rope, 2, show=driver.NONE) == "fresh"
+    init = driver.checkpoint(rope, 2)
+    drope = tmp_path / "drope"
+    dcfg = tmp_path / "drope.yaml"
+    elsewhere = tmp_path / "elsewhere"  # the config's own run.init, which the caller overrides
+    dcfg.write_text(micro_train_yaml(drope, 4).replace("seed: 5}", f"seed: 6, phase: drope, init: {elsewhere}}}")
+                    .replace("log_every: 1,", "log_every: 1, eval_every: 0, checkpoint_every: 2,"))
+    sets = ["train.keep_last=2"]
+    assert d.train(dcfg, drope, 4, sets, [f"run.init={init}"], show=driver.NONE) == "fresh"
+    final = driver.checkpoint(drope, 4)
+    shutil.rmtree(final)  # killed before its last checkpoint
+    assert d.train(dcfg, drope, 4, sets, [f"run.init={init}"], show=driver.NONE) == "killed"
+    assert (final / "model.safetensors").is_file()
 
 
 def test_tool_output_filters_and_failure(tools, tmp_path, capsys, monkeypatch):
