@@ -7,8 +7,9 @@ trained on the same data for the same steps (same seed, data order, learning rat
   2. DroPE: drope-train phase drope (run.init = the GGUF, drope.qk_norm = qk); RoPE: phase pretrain from the same
      file; both keep a checkpoint at every mark (default 16, 32, 64, 128 steps of 2,048 tokens), trained mark by
      mark (each run resumes to the next mark; the schedule is constant after the warm-up);
-  3. held-out perplexity on Persuasion at 512 and 2,048 tokens (non-overlapping windows over the same tokens) for
-     both at every mark; step 0 is the model as released (RoPE) and the dropped model with QK-norm, untrained;
+  3. held-out perplexity on Persuasion at 512, 1,024, 2,048 and 4,096 tokens (non-overlapping windows over the same
+     tokens) for both at every mark, the length curve; step 0 is the model as released (RoPE) and the dropped model
+     with QK-norm, untrained;
   4. the temperature c of DroPE's last checkpoint (drope-eval fit-temperature, C = the recalibration length);
   5. NIAH single_1 at 8K and 16K for DroPE (fitted temperature), RoPE and RoPE + YaRN × 2 (the control's last
      checkpoint).
@@ -71,7 +72,7 @@ class Scale:
     marks: tuple[int, ...] = (0, 16, 32, 64, 128)
     lr: float = 3e-4
     warmup: int = 8
-    ppl_lengths: tuple[int, ...] = (512, 2048)
+    ppl_lengths: tuple[int, ...] = (512, 1024, 2048, 4096)
     ppl_tokens: int = 16384
     niah_lengths: tuple[int, ...] = (8192, 16384)
     niah_trials: int = 4
@@ -129,7 +130,14 @@ def have(rows: Sequence[dict]) -> set[tuple]:
 
 
 def append_row(path: pathlib.Path, row: dict) -> None:
-    common.Table(path, COLUMNS).append(row)
+    """Appends `row`, first dropping a row of the same key (one from a dirty build that this row replaces)."""
+    table = common.Table(path, COLUMNS)
+    k = key(row["model"], row["step"], row["metric"], row["length"])
+    rows = table.read()
+    kept = [r for r in rows if key(r["model"], r["step"], r["metric"], r["length"]) != k]
+    if len(kept) != len(rows):
+        table.write(kept)
+    table.append(row)
 
 
 # --- the plan: which rows are missing, which runs they need ------------------------------------------------------
@@ -145,7 +153,9 @@ def wanted(s: Scale) -> list[tuple]:
 
 
 def missing(s: Scale, rows: Sequence[dict]) -> list[tuple]:
-    done = have(rows)
+    """The wanted keys without a row from a clean build: a row from a dirty build (its commit ends in -dirty) cannot
+    be reproduced from any commit, so a run from a clean commit computes it again and replaces it."""
+    done = have([r for r in rows if not str(r.get("commit", "")).endswith(common.DIRTY)])
     return [k for k in wanted(s) if k not in done]
 
 
@@ -225,28 +235,48 @@ def results_md(s: Scale, rows: Sequence[dict]) -> str:
 
 
 def plot(s: Scale, rows: Sequence[dict], path: pathlib.Path) -> bool:
-    """The curve: held-out perplexity against recalibration tokens, DroPE and RoPE at each length (log y; step 0
-    drawn at the left edge). False when matplotlib is missing or no perplexity row exists."""
+    """Two panels: held-out perplexity against recalibration tokens, DroPE and RoPE at each length (log y; step 0
+    drawn at the left edge), and perplexity against context length at every mark (does a model use a longer
+    window?). False when matplotlib is missing or no perplexity row exists."""
     ppl = [r for r in rows if r["metric"] == "ppl"]
     if not ppl:
         return False
     plt = figures.pyplot()
     if plt is None:
         return False
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12.5, 4.2))
+    lengths = sorted({r["length"] for r in ppl})
+    styles = ("-", "--", ":", "-.")
     for i, m in enumerate(MODELS):
-        for j, n in enumerate(s.ppl_lengths):
+        for j, n in enumerate(lengths):
             pts = sorted((r["tokens"], r["value"]) for r in ppl if r["model"] == m and r["length"] == n)
             if pts:
                 ax.plot([t for t, _ in pts], [v for _, v in pts], marker="o", color=f"C{i}",
-                        linestyle=("-", "--", ":")[j % 3], label=f"{m}, {n:,} tokens")
+                        linestyle=styles[j % len(styles)], label=f"{m}, {n:,} tokens")
     ax.set_xscale("symlog", linthresh=s.tokens_per_step * min((m for m in s.marks if m), default=1))
     ax.set_yscale("log")
     ax.set_xlabel("recalibration tokens (0 = as released / dropped, untrained)")
     ax.set_ylabel("held-out perplexity (Persuasion)")
-    ax.set_title("SmolLM2-135M: DroPE (RoPE dropped, QK-norm) vs RoPE on the same tokens", fontsize=9)
+    ax.set_title("against recalibration tokens", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
+    steps = sorted({r["step"] for r in ppl})
+    cmap = plt.get_cmap("viridis")
+    for k, step in enumerate(steps):
+        color = cmap(k / max(1, len(steps) - 1))
+        for m, style in zip(MODELS, ("-", "--")):
+            pts = sorted((r["length"], r["value"]) for r in ppl if r["model"] == m and r["step"] == step)
+            if pts:
+                bx.plot([n for n, _ in pts], [v for _, v in pts], marker="o", color=color, linestyle=style,
+                        label=f"{m}, step {step}")
+    bx.set_xscale("log", base=2)
+    bx.set_xticks(lengths, [f"{n:,}" for n in lengths])
+    bx.set_yscale("log")
+    bx.set_xlabel("context length (tokens; non-overlapping windows over the same text)")
+    bx.set_title("against context length, at every mark (DroPE solid, RoPE dashed)", fontsize=9)
+    bx.grid(True, which="both", alpha=0.3)
+    bx.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.suptitle("SmolLM2-135M: DroPE (RoPE dropped, QK-norm) vs RoPE on the same tokens", fontsize=10)
     fig.tight_layout()
     figures.save_png(fig, path)
     return True
@@ -292,32 +322,37 @@ def paragraph(s: Scale, rows: Sequence[dict]) -> str:
 PAPER_TOKENS = 5e9  # the paper: DroPE recovers over 95 % of SmolLM-360M's performance after less than 5B tokens
 
 
+def window_reading(val: dict, model: str, step: int) -> str | None:
+    """What `model`'s perplexity at `step` across window lengths says: each length's value, and whether a longer
+    window lowers it (the model uses the extra context) or not. None with fewer than two lengths."""
+    pts = sorted((ln, v) for (m, st, metric, ln), v in val.items() if m == model and st == step and metric == "ppl")
+    if len(pts) < 2:
+        return None
+    values = ", ".join(f"{v:.1f} at {ln:,}" for ln, v in pts)
+    best = min(pts, key=lambda p: p[1])[0]
+    short = pts[0][0]
+    if best == short:
+        return (f"{model}'s perplexity is lowest with the shortest window ({values}): {model} does not use context "
+                f"beyond {short:,} tokens yet.")
+    longer = [ln for ln, _ in pts if ln > best]
+    tail = (f"; longer windows do not lower it further ({', '.join(f'{ln:,}' for ln in longer)})" if longer else "")
+    return f"{model}'s perplexity falls with longer windows up to {best:,} tokens ({values}){tail}."
+
+
 def context_use(s: Scale, val: dict) -> list[str]:
-    """Whether a longer window lowers each model's perplexity at the last mark (does it use the extra context?),
-    and how far the run is from the paper's budget; nothing beyond the marks measured."""
-    if len(s.ppl_lengths) < 2:
-        return []
-    short, long = min(s.ppl_lengths), max(s.ppl_lengths)
-    steps = sorted(st for (m, st, metric, ln) in val if m == "DroPE" and metric == "ppl" and ln == long
-                   and key("DroPE", st, "ppl", short) in val)
+    """Whether a longer window lowers each model's perplexity at the last mark with two or more lengths (does it use
+    the extra context?), and how far the run is from the paper's budget; nothing beyond the marks measured."""
+    steps = sorted({st for (m, st, metric, _) in val if m == "DroPE" and metric == "ppl"
+                    and sum(1 for (m2, st2, me2, _) in val if m2 == "DroPE" and st2 == st and me2 == "ppl") >= 2})
     if not steps:
         return []
     last = steps[-1]
-    out = []
-    for m in MODELS:
-        a, b = val.get(key(m, last, "ppl", short)), val.get(key(m, last, "ppl", long))
-        if a is None or b is None:
-            continue
-        if b < a:
-            out.append(f"At step {last} {m}'s perplexity is lower with {long}-token windows than with {short} "
-                       f"({b:.1f} against {a:.1f}): it uses context beyond {short} tokens.")
-        else:
-            out.append(f"At step {last} {m}'s perplexity is no lower with {long}-token windows than with {short} "
-                       f"({b:.1f} against {a:.1f}): {m} does not use context beyond {short} tokens yet.")
+    out = [f"At step {last}: {t}" for m in MODELS if (t := window_reading(val, m, last))]
     tokens = last * s.tokens_per_step
-    out.append(f"The run has seen {tokens:,} tokens, 1/{PAPER_TOKENS / tokens:,.0f} of the paper's budget (over 95 % "
-               f"of SmolLM-360M's performance recovered after less than {PAPER_TOKENS / 1e9:g}B tokens). "
-               f"{len(steps)} marks of one run each cannot say where either curve ends.")
+    if tokens:
+        out.append(f"The run has seen {tokens:,} tokens, 1/{PAPER_TOKENS / tokens:,.0f} of the paper's budget (over "
+                   f"95 % of SmolLM-360M's performance recovered after less than {PAPER_TOKENS / 1e9:g}B tokens). "
+                   f"{len(steps)} marks of one run each cannot say where either curve ends.")
     return out
 
 

@@ -198,25 +198,26 @@ def real_model_summary() -> str:
     ppl = [r for r in rows if r["metric"] == "ppl" and r["model"] == "DroPE"]
     last = max(r["step"] for r in ppl)
     tokens = next(r["tokens"] for r in ppl if r["step"] == last)
-    short, long = min(rr.FULL.ppl_lengths), max(rr.FULL.ppl_lengths)
+    long = max(r["length"] for r in ppl if r["step"] == last and rr.key("DroPE", 0, "ppl", r["length"]) in val
+               and rr.key("RoPE", last, "ppl", r["length"]) in val)
 
     def v(m, st, n):
         return val[rr.key(m, st, "ppl", n)]["value"]
 
+    values = {k: r["value"] for k, r in val.items()}
+    reading = " ".join(t for m in rr.MODELS if (t := rr.window_reading(values, m, last)))
     niah = sorted((r for r in rows if r["metric"] == "niah_single_1" and r["model"] == "DroPE" and r["step"] == last),
                   key=lambda r: r["length"])
-    found = (f"finds {'no needle' if all(r['value'] == 0 for r in niah) else 'needles'} at "
+    found = ("" if not niah else
+             f" DroPE {'finds no needle' if all(r['value'] == 0 for r in niah) else 'finds needles'} at "
              + " and ".join(f"{r['length']:,} tokens ({r['value']:.0f} % of {r['detail'].split(',')[0]})"
-                            for r in niah))
+                            for r in niah) + ".")
     dirty = common.dirty_note([r["commit"] for r in rows])
     lead = "On the real SmolLM2-135M" if not dirty else (
         f"**Exploratory, not evidence** ({dirty}): on the real SmolLM2-135M")
     return (f"{lead}, {tokens:,} tokens of CPU recalibration cut DroPE's perplexity at "
             f"{long:,} tokens from {v('DroPE', 0, long):.0f} to {v('DroPE', last, long):.0f} (RoPE "
-            f"{v('RoPE', last, long):.1f}); at {long:,} tokens it is no better than at {short} "
-            f"({v('DroPE', last, long):.1f} against {v('DroPE', last, short):.1f}) while RoPE gains from the longer "
-            f"window ({v('RoPE', last, long):.1f} against {v('RoPE', last, short):.1f}), so DroPE does not use "
-            f"context beyond {short} tokens yet, and it {found}. That is "
+            f"{v('RoPE', last, long):.1f}). At step {last}: {reading}{found} That is "
             f"1/{rr.PAPER_TOKENS / tokens:,.0f} of the paper's budget (under {rr.PAPER_TOKENS / 1e9:g}B tokens for "
             f"95 % of SmolLM-360M's performance) and says nothing about where the curve ends.")
 

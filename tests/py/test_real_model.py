@@ -42,7 +42,8 @@ def test_long_context_methods_are_names_drope_eval_accepts():
 def test_recalibrate_rows_plan_and_page_markers():
     s = rr.FULL
     keys = rr.wanted(s)
-    assert len(keys) == 2 * len(s.marks) * len(s.ppl_lengths) + 1 + 3 * len(s.niah_lengths) == 27
+    assert s.ppl_lengths == (512, 1024, 2048, 4096)  # the length curve at every mark
+    assert len(keys) == 2 * len(s.marks) * len(s.ppl_lengths) + 1 + 3 * len(s.niah_lengths) == 47
     assert rr.steps_needed(s, keys) == {"DroPE": 128, "RoPE": 128}
     # the rows of DroPE's curve landed: only the RoPE run and the last mark's evaluations are left
     rows = [{"model": "DroPE", "step": st, "metric": "ppl", "length": n} for st in s.marks for n in s.ppl_lengths]
@@ -51,7 +52,7 @@ def test_recalibrate_rows_plan_and_page_markers():
     rows += [{"model": "DroPE", "step": 128, "metric": m, "length": n}
              for m, n in [("temperature_c", 2048), ("niah_single_1", 8192), ("niah_single_1", 16384)]]
     assert rr.steps_needed(s, rr.missing(s, rows)) == {"DroPE": 0, "RoPE": 128}
-    assert "262,144 tokens" in rr.plan_text(s, []) and "0 of 27 rows" in rr.plan_text(s, [])
+    assert "262,144 tokens" in rr.plan_text(s, []) and "0 of 47 rows" in rr.plan_text(s, [])
     text = rr.DOC_PATH.read_text()
     assert rr.BEGIN in text and rr.END in text
     assert rr.parse_marks("64,16,32") == (0, 16, 32, 64)
@@ -83,6 +84,32 @@ def test_recalibrate_page_lists_niah_of_every_step_with_wilson_intervals(tmp):
     # the curve beside the CSV: a PNG with DroPE's three points, linked from the page
     png = tmp / "rows.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "(results/real-model-recal.png)" in text
+
+
+def test_rows_from_a_dirty_build_are_computed_again_and_replaced(tmp):
+    """A row whose commit ends in -dirty cannot be reproduced from a commit: it counts as missing, and the row
+    computed from a clean commit replaces it (one row a key, the other rows untouched)."""
+    s = rr.FULL
+    row = {"model": "DroPE", "step": 16, "tokens": 32768, "metric": "ppl", "length": 512, "value": 176.0,
+           "detail": "", "commit": "7e5f49b-dirty", "cpu": "cpu"}
+    clean = dict(row, step=32, tokens=65536, commit="abc1234")
+    assert rr.key("DroPE", 16, "ppl", 512) in rr.missing(s, [row, clean])
+    assert rr.key("DroPE", 32, "ppl", 512) not in rr.missing(s, [row, clean])
+    path = tmp / "rows.csv"
+    rr.append_row(path, row)
+    rr.append_row(path, clean)
+    rr.append_row(path, dict(row, value=170.5, commit="def5678"))
+    got = rr.read_rows(path)
+    assert [(r["step"], r["value"], r["commit"]) for r in got] == [(32, 176.0, "abc1234"), (16, 170.5, "def5678")]
+
+
+def test_window_reading_follows_the_numbers():
+    val = {rr.key("DroPE", 8, "ppl", n): v for n, v in [(512, 150.0), (1024, 151.0), (2048, 152.0)]}
+    val.update({rr.key("RoPE", 8, "ppl", n): v for n, v in [(512, 36.0), (1024, 33.0), (2048, 34.0)]})
+    assert "DroPE does not use context beyond 512 tokens yet" in rr.window_reading(val, "DroPE", 8)
+    text = rr.window_reading(val, "RoPE", 8)
+    assert "falls with longer windows up to 1,024 tokens" in text and "do not lower it further (2,048)" in text
+    assert rr.window_reading(val, "RoPE", 16) is None  # no rows at that step
 
 
 @pytest.mark.parametrize("args, needle", [
