@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import pathlib
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -310,15 +311,35 @@ def report(tab: common.Table, doc: pathlib.Path | None, plot_path: pathlib.Path 
     return section
 
 
+def measured_sec_per_step(rows: Sequence[dict]) -> dict[int, float]:
+    """Each width's median seconds per training step over the rows in (a row's seconds cover its run and its
+    evaluations, measured as the study runs: one thread, beside the other worker)."""
+    per: dict[int, list[float]] = {}
+    for r in rows:
+        if r["arm"] not in ARM or not r["seconds"] > 0:
+            continue
+        steps = recal_steps(r["budget"]) if ARM[r["arm"]].drope else r["budget"]
+        if steps > 0:
+            per.setdefault(r["width"], []).append(r["seconds"] / steps)
+    return {w: statistics.median(v) for w, v in per.items()}
+
+
 def plan_text(rows: Sequence[dict]) -> str:
     have = {(r["width"], r["budget"], r["seed"], r["arm"]) for r in rows}
     todo = [k for k in registered() if k not in have]
-    sec = 0.0
+    measured = measured_sec_per_step(rows)
+    sec = sec_measured = 0.0
     for w, b, _, arm in todo:
         steps = recal_steps(b) if ARM[arm].drope else b
         sec += steps * SEC_PER_STEP[w] + SEC_PER_EVAL
-    return (f"width study: {len(have)} of {len(registered())} rows in; {len(todo)} runs to do, "
+        sec_measured += steps * measured.get(w, SEC_PER_STEP[w]) + (0 if w in measured else SEC_PER_EVAL)
+    text = (f"width study: {len(have)} of {len(registered())} rows in; {len(todo)} runs to do, "
             f"about {sec / 3600:.1f} h with one thread (the protocol's estimate)")
+    if measured and todo:
+        rates = ", ".join(f"{measured[w]:.2f} s at width {w}" for w in sorted(measured))
+        text += (f"; about {sec_measured / 3600:.1f} h at the rates the rows in measured (median a step: {rates}"
+                 + ("" if all(w in measured for w, *_ in todo) else "; the protocol's rate elsewhere") + ")")
+    return text
 
 
 # --- running -----------------------------------------------------------------------------------------------------

@@ -189,6 +189,21 @@ def test_plan_counts_what_is_left():
     assert "8 of 96 rows in; 88 runs to do" in text
 
 
+def test_plan_estimates_from_the_measured_rates():
+    """The time left is also estimated at the rates the rows measured (seconds a step, median per width), so the
+    printed estimate is not only the protocol's guess."""
+    rows = [dict(r, seconds=2.0 * (ws.recal_steps(r["budget"]) if ws.ARM[r["arm"]].drope else r["budget"]))
+            for r in synthetic() if r["width"] == 128]
+    assert ws.measured_sec_per_step(rows) == {128: 2.0}
+    todo = [k for k in ws.registered() if k[0] == 256 or k[0] == 384]
+    sec = sum(ws.SEC_PER_STEP[w] * (ws.recal_steps(b) if ws.ARM[a].drope else b) + ws.SEC_PER_EVAL
+              for w, b, _, a in todo)
+    text = ws.plan_text(rows)
+    assert f"about {sec / 3600:.1f} h at the rates the rows in measured (median a step: 2.00 s at width 128; " \
+           "the protocol's rate elsewhere)" in text, text
+    assert ws.measured_sec_per_step([]) == {}
+
+
 def test_committed_csv_is_well_formed():
     """Every committed row is a registered row from a clean commit."""
     if not ws.CSV_PATH.is_file():
