@@ -219,8 +219,10 @@ def results_md(rows: Sequence[dict]) -> str:
     commits = ", ".join(dict.fromkeys(r["commit"] for r in rows)) or "–"
     cpus = "; ".join(dict.fromkeys(r["cpu"] for r in rows)) or "–"
     hours = sum(r["seconds"] for r in rows) / 3600
+    left = plan_text(rows).split("; ", 1)[1] if len(done) < total else ""
     lines = [f"{len(done)} of {total} registered rows; commits {commits}; CPU {cpus}; {hours:.1f} h of training and "
-             "evaluation so far. Per-run numbers: [results/width-study.csv](results/width-study.csv).", ""]
+             "evaluation so far" + (f"; {left}" if left else "") +
+             ". Per-run numbers: [results/width-study.csv](results/width-study.csv).", ""]
     lines += ["| width | budget | arm | seeds | ppl@C | ppl@4C | gap % (mean, 95 % CI) |",
               "|---:|---:|---|---:|---:|---:|---|"]
     for w in WIDTHS:
