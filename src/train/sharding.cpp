@@ -11,6 +11,11 @@
 
 namespace drope::train {
 
+// DROPE_SHARD_PREFETCH=0 gathers each block only when it runs (for A/B timing; bench/shard.py).
+bool shard_prefetch_enabled() {
+  return env_switch("DROPE_SHARD_PREFETCH", "1, prefetch the next block").value_or(true);
+}
+
 namespace {
 // "model.layers.<i>." → i, else -1.
 int64_t layer_of(const std::string& name) {
@@ -302,8 +307,7 @@ ShardedDataParallel::ShardedDataParallel(Distributed& dist, DecoderLM model, Sha
   I.adamw = std::make_unique<AdamW>(AdamW::from_pieces(std::move(pcs), cfg));
   for (size_t u = 0; u < NU; ++u)
     if (I.sharded[u]) I.sharded_units.push_back(int64_t(u));
-  // DROPE_SHARD_PREFETCH=0 gathers each block only when it runs (for A/B timing; bench/shard.py).
-  I.prefetch_enabled = env_switch("DROPE_SHARD_PREFETCH", "1, prefetch the next block").value_or(true);
+  I.prefetch_enabled = shard_prefetch_enabled();
   // Gradient reduction.
   if (mode == ShardMode::kOptimizer) {
     I.allreduce = std::make_unique<GradSync>(dist, I.params);

@@ -47,6 +47,7 @@
 #include "drope/train/metrics.h"
 #include "drope/train/recompute.h"
 #include "drope/train/resume_settings.h"
+#include "drope/train/sharding.h"
 #include "drope/train/tensor_memory.h"
 
 namespace fs = std::filesystem;
@@ -221,8 +222,7 @@ Consensus consensus_of(const RunConfig& cfg, const TrainOptions& opt, int world)
                         : std::string("(none)"));
   // The sharded engine's prefetch starts all-gathers that a rank without it does not: the collectives would pair
   // up wrongly.
-  c.emplace_back("DROPE_SHARD_PREFETCH",
-                 env_switch("DROPE_SHARD_PREFETCH", "1, prefetch the next block").value_or(true) ? "1" : "0");
+  c.emplace_back("DROPE_SHARD_PREFETCH", shard_prefetch_enabled() ? "1" : "0");
   c.emplace_back("drope-train binary", file("/proc/self/exe"));
   return c;
 }

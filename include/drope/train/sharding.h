@@ -46,6 +46,10 @@ struct OwnedPiece {
 };
 std::vector<OwnedPiece> owned_pieces(const std::vector<ShardUnit>& units, int rank);
 
+// Whether params mode all-gathers the next block while one runs (DROPE_SHARD_PREFETCH, default 1). The only
+// reader of that variable: the engine and the ranks' start-up agreement both ask here.
+bool shard_prefetch_enabled();
+
 class ShardedDataParallel {
  public:
   // Takes over the model's parameters (with shard params, blocks keep only empty placeholders between
