@@ -162,8 +162,11 @@ def attention_forward(
         # (the op's queries are the last T of S positions).
         return _route(module, query, key, value, None, dropout, scaling, temperature, None, is_causal, routed, **kwargs)
     if attention_mask is None and is_causal and 1 < T < S:
-        # No mask with more keys than queries: the prefill of an empty static cache (transformers' SDPA does the same).
+        # No mask with more keys than queries: the prefill of an empty static cache (transformers' SDPA does the same,
+        # cutting a position bias (T5) to those keys too).
         key, value = key[:, :, :T], value[:, :, :T]
+        if kwargs.get("position_bias") is not None:
+            kwargs["position_bias"] = kwargs["position_bias"][..., :T]
         S = T
     # A window that covers every key is no window: |i - j| and i - j are at most S - 1.
     window = sliding_window if sliding_window and sliding_window < S else None

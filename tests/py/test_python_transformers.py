@@ -15,6 +15,7 @@ from transformers import (
     BartForConditionalGeneration,
     DeepseekV3Config,
     DeepseekV3ForCausalLM,
+    EncoderDecoderCache,
     Gemma2Config,
     Gemma2ForCausalLM,
     GptOssConfig,
@@ -33,6 +34,9 @@ from transformers import (
     Qwen2MoeForCausalLM,
     SmolLM3Config,
     SmolLM3ForCausalLM,
+    StaticCache,
+    T5Config,
+    T5ForConditionalGeneration,
 )
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -380,3 +384,28 @@ def test_value_head_dim_other_than_the_query_s_matches_sdpa():
     sdpa, ours = pair("deepseek_v3")
     ids = tokens(seq=24)
     assert_same(logits_and_grads(ours, ids), logits_and_grads(sdpa, ids))
+
+
+def t5_static_prefill_and_decode(impl):
+    """A T5 decoder (relative position bias: transformers' position_bias) through a static cache without an attention
+    mask: a prefill of 4 tokens into 12 slots (no mask, more keys than queries), then two decoding steps."""
+    torch.manual_seed(0)
+    cfg = T5Config(vocab_size=97, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4, decoder_start_token_id=0,
+                   pad_token_id=0, eos_token_id=1, attn_implementation=impl)
+    model = T5ForConditionalGeneration(cfg).eval()
+    ids, dec = tokens(seq=10), tokens(seq=6, seed=3)
+    with torch.no_grad():
+        enc = model.get_encoder()(input_ids=ids)
+        cache = EncoderDecoderCache(*(StaticCache(config=cfg, max_cache_len=12) for _ in range(2)))
+        logits = []
+        for start, end in ((0, 4), (4, 5), (5, 6)):
+            logits.append(model(encoder_outputs=enc, decoder_input_ids=dec[:, start:end], past_key_values=cache,
+                                use_cache=True, cache_position=torch.arange(start, end)).logits)
+    return torch.cat(logits, 1)
+
+
+def test_position_bias_with_a_static_cache_matches_sdpa():
+    """The prefill of an empty static cache attends to its first T slots only; the position bias (T5) is cut to those
+    keys with them, as transformers' SDPA function cuts it."""
+    torch.testing.assert_close(t5_static_prefill_and_decode("drope"), t5_static_prefill_and_decode("sdpa"))
+
