@@ -176,6 +176,11 @@ def attention_forward(
                       routed, **kwargs)
     if window and not is_causal:  # a two-sided window: the op's window is one-sided
         return _route(module, query, key, value, None, 0.0, scaling, temperature, window, False, set(), **kwargs)
+    if query.shape[0] != key.shape[0]:
+        # SDPA broadcasts a batch of 1 (learned queries shared by the batch, one key/value set for many queries); the op
+        # reads expanded (stride-0) inputs as they are, and autograd sums the gradients of the expanded batch.
+        batch = max(query.shape[0], key.shape[0])
+        query, key, value = (t.expand(batch, *t.shape[1:]) if t.shape[0] == 1 else t for t in (query, key, value))
     out = attention(query, key, value, causal=is_causal, window=window or 0, scale=scaling, temperature=temperature)
     return out.transpose(1, 2).contiguous(), None
 

@@ -409,3 +409,25 @@ def test_position_bias_with_a_static_cache_matches_sdpa():
     keys with them, as transformers' SDPA function cuts it."""
     torch.testing.assert_close(t5_static_prefill_and_decode("drope"), t5_static_prefill_and_decode("sdpa"))
 
+
+@pytest.mark.parametrize("q_batch, kv_batch", [(1, 3), (3, 1)])
+@pytest.mark.parametrize("is_causal", [True, False])
+def test_batch_of_one_broadcasts_as_in_sdpa(q_batch, kv_batch, is_causal):
+    """SDPA broadcasts a batch of 1 (learned queries shared by a batch, or one key/value set for many queries): the
+    same here, forward and gradients."""
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = is_causal, 2
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(q_batch, 4, 5, 16, generator=g)
+    k, v = (torch.randn(kv_batch, 2, 7, 16, generator=g) for _ in "kv")
+    results = []
+    for fn in (drope.transformers.attention_forward, sdpa_attention_forward):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out, _ = fn(module, *leaves, None, is_causal=is_causal)
+        (out * torch.linspace(-1, 1, 16)).sum().backward()
+        results.append((out.detach(), [t.grad for t in leaves]))
+    (out, grads), (ref, ref_grads) = results
+    assert out.shape == ref.shape == (3, 5, 4, 16)
+    torch.testing.assert_close(out, ref)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b)
