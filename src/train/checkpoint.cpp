@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <set>
 
+#include <fmt/ranges.h>
+
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
@@ -239,11 +241,13 @@ std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_di
   const auto dir = (fs::path(run_dir) / "checkpoints" / checkpoint_name(st.step)).string();
   const bool main = dist.rank() == 0;
   std::string error;
-  auto agree = [&](const char* stage) {
-    // Every rank learns whether every rank got through `stage`.
-    const bool bad = dist.sum(error.empty() ? 0.0 : 1.0) > 0;
-    if (bad && error.empty()) error = fmt::format("another rank failed while {}", stage);
-    return !bad;
+  auto agree = [&](const std::string& stage) {
+    // Every rank learns which ranks did not get through `stage`; each of those reports its own error.
+    const std::vector<int> failed = dist.ranks_where(!error.empty());
+    if (!failed.empty() && error.empty())
+      error = fmt::format("{} {} failed while {} (see {})", failed.size() == 1 ? "rank" : "ranks",
+                          fmt::join(failed, ", "), stage, failed.size() == 1 ? "its log" : "their logs");
+    return failed.empty();
   };
   // Rank 0 prepares a staging directory (a temporary of ours) and tells the others its name.
   std::string staging;
@@ -298,7 +302,7 @@ std::string save_sharded_checkpoint(Distributed& dist, const std::string& run_di
   // checkpoint.
   if (const char* f = env::get("DROPE_FAULT_KILL_RANK_IN_CHECKPOINT"))
     if (fmt::format("{}:{}", dist.rank(), st.step) == f) std::raise(SIGKILL);
-  if (!agree("writing its checkpoint shard")) {
+  if (!agree(fmt::format("writing its shard of checkpoint {}", dir))) {
     cleanup();
     fail("{}", error);
   }

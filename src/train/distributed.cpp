@@ -355,6 +355,23 @@ void Distributed::barrier() {
 
 double Distributed::sum(double v) { return mean(v) * env_.world; }
 
+std::vector<int> Distributed::ranks_where(bool flag) {
+  std::vector<int> out;
+  if (!grouped()) {
+    if (flag) out.push_back(env_.rank);
+    return out;
+  }
+  // (world): a 1 at each rank whose flag is set, summed over ranks
+  std::vector<torch::Tensor> t{
+      torch::zeros({env_.world}, torch::TensorOptions().dtype(torch::kDouble).device(impl_->device))};
+  if (flag) t[0][env_.rank].fill_(1.0);
+  wait(env_, impl_->timeout_s, impl_->pg->allreduce(t), "all-reduce");
+  const auto host = t[0].cpu();
+  for (int r = 0; r < env_.world; ++r)
+    if (host.data_ptr<double>()[r] != 0) out.push_back(r);
+  return out;
+}
+
 void Collective::wait() {
   if (wait_) {
     auto w = std::move(wait_);

@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import pathlib
+import resource
 import signal
 import subprocess
 import sys
@@ -20,16 +21,17 @@ model: {{preset: micro, max_position: 32}}
 data: {{text: /usr/share/common-licenses/GPL-3, seq_len: 32, batch_size: 8}}
 optim: {{lr: 3.0e-3}}
 schedule: {{type: cosine, warmup: 2, steps: {steps}}}
-train: {{steps: {steps}, log_every: 1, eval_batches: 2, checkpoint_every: {ckpt}, keep_last: 2, dist_timeout_s: {timeout}}}
+train: {{steps: {steps}, log_every: 1, eval_batches: 2, checkpoint_every: {ckpt}, keep_last: 2, dist_timeout_s: {timeout},
+         shard: {shard}}}
 """  # noqa: E501
 TRAIN = str(BIN / "drope-train")
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
              "TORCHELASTIC_RESTART_COUNT", "DROPE_FAULT_NAN_AT_STEP", "DROPE_FAULT_NAN_WEIGHTS_AT_STEP")
 
 
-def write_cfg(tmp, name, steps=100000, ckpt=0, timeout=4):
+def write_cfg(tmp, name, steps=100000, ckpt=0, timeout=4, shard="none"):
     p = tmp / f"{name}.yaml"
-    p.write_text(CFG.format(out=tmp / name, steps=steps, ckpt=ckpt, timeout=timeout))
+    p.write_text(CFG.format(out=tmp / name, steps=steps, ckpt=ckpt, timeout=timeout, shard=shard))
     return p
 
 
@@ -40,15 +42,16 @@ def base_env():
     return e
 
 
-def launch_ranks(cfg, world=2):
-    """Starts `world` ranks directly (rank 0 hosts the rendezvous store), as srun or a manual launch would."""
+def launch_ranks(cfg, world=2, preexec=None):
+    """Starts `world` ranks directly (rank 0 hosts the rendezvous store), as srun or a manual launch would;
+    `preexec` (rank -> function) runs in that rank's process before it starts."""
     port = free_port()
     procs = []
     for r in range(world):
         env = dict(base_env(), RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port))
         procs.append(subprocess.Popen([TRAIN, str(cfg), "--quiet"], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+                                      stderr=subprocess.PIPE, text=True, preexec_fn=(preexec or {}).get(r)))
     return procs
 
 
@@ -97,6 +100,22 @@ def test_hung_rank_makes_the_other_exit_after_the_timeout(tmp):
         procs[1].send_signal(signal.SIGSTOP)  # alive but silent: only the timeout can tell
         r = finish(procs[0])
         expect_error(r, "rank 0 of 2:", "failed: another rank died or did not answer within train.dist_timeout_s = 3 s")
+
+
+def test_a_rank_that_cannot_write_its_checkpoint_shard_is_named(tmp):
+    """Rank 1 cannot write its shard of a sharded checkpoint (a file-size limit on rank 1 alone): it names the file
+    and the error, rank 0 names rank 1, both exit non-zero and the checkpoint does not appear."""
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    procs = launch_ranks(write_cfg(tmp, "shard", steps=4, ckpt=2, shard="optimizer"), preexec={1: small_files})
+    r0, r1 = (finish(p) for p in procs)
+    ckpt = tmp / "shard" / "checkpoints" / "step-00000002"
+    expect_error(r1, "[rank 1] error:", "optimizer-00001-of-00002.safetensors: write failed (File too large)")
+    expect_error(r0, "step 2: could not save the checkpoint: rank 1 failed while writing its shard of checkpoint "
+                 f"{ckpt} (see its log)")
+    assert r0.stderr.count("error:") == 1 and r1.stderr.count("error:") == 1, r0.stderr + r1.stderr
+    assert not ckpt.exists()
 
 
 def test_rank_that_never_joins_times_out_at_start(tmp):

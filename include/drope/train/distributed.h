@@ -80,6 +80,8 @@ class Distributed {
   void barrier();
   // Sum of a scalar over ranks.
   double sum(double v);
+  // The ranks where `flag` is true, in rank order, on every rank.
+  std::vector<int> ranks_where(bool flag);
   // out (n) = the sum over ranks of chunk `rank` of in (world·n), asynchronous.
   Collective reduce_scatter(const torch::Tensor& out, const torch::Tensor& in);
   // out (world·n) = every rank's in (n), in rank order, asynchronous.
