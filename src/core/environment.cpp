@@ -90,6 +90,8 @@ constexpr Variable kVariables[] = {
      "poisons one weight with NaN after each of those steps", Kind::kTestFault},
     {"DROPE_FAULT_KILL_RANK_IN_CHECKPOINT", "`RANK:STEP`", "no fault",
      "kills that rank right after it wrote its shard of that step's checkpoint", Kind::kTestFault},
+    {"DROPE_FAULT_LIBTORCH", "any text", "the LibTorch loaded",
+     "what drope-train reports as its LibTorch to the other ranks at start", Kind::kTestFault},
 };
 
 const char* raw(const char* name) {

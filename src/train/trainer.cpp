@@ -18,6 +18,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
+#include <caffe2/core/common.h>
 #include <nlohmann/json.hpp>
 #ifdef DROPE_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -193,9 +194,21 @@ std::string sampled_shards(const fs::path& dataset) {
   }
 }
 
+// The LibTorch this process loaded, from the build options its library reports (a node's shared libraries may be
+// another build than the headers drope-train was compiled with). Test hook: DROPE_FAULT_LIBTORCH stands in for it.
+std::string loaded_libtorch() {
+  if (const char* f = env::get("DROPE_FAULT_LIBTORCH")) return f;
+  const auto& o = caffe2::GetBuildOptions();
+  const auto get = [&](const char* key) {
+    auto it = o.find(key);
+    return it == o.end() ? std::string("?") : it->second;
+  };
+  return fmt::format("{} (commit {}, CUDA {})", get("TORCH_VERSION"), get("COMMIT_SHA"), get("CUDA_VERSION"));
+}
+
 // What every rank must agree on before the first step: the resolved run config (nothing in it is per rank),
 // the world size, the start (fresh or --resume), the checkpoint in run.out_dir, the data's identity, the initial
-// model's config, the switches that decide which collectives a rank starts, and the binary.
+// model's config, the switches that decide which collectives a rank starts, the LibTorch loaded and the binary.
 Consensus consensus_of(const RunConfig& cfg, const TrainOptions& opt, int world) {
   Consensus c = config_leaves(cfg);
   c.emplace_back("world size", std::to_string(world));
@@ -223,6 +236,7 @@ Consensus consensus_of(const RunConfig& cfg, const TrainOptions& opt, int world)
   // The sharded engine's prefetch starts all-gathers that a rank without it does not: the collectives would pair
   // up wrongly.
   c.emplace_back("DROPE_SHARD_PREFETCH", shard_prefetch_enabled() ? "1" : "0");
+  c.emplace_back("LibTorch", loaded_libtorch());
   c.emplace_back("drope-train binary", file("/proc/self/exe"));
   return c;
 }

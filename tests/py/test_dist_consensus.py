@@ -245,6 +245,21 @@ def test_a_differing_prefetch_switch_is_refused(tmp):
         assert "DROPE_SHARD_PREFETCH is '1' on rank 0 but '0' on rank 1" in err, err
 
 
+def test_a_differing_libtorch_is_refused(tmp):
+    """Ranks that loaded different LibTorch builds would run different kernels through the same collectives. The
+    drope-train binary is the same on both ranks here, so the LibTorch rank 1 reports is stood in for by its test
+    hook; rank 0's value is the one this process loaded (the test environment's torch)."""
+    import torch
+
+    cfg = cfg_file(tmp, "a")
+    res = launch([cfg, cfg], envs={1: {"DROPE_TEST_FAULTS": "1", "DROPE_FAULT_LIBTORCH": "2.0.0 (another build)"}})
+    loaded = f"{torch.__version__.split('+')[0]} (commit {torch.version.git_version}"
+    for rc, err in res:
+        assert rc != 0 and not any(b in err for b in BAD) and len(err.strip().splitlines()) == 1, err
+        assert f"LibTorch is '{loaded}" in err and "' on rank 0 but '2.0.0 (another build)' on rank 1" in err, err
+    assert not (tmp / "run" / "checkpoints").exists()
+
+
 def checkpoints(run_dir):
     return sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")) if (run_dir / "checkpoints").is_dir() \
         else []
