@@ -44,7 +44,7 @@ TEST(Environment, EveryNameDeclaredOnceWithItsText) {
     faults += fault_name;
     EXPECT_EQ(drope::env::find(v.name), &v);
   }
-  EXPECT_EQ(faults, 3u);
+  EXPECT_EQ(faults, 4u);
   EXPECT_GT(names.size(), 30u);
   EXPECT_EQ(drope::env::find("DROPE_NOT_A_VARIABLE"), nullptr);
 }
