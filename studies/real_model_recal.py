@@ -45,6 +45,7 @@ from drope_scripts.atomic import write_atomic
 from drope_scripts.driver import NONE, ROOT, Driver, Method, checkpoint, run_pipeline
 
 TOOLS = ("drope-train", "drope-eval", "drope-model", "drope-data")
+MODULES = ("libdrope_sentencepiece.so", "libdrope_parquet.so")  # loaded from beside the tools when built
 
 COLUMNS = {"model": str, "step": int, "tokens": int, "metric": str, "length": int, "value": float, "detail": str,
            "commit": str, "cpu": str}
@@ -361,6 +362,18 @@ def update_doc(doc: pathlib.Path, section: str) -> None:
     common.update_section(doc, SECTION, section)
 
 
+def tools_and_commit(bin_dir: pathlib.Path, out: pathlib.Path, repo: pathlib.Path = ROOT) -> tuple[pathlib.Path, str]:
+    """The tools a run uses and the commit its rows name. With the C++ sources at HEAD: a copy of the build's tools
+    in out/bin/<commit>, so that rebuilding build/ from an edited tree while the study runs (hours) cannot put
+    other binaries behind a clean row (ProvenanceError when the build is older than the sources). Otherwise the
+    build itself, and rows that say -dirty."""
+    commit = common.commit_stamp(repo)
+    if commit.endswith(common.DIRTY):
+        return bin_dir, commit
+    names = TOOLS + tuple(m for m in MODULES if (bin_dir / m).is_file())
+    return common.snapshot_tools(bin_dir, names, out / "bin", repo)
+
+
 # --- running ------------------------------------------------------------------------------------------------------
 
 
@@ -583,9 +596,17 @@ def study(argv: list[str]) -> int:
         ap.error(f"{train_text}: no training text")
     os.chdir(ROOT)
     out.mkdir(parents=True, exist_ok=True)
-    d = Driver("real-model-recal", bin_dir, width=5)
+    if a.dry_run:
+        tools, commit = bin_dir, common.commit_stamp()
+    else:
+        try:
+            tools, commit = tools_and_commit(bin_dir, out)
+        except common.ProvenanceError as e:
+            ap.error(f"no clean row can be recorded: {e}")
+    d = Driver("real-model-recal", tools, width=5)
+    d.stage(f"tools: {tools} (commit {commit})")
     print(plan_text(s, rows))
-    st = Study(d, s, gguf, train_text, heldout, out, csv_path, doc, common.commit_stamp(), common.cpu_name())
+    st = Study(d, s, gguf, train_text, heldout, out, csv_path, doc, commit, common.cpu_name())
     common.retrying(st.run, d.say)  # (a tool that could not start while build/ was rebuilt: again)
     md = results_md(s, read_rows(csv_path))
     write_atomic(out / "summary.md", md + "\n")
