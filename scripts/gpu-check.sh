@@ -409,11 +409,13 @@ stage_two_ranks() {
   local d="$OUT_DIR/two-ranks" run name
   rm -rf "$d"  # ours, from an earlier check
   mkdir -p "$d"
+  # a copy of the text, so that every run reads the same bytes (a study may rewrite a page of docs/ meanwhile)
+  cp -r "$ROOT/docs" "$d/text" || return 1
   cat > "$d/base.yaml" <<EOF
 # written by scripts/gpu-check.sh: two ranks on one device against one rank
 run: {name: gpu-check-two-ranks, out_dir: $d/one, seed: 0, phase: pretrain}
 model: {preset: tiny, vocab_size: 256, max_position: 64}
-data: {text: $ROOT/docs, seq_len: 64, batch_size: 8}
+data: {text: $d/text, seq_len: 64, batch_size: 8}
 optim: {lr: 1.0e-3}
 schedule: {type: constant, warmup: 0}
 train: {steps: 4, log_every: 1, eval_every: 0, eval_batches: 1, checkpoint_every: 0, keep_last: 1, device: $DEVICE}
