@@ -129,6 +129,44 @@ TEST(Config, SeveralDocumentsNonUtf8AndDeepNestingAreRefused) {
   EXPECT_EQ(load_model_config_file(ok).num_layers, 2);
 }
 
+TEST(Config, TagsMergeKeysAndParserDepthAreRefused) {
+  auto d = test::tmp_dir("cfg_tags");
+  // yaml-cpp keeps a tag and reads the value under it as if untagged.
+  auto p = write(d, "str.yaml", "preset: tiny\nnum_layers: !!str 4\n");
+  test::expect_error([&] { load_model_config_file(p); }, {"str.yaml:2:", "tag", "not supported"});
+  auto q = write(d, "py.yaml", "preset: tiny\npositional: !!python/object:os.system\n  type: rope\n");
+  test::expect_error([&] { load_model_config_file(q); }, {"py.yaml:2:", "python/object", "not supported"});
+  auto r = write(d, "merge.yaml", "preset: tiny\nx: &base {type: rope}\npositional:\n  <<: *base\n");
+  test::expect_error([&] { load_model_config_file(r); }, {"merge.yaml:4:", "merge keys", "not supported"});
+  // Past yaml-cpp's own recursion guard (2000 parser frames), whose message is "bad file".
+  const int deep = 100000;
+  auto s = write(d, "deep.yaml", "preset: tiny\nx: " + std::string(deep, '[') + std::string(deep, ']') + "\n");
+  test::expect_error([&] { load_model_config_file(s); }, {"deep.yaml:2:", "nested more than 128 levels"});
+  std::string maps;
+  for (int i = 0; i < deep; ++i) maps += "{a: ";
+  auto t = write(d, "deepmap.yaml", "preset: tiny\nx: " + maps + "1" + std::string(deep, '}') + "\n");
+  test::expect_error([&] { load_model_config_file(t); }, {"deepmap.yaml:2:", "nested more than 128 levels"});
+  // Quoted strings ("!") and a quoted '<<' key are plain values.
+  auto ok = write(d, "quoted.yaml", "preset: \"tiny\"\npositional: {type: 'rope'}\n");
+  EXPECT_EQ(load_model_config_file(ok).num_layers, 4);
+}
+
+TEST(Config, IntegersWithALeadingZeroAreRefused) {
+  auto d = test::tmp_dir("cfg_zero");
+  // yaml-cpp reads 010 as octal 8, as YAML 1.1 readers do; YAML 1.2 readers read 10.
+  auto p = write(d, "z.yaml", "preset: tiny\nnum_layers: 010\n");
+  test::expect_error([&] { load_model_config_file(p); }, {"z.yaml:2:", "num_layers", "'010'", "leading zero"});
+  auto q = write(d, "f.yaml", "preset: tiny\npositional: {rope_theta: 010000}\n");
+  test::expect_error([&] { load_model_config_file(q); }, {"f.yaml", "rope_theta", "leading zero"});
+  auto r = write(d, "s.yaml", "preset: tiny\npositional: {scaling: {type: yarn, factor: 4, beta_fast: -07}}\n");
+  test::expect_error([&] { load_model_config_file(r); }, {"s.yaml", "beta_fast", "leading zero"});
+  // 0, 0.5 and hexadecimal (16 to every reader) keep their meaning.
+  auto ok = write(d, "ok.yaml", "preset: tiny\nnum_layers: 0x2\nrms_eps: 0.5\nbos_token_id: 0\n");
+  const auto c = load_model_config_file(ok);
+  EXPECT_EQ(c.num_layers, 2);
+  EXPECT_EQ(c.rms_eps, 0.5);
+}
+
 TEST(Config, NullValuesSayNull) {
   auto d = test::tmp_dir("cfg_null");
   auto p = write(d, "n.yaml", "preset: tiny\nrms_eps:\n");

@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <yaml-cpp/depthguard.h>
+
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/numbers.h"
@@ -34,6 +36,16 @@ std::pair<int64_t, int64_t> line_col(const std::string& text, size_t offset) {
   return {line, static_cast<int64_t>(offset - start) + 1};
 }
 
+// yaml-cpp keeps a node's tag and otherwise ignores it: `steps: !!str 4` would be read as the integer 4 and
+// `!!python/object:...` as the plain value under it. Only untagged nodes are accepted ("?" plain, "!" quoted).
+void check_tag(const YAML::Node& node, const std::string& source) {
+  const std::string& tag = node.Tag();
+  if (tag.empty() || tag == "?" || tag == "!") return;
+  const auto m = node.Mark();
+  fail("{}:{}:{}: YAML tag '{}' is not supported; write the value without a tag", source, m.line + 1, m.column + 1,
+       tag);
+}
+
 // Walks the document without recursion and refuses what yaml-cpp accepts silently: a key given twice in
 // one mapping (yaml-cpp returns the first, other readers the last) and nesting deeper than kMaxYamlDepth.
 void check_structure(const YAML::Node& root, const std::string& source) {
@@ -44,6 +56,7 @@ void check_structure(const YAML::Node& root, const std::string& source) {
     todo.pop_back();
     if (++visited > kMaxYamlNodes)
       fail("{}: more than {} YAML nodes (aliases repeating large lists?)", source, kMaxYamlNodes);
+    check_tag(node, source);
     if (!node.IsMap() && !node.IsSequence()) continue;
     if (depth >= kMaxYamlDepth)
       fail("{}:{}: YAML nested more than {} levels deep (the nesting limit)", source, node.Mark().line + 1,
@@ -56,6 +69,9 @@ void check_structure(const YAML::Node& root, const std::string& source) {
     for (const auto& kv : node) {
       if (kv.first.IsScalar()) {
         const auto m = kv.first.Mark();
+        if (kv.first.Scalar() == "<<" && kv.first.Tag() == "?")
+          fail("{}:{}:{}: YAML merge keys ('<<: *anchor') are not supported; write the keys out", source, m.line + 1,
+               m.column + 1);
         const auto [it, fresh] = first_line.emplace(kv.first.Scalar(), m.line + 1);
         if (!fresh)
           fail("{}:{}:{}: duplicate key '{}' (first given on line {}); each key may appear once", source, m.line + 1,
@@ -78,6 +94,9 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(text);
+  } catch (const YAML::DeepRecursion& e) {  // yaml-cpp's own recursion guard, whose message is "bad file"
+    fail("{}:{}:{}: YAML nested more than {} levels deep (the nesting limit)", source, e.mark.line + 1,
+         e.mark.column + 1, kMaxYamlDepth);
   } catch (const YAML::Exception& e) {
     fail("{}:{}:{}: malformed YAML: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
   }
@@ -127,6 +146,17 @@ std::string yaml_kind(const YAML::Node& n) {
   return fmt::format("'{}'", n.Scalar());
 }
 
+// yaml-cpp and YAML 1.1 readers (PyYAML) take "010" as octal 8, YAML 1.2 readers as decimal 10: refused, so that
+// no reader of the file gets another setting than drope does.
+void check_leading_zero(const YAML::Node& n, const std::string& where) {
+  const std::string& s = n.Scalar();
+  const size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+  if (s.size() > i + 1 && s[i] == '0' && s.find_first_not_of("0123456789", i) == std::string::npos)
+    fail("{}: '{}' has a leading zero, which some YAML readers take as octal and others as decimal; write it "
+         "without the zero",
+         where, s);
+}
+
 // A YAML integer scalar; out-of-range values are named as such (not "not an integer").
 bool parse_int64(const YAML::Node& n, int64_t& out, bool& overflow) {
   overflow = false;
@@ -171,6 +201,7 @@ bool YamlMap::get(const std::string& key, int64_t& out) {
   known_.insert(key);
   if (!has(key)) return false;
   YAML::Node n = scalar(key, "an integer");
+  check_leading_zero(n, where(key));
   bool overflow = false;
   if (!parse_int64(n, out, overflow)) {
     if (overflow) fail("{}: integer {} is out of range (beyond 64 bits)", where(key), n.Scalar());
@@ -191,6 +222,7 @@ bool YamlMap::get(const std::string& key, double& out, NonFinite non_finite) {
   known_.insert(key);
   if (!has(key)) return false;
   YAML::Node n = scalar(key, "a number");
+  check_leading_zero(n, where(key));
   double v = 0;
   bool overflow = false;
   if (!parse_double(n, v, overflow)) {
@@ -232,6 +264,8 @@ bool get_list(YamlMap& m, YAML::Node node, const std::string& key, std::vector<T
     if (!e.IsScalar()) fail("{}: element {}: expected {}, got {}", m.where(key), i, what, yaml_kind(e));
     bool ok = true, overflow = false;
     T x{};
+    if constexpr (!std::is_same_v<T, std::string>)
+      check_leading_zero(e, fmt::format("{}: element {}", m.where(key), i));
     if constexpr (std::is_same_v<T, int64_t>) {
       ok = parse_int64(e, x, overflow);
     } else if constexpr (std::is_same_v<T, double>) {
