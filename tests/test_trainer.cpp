@@ -116,6 +116,33 @@ TEST(RunConfig, StrictWithOverridesAndRoundTrip) {
   test::expect_error([&] { load_run_config(write_cfg(d, "trian: {steps: 3}\n")); }, {"cfg.yaml:7", "'trian'"});
 }
 
+// yaml-cpp gives an alias its anchor's node: --set on one name must not change the others.
+TEST(RunConfig, SetThroughAnAliasChangesOnlyTheKeyItNames) {
+  auto d = test::tmp_dir("runcfg_alias");
+  const std::string text = "run: {name: t, out_dir: " + d +
+                           "/run}\n"
+                           "model: {preset: micro, max_position: &n 32}\n"
+                           "data: {text: /usr/share/common-licenses/GPL-3, seq_len: *n, batch_size: 4}\n"
+                           "train: &t {steps: 6}\n"
+                           "schedule: *t\n";
+  write_file_atomic(d + "/alias.yaml", text);
+  const auto cfg = load_run_config(d + "/alias.yaml", {"data.seq_len=16", "train.steps=9"});
+  EXPECT_EQ(cfg.data.seq_len, 16);
+  EXPECT_EQ(cfg.model.max_position, 32);
+  EXPECT_EQ(cfg.train.steps, 9);
+  EXPECT_EQ(cfg.schedule.steps, 6);
+  // A key added under one name of a shared mapping is not added under the other.
+  EXPECT_EQ(load_run_config(d + "/alias.yaml", {"schedule.warmup=2"}).schedule.warmup, 2);
+}
+
+// List elements get the scalars' checks: 095 is octal to some YAML readers, decimal to others.
+TEST(RunConfig, ListElementsWithALeadingZeroAreRefused) {
+  auto d = test::tmp_dir("runcfg_zero");
+  test::expect_error([&] { load_run_config(write_cfg(d), {"optim.betas=[0.9, 095]"}); },
+                     {"optim.betas", "element 1", "'095'", "leading zero"});
+  test::expect_error([&] { load_run_config(write_cfg(d), {"train.steps=0012"}); }, {"train.steps", "leading zero"});
+}
+
 // The trainer learns real text: byte-level GPL-3, micro model, 300 steps. The loss starts near uniform and ends
 // well below the unigram entropy (a model that ignores context), and DroPE keeps what was learnt.
 TEST(Trainer, LearnsRealTextWellBelowUnigramEntropy) {

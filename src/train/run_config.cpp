@@ -9,6 +9,17 @@
 
 namespace drope::train {
 
+namespace {
+// Sets parent[key] to value in this place only. yaml-cpp gives an alias the node of its anchor, and assigning
+// to an existing node rebinds every name of it: `seq_len: *n` beside `max_position: &n 256` would have
+// `--set data.seq_len=512` change model.max_position too. Removing the key first makes a fresh node.
+YAML::Node set_here(YAML::Node parent, const std::string& key, const YAML::Node& value) {
+  parent.remove(key);
+  parent[key] = value;
+  return parent[key];
+}
+}  // namespace
+
 void apply_overrides(YAML::Node& root, const std::vector<std::string>& sets, const std::string& source) {
   for (const auto& s : sets) {
     const auto eq = s.find('=');
@@ -27,17 +38,15 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& sets, con
     if (!root.IsMap() && !root.IsNull()) fail("{}: top level must be a mapping to apply --set {}", source, s);
     // Walk with fresh handles: yaml-cpp node assignment rebinds, so keep the chain explicit.
     std::vector<YAML::Node> chain{root};
+    // Each mapping on the path is replaced by a copy of its own, so that no alias of it sees the change.
     for (size_t i = 0; i + 1 < keys.size(); ++i) {
       YAML::Node next = chain.back()[keys[i]];
       if (next.IsDefined() && !next.IsNull() && !next.IsMap())
         fail("--set '{}': '{}' is not a mapping in {}", s, keys[i], source);
-      if (!next.IsDefined() || next.IsNull()) {
-        chain.back()[keys[i]] = YAML::Node(YAML::NodeType::Map);
-        next = chain.back()[keys[i]];
-      }
-      chain.push_back(next);
+      const bool fresh = !next.IsDefined() || next.IsNull();
+      chain.push_back(set_here(chain.back(), keys[i], fresh ? YAML::Node(YAML::NodeType::Map) : YAML::Clone(next)));
     }
-    chain.back()[keys.back()] = parsed;
+    set_here(chain.back(), keys.back(), parsed);
   }
 }
 
