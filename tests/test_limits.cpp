@@ -63,12 +63,19 @@ TEST(Limits, SafetensorsHeaderShapesAndOffsetsAgainstTheFileSize) {
   // 10^12 elements whose offsets pretend 16 bytes.
   header_fails(safetensors_bytes(R"({"w":{"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,16]}})", 16),
                {"tensor 'w'", "more than the whole data section", "span 16"});
-  // Products that overflow 64 and 128 bits saturate instead of wrapping to a small size.
+  // Products that overflow 64 bits are refused as such (as the reference implementation does), also beside a zero
+  // dimension that makes the byte count 0; one of nearly 2^63 elements saturates instead of wrapping.
   header_fails(
       safetensors_bytes(
           R"({"w":{"dtype":"F64","shape":[1099511627776,1099511627776,1099511627776,1099511627776],"data_offsets":[0,0]}})",
           0),
-      {"tensor 'w'", "more than the whole data section"});
+      {"tensor 'w'", "product of the shape's dimensions overflows 64 bits"});
+  header_fails(
+      safetensors_bytes(
+          R"({"w":{"dtype":"F32","shape":[1099511627776,1099511627776,1099511627776,0],"data_offsets":[0,0]}})", 0),
+      {"tensor 'w'", "overflows 64 bits"});
+  header_fails(safetensors_bytes(R"({"w":{"dtype":"F64","shape":[1099511627776,8388607],"data_offsets":[0,0]}})", 0),
+               {"tensor 'w'", "more than the whole data section"});
   header_fails(safetensors_bytes(R"({"w":{"dtype":"F32","shape":[1,2,4,1,0],"data_offsets":[0,8]}})", 8),
                {"need 0 bytes but data_offsets span 8"});
   header_fails(safetensors_bytes(R"({"w":{"dtype":"F32","shape":[2000000000000],"data_offsets":[0,8]}})", 8),
@@ -91,6 +98,14 @@ TEST(Limits, SafetensorsHeaderShapesAndOffsetsAgainstTheFileSize) {
   auto h = drope::io::parse_safetensors_header(ok.data(), ok.size(), "ok.safetensors");
   EXPECT_EQ(h.tensors.at("w").shape, (std::vector<int64_t>{2, 2}));
   EXPECT_EQ(h.metadata.at("a"), "b");
+  // A null __metadata__ is no metadata, as the reference implementation reads it; a list is refused.
+  const auto null_meta =
+      safetensors_bytes(R"({"__metadata__":null,"w":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}})", 8);
+  EXPECT_TRUE(
+      drope::io::parse_safetensors_header(null_meta.data(), null_meta.size(), "null.safetensors").metadata.empty());
+  header_fails(
+      safetensors_bytes(R"({"__metadata__":["a"],"w":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}})", 8),
+      {"__metadata__ must be an object of strings"});
 }
 
 TEST(Limits, ModelConfigSizes) {

@@ -41,6 +41,7 @@ SafetensorsHeader parse_safetensors_header(const char* data, uint64_t size, cons
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& name = it.key();
     if (name == "__metadata__") {
+      if (it->is_null()) continue;  // as the reference implementation: null is no metadata
       if (!it->is_object()) fail("{}: __metadata__ must be an object of strings", path);
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string()) fail("{}: __metadata__ value for '{}' must be a string", path, m.key());
@@ -58,12 +59,17 @@ SafetensorsHeader parse_safetensors_header(const char* data, uint64_t size, cons
     const size_t item = safetensors_itemsize(t.dtype, where);
     if (!e["shape"].is_array() || (int64_t)e["shape"].size() > kMaxDims)
       fail("{}: shape must be a list of at most {} non-negative integers", where, kMaxDims);
-    unsigned __int128 numel = 1;
+    unsigned __int128 numel = 1, nonzero = 1;
     for (const auto& d : e["shape"]) {
       if (!d.is_number_unsigned()) fail("{}: shape must be a list of non-negative integers", where);
       uint64_t v = d.get<uint64_t>();
       if (v > (1ull << 40)) fail("{}: dimension {} is implausibly large", where, v);
       t.shape.push_back(static_cast<int64_t>(v));
+      // A zero dimension does not make [2^40, 2^40, 0] a shape: the reference implementation refuses it, and
+      // sizes whose product overflows int64 are not a tensor's. (Each dimension <= 2^40: no 128-bit overflow.)
+      if (v > 0) nonzero *= v;
+      if (nonzero > static_cast<unsigned __int128>(INT64_MAX))
+        fail("{}: the product of the shape's dimensions overflows 64 bits", where);
       numel *= v;
       if (numel > data_size) numel = data_size + 1;  // saturate; checked against the byte range below
     }
