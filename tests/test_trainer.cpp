@@ -135,6 +135,25 @@ TEST(RunConfig, SetThroughAnAliasChangesOnlyTheKeyItNames) {
   EXPECT_EQ(load_run_config(d + "/alias.yaml", {"schedule.warmup=2"}).schedule.warmup, 2);
 }
 
+// A --set key is named as one: not at a made-up line 0 of the file; an empty key or value is refused, not a
+// section dropped.
+TEST(RunConfig, SetKeysAndEmptyValuesAreNamed) {
+  auto d = test::tmp_dir("runcfg_setkeys");
+  try {
+    load_run_config(write_cfg(d), {"trian.steps=3"});
+    ADD_FAILURE() << "accepted trian.steps";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("unknown key 'trian' (given with --set"), std::string::npos) << m;
+    EXPECT_EQ(m.find(":0:0"), std::string::npos) << m;
+  }
+  test::expect_error([&] { load_run_config(write_cfg(d), {"train=~"}); }, {"--set 'train=~'", "no value"});
+  test::expect_error([&] { load_run_config(write_cfg(d), {"train="}); }, {"--set 'train='", "no value"});
+  test::expect_error([&] { load_run_config(write_cfg(d), {"train..steps=1"}); },
+                     {"--set 'train..steps=1'", "empty key"});
+  test::expect_error([&] { load_run_config(write_cfg(d), {".=1"}); }, {"--set '.=1'", "empty key"});
+}
+
 // List elements get the scalars' checks: 095 is octal to some YAML readers, decimal to others.
 TEST(RunConfig, ListElementsWithALeadingZeroAreRefused) {
   auto d = test::tmp_dir("runcfg_zero");

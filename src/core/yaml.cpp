@@ -325,6 +325,8 @@ void YamlMap::finish() const {
     const std::string k = kv.first.Scalar();
     if (!known_.count(k)) {
       auto m = kv.first.Mark();
+      if (m.line < 0)  // a key added in code (as --set does), not read from the file
+        fail("{}: unknown key '{}' (given with --set; allowed here: {})", source_, path(k), fmt::join(known_, ", "));
       fail("{}:{}:{}: unknown key '{}' (allowed here: {})", source_, m.line + 1, m.column + 1, path(k),
            fmt::join(known_, ", "));
     }

@@ -27,11 +27,14 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& sets, con
     const std::string path = s.substr(0, eq), value = s.substr(eq + 1);
     // The same strict reading as a file (one document, UTF-8, no repeated keys).
     YAML::Node parsed = parse_yaml(value, fmt::format("--set '{}': value", s));
+    // Null is no key's value, but a section's: `--set train=` would drop the file's train section without a word.
+    if (parsed.IsNull()) fail("--set '{}': no value after '=' (null); expected {}=VALUE", s, path);
     std::vector<std::string> keys;
     size_t start = 0;
     while (true) {
       auto dot = path.find('.', start);
       keys.push_back(path.substr(start, dot - start));
+      if (keys.back().empty()) fail("--set '{}': empty key in '{}'; expected key.path=value", s, path);
       if (dot == std::string::npos) break;
       start = dot + 1;
     }
