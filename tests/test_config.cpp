@@ -151,6 +151,17 @@ TEST(Config, TagsMergeKeysAndParserDepthAreRefused) {
   EXPECT_EQ(load_model_config_file(ok).num_layers, 4);
 }
 
+// yaml-cpp spends about 800 bytes on each node it builds: a 4 MB `[1,1,...]` took 1.7 GB before the node cap.
+TEST(Config, LargeYamlIsRefusedBeforeYamlCppBuildsIt) {
+  auto d = test::tmp_dir("cfg_large");
+  std::string ones = "1";
+  for (int i = 0; i < 100000; ++i) ones += ",1";
+  auto p = write(d, "wide.yaml", "preset: tiny\nx: [" + ones + "]\n");
+  test::expect_error([&] { load_model_config_file(p); }, {"wide.yaml:2:", "more than 65536 YAML nodes"});
+  auto q = write(d, "long.yaml", "preset: tiny\narch: " + std::string(2 << 20, 'a') + "\n");
+  test::expect_error([&] { load_model_config_file(q); }, {"long.yaml", "more than the 1048576 bytes"});
+}
+
 TEST(Config, IntegersWithALeadingZeroAreRefused) {
   auto d = test::tmp_dir("cfg_zero");
   // yaml-cpp reads 010 as octal 8, as YAML 1.1 readers do; YAML 1.2 readers read 10.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <sstream>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 
 #include "drope/core/error.h"
 #include "drope/core/files.h"
@@ -26,6 +28,38 @@ namespace {
 constexpr int kMaxYamlDepth = 128;
 // Nodes visited at most: aliases let a small file name the same list many times over.
 constexpr int64_t kMaxYamlNodes = int64_t{1} << 20;
+// Nodes written out in a text at most. yaml-cpp spends about 800 bytes on each node it builds, so the 2 million
+// of a 4 MB `[1,1,1,...]` took 1.7 GB; configs hold a few hundred.
+constexpr int64_t kMaxYamlTextNodes = int64_t{1} << 16;
+// Size of a YAML file at most: configs are a few kB, and yaml-cpp reads a 60 MB scalar in 40 s and 0.9 GB.
+constexpr uint64_t kMaxYamlBytes = uint64_t{1} << 20;
+
+// Counts the nodes of a text from yaml-cpp's parser events, before any node is built.
+class NodeCounter final : public YAML::EventHandler {
+ public:
+  struct TooMany {
+    YAML::Mark mark;
+  };
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { count(m); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { count(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override { count(m); }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    count(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    count(m);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void count(const YAML::Mark& m) {
+    if (++nodes_ > kMaxYamlTextNodes) throw TooMany{m};
+  }
+  int64_t nodes_ = 0;
+};
 
 // 1-based line and column of byte `offset` in `text`.
 std::pair<int64_t, int64_t> line_col(const std::string& text, size_t offset) {
@@ -93,7 +127,15 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   }
   std::vector<YAML::Node> docs;
   try {
+    std::istringstream in(text);
+    YAML::Parser events(in);
+    NodeCounter counter;
+    while (events.HandleNextDocument(counter)) {
+    }
     docs = YAML::LoadAll(text);
+  } catch (const NodeCounter::TooMany& e) {
+    fail("{}:{}:{}: more than {} YAML nodes; a config holds a few hundred", source, e.mark.line + 1, e.mark.column + 1,
+         kMaxYamlTextNodes);
   } catch (const YAML::DeepRecursion& e) {  // yaml-cpp's own recursion guard, whose message is "bad file"
     fail("{}:{}:{}: YAML nested more than {} levels deep (the nesting limit)", source, e.mark.line + 1,
          e.mark.column + 1, kMaxYamlDepth);
@@ -110,7 +152,7 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   return docs[0];
 }
 
-YAML::Node load_yaml_file(const std::string& path) { return parse_yaml(read_file(path, kMaxConfigBytes), path); }
+YAML::Node load_yaml_file(const std::string& path) { return parse_yaml(read_file(path, kMaxYamlBytes), path); }
 
 YamlMap::YamlMap(YAML::Node node, std::string source, std::string prefix)
     : node_(std::move(node)), source_(std::move(source)), prefix_(std::move(prefix)) {

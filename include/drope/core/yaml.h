@@ -13,9 +13,9 @@ namespace drope {
 
 // Parses one YAML document from text; `source` names it in error messages ("file:line: ..."). Refused:
 // bytes that are not UTF-8, several documents in one text, a key repeated in a mapping, nesting deeper
-// than 128 levels.
+// than 128 levels, more than 2^16 nodes written out or 2^20 reached through aliases, tags, merge keys.
 YAML::Node parse_yaml(const std::string& text, const std::string& source);
-// parse_yaml of a regular file of at most kMaxConfigBytes.
+// parse_yaml of a regular file of at most 1 MiB.
 YAML::Node load_yaml_file(const std::string& path);
 
 // Whether a number getter accepts .inf / .nan.
