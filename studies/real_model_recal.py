@@ -36,6 +36,7 @@ import re
 import shutil
 import sys
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -137,8 +138,9 @@ def append_row(path: pathlib.Path, row: dict) -> None:
     rows = table.read()
     kept = [r for r in rows if key(r["model"], r["step"], r["metric"], r["length"]) != k]
     if len(kept) != len(rows):
-        table.write(kept)
-    table.append(row)
+        table.write([*kept, row])  # one atomic write: the old row never goes without its replacement
+    else:
+        table.append(row)
 
 
 # --- the plan: which rows are missing, which runs they need ------------------------------------------------------
@@ -343,8 +345,8 @@ def window_reading(val: dict, model: str, step: int) -> str | None:
 def context_use(s: Scale, val: dict) -> list[str]:
     """Whether a longer window lowers each model's perplexity at the last mark with two or more lengths (does it use
     the extra context?), and how far the run is from the paper's budget; nothing beyond the marks measured."""
-    steps = sorted({st for (m, st, metric, _) in val if m == "DroPE" and metric == "ppl"
-                    and sum(1 for (m2, st2, me2, _) in val if m2 == "DroPE" and st2 == st and me2 == "ppl") >= 2})
+    per_step = Counter(st for (m, st, metric, _) in val if m == "DroPE" and metric == "ppl")
+    steps = sorted(st for st, n in per_step.items() if n >= 2)
     if not steps:
         return []
     last = steps[-1]

@@ -219,7 +219,7 @@ def results_md(rows: Sequence[dict]) -> str:
     commits = ", ".join(dict.fromkeys(r["commit"] for r in rows)) or "–"
     cpus = "; ".join(dict.fromkeys(r["cpu"] for r in rows)) or "–"
     hours = sum(r["seconds"] for r in rows) / 3600
-    left = plan_text(rows).split("; ", 1)[1] if len(done) < total else ""
+    left = time_left(rows) if len(done) < total else ""
     lines = [f"{len(done)} of {total} registered rows; commits {commits}; CPU {cpus}; {hours:.1f} h of training and "
              "evaluation so far" + (f"; {left}" if left else "") +
              ". Per-run numbers: [results/width-study.csv](results/width-study.csv).", ""]
@@ -326,7 +326,8 @@ def measured_sec_per_step(rows: Sequence[dict]) -> dict[int, float]:
     return {w: statistics.median(v) for w, v in per.items()}
 
 
-def plan_text(rows: Sequence[dict]) -> str:
+def time_left(rows: Sequence[dict]) -> str:
+    """The runs left and their time: the protocol's estimate, and (with rows in) the rates those rows measured."""
     have = {(r["width"], r["budget"], r["seed"], r["arm"]) for r in rows}
     todo = [k for k in registered() if k not in have]
     measured = measured_sec_per_step(rows)
@@ -335,13 +336,17 @@ def plan_text(rows: Sequence[dict]) -> str:
         steps = recal_steps(b) if ARM[arm].drope else b
         sec += steps * SEC_PER_STEP[w] + SEC_PER_EVAL
         sec_measured += steps * measured.get(w, SEC_PER_STEP[w]) + (0 if w in measured else SEC_PER_EVAL)
-    text = (f"width study: {len(have)} of {len(registered())} rows in; {len(todo)} runs to do, "
-            f"about {sec / 3600:.1f} h with one thread (the protocol's estimate)")
+    text = f"{len(todo)} runs to do, about {sec / 3600:.1f} h with one thread (the protocol's estimate)"
     if measured and todo:
         rates = ", ".join(f"{measured[w]:.2f} s at width {w}" for w in sorted(measured))
         text += (f"; about {sec_measured / 3600:.1f} h at the rates the rows in measured (median a step: {rates}"
                  + ("" if all(w in measured for w, *_ in todo) else "; the protocol's rate elsewhere") + ")")
     return text
+
+
+def plan_text(rows: Sequence[dict]) -> str:
+    have = {(r["width"], r["budget"], r["seed"], r["arm"]) for r in rows}
+    return f"width study: {len(have)} of {len(registered())} rows in; {time_left(rows)}"
 
 
 # --- running -----------------------------------------------------------------------------------------------------

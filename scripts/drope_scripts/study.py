@@ -174,17 +174,19 @@ class Table:
         csv.writer(buf, lineterminator="\n").writerow([row[k] for k in self.fields])
         return buf.getvalue()
 
-    def write(self, rows: Sequence[dict]) -> None:
-        """Replaces the file's rows with `rows` (atomically)."""
-        for row in rows:
-            if any(k not in row for k in self.fields):
-                raise ValueError(f"{self.path}: a row without {[k for k in self.fields if k not in row]}")
-        write_atomic(self.path, ",".join(self.fields) + "\n" + "".join(self.line(r) for r in rows))
-
-    def append(self, row: dict) -> None:
+    def check(self, row: dict) -> None:
         missing = [k for k in self.fields if k not in row]
         if missing:
             raise ValueError(f"{self.path}: a row without {missing}")
+
+    def write(self, rows: Sequence[dict]) -> None:
+        """Replaces the file's rows with `rows` (atomically)."""
+        for row in rows:
+            self.check(row)
+        write_atomic(self.path, ",".join(self.fields) + "\n" + "".join(self.line(r) for r in rows))
+
+    def append(self, row: dict) -> None:
+        self.check(row)
         old = self.path.read_text(encoding="utf-8") if self.path.is_file() else ",".join(self.fields) + "\n"
         if not old.endswith("\n"):
             old += "\n"

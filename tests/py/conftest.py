@@ -33,6 +33,21 @@ def micro_train_yaml(out, steps):
             f"train: {{steps: {steps}, log_every: 1, eval_batches: 1}}\n")
 
 
+def git_repo_with_build(tmp, tools):
+    """A one-commit git checkout holding src/a.cpp, and a build directory with a stub of each of `tools`: the
+    provenance checks' world (study.snapshot_tools / commit_stamp). Returns (repo, build)."""
+    repo = tmp / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "a.cpp").write_text("int a;\n")
+    for cmd in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(repo), *cmd], check=True)
+    build = tmp / "build"
+    build.mkdir()
+    for t in tools:
+        (build / t).write_text("#!/bin/sh\n")
+    return repo, build
+
+
 def expect_error(r, *needles):
     """A CLI failure: non-zero exit, one clear message containing every needle, no crash or traceback."""
     assert r.returncode != 0, f"expected failure, got success:\n{r.stdout}"

@@ -1,11 +1,10 @@
 """scripts/real_model.sh's table from its step results (the steps themselves: tests/py/test_gguf.py), and
 --recalibrate (studies/real_model_recal.py): its plan, argument errors and a 2-step dry path on a tiny GGUF."""
 import csv
-import subprocess
 
 import pytest
 
-from conftest import BIN
+from conftest import BIN, git_repo_with_build
 from studies import real_model
 from studies import real_model_recal as rr
 
@@ -107,15 +106,7 @@ def test_rows_from_a_dirty_build_are_computed_again_and_replaced(tmp):
 def test_a_clean_tree_runs_a_copy_of_the_tools(tmp):
     """Rows of a clean tree name its commit and come from a copy of the tools (rebuilding build/ later cannot
     change them); a dirty tree runs build/ itself and its rows say -dirty."""
-    repo = tmp / "repo"
-    (repo / "src").mkdir(parents=True)
-    (repo / "src" / "a.cpp").write_text("int a;\n")
-    for cmd in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
-        subprocess.run(["git", "-C", str(repo), *cmd], check=True)
-    build = tmp / "build"
-    build.mkdir()
-    for t in (*rr.TOOLS, rr.MODULES[0]):
-        (build / t).write_text("#!/bin/sh\n")
+    repo, build = git_repo_with_build(tmp, (*rr.TOOLS, rr.MODULES[0]))
     tools, commit = rr.tools_and_commit(build, tmp / "out", repo)
     assert tools == tmp / "out" / "bin" / commit and not commit.endswith("-dirty")
     assert sorted(p.name for p in tools.iterdir()) == sorted((*rr.TOOLS, rr.MODULES[0]))

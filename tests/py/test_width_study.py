@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from conftest import git_repo_with_build
 from drope_scripts import stats, study
 from studies import width_study as ws
 
@@ -149,21 +150,8 @@ def test_table_refuses_bad_files(tmp):
         study.Table(tmp / "new.csv", ws.FIELDS).append({"width": 1})
 
 
-def _repo(tmp):
-    repo = tmp / "repo"
-    (repo / "src").mkdir(parents=True)
-    (repo / "src" / "a.cpp").write_text("int a;\n")
-    for cmd in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
-        subprocess.run(["git", "-C", str(repo), *cmd], check=True)
-    build = tmp / "build"
-    build.mkdir()
-    for t in ws.TOOLS:
-        (build / t).write_text("#!/bin/sh\n")
-    return repo, build
-
-
 def test_snapshot_needs_a_clean_tree_and_a_fresh_build(tmp):
-    repo, build = _repo(tmp)
+    repo, build = git_repo_with_build(tmp, ws.TOOLS)
     dest, commit = study.snapshot_tools(build, ws.TOOLS, tmp / "bin", repo)
     assert dest == tmp / "bin" / commit and all((dest / t).is_file() for t in ws.TOOLS)
     assert study.commit_stamp(repo) == commit
