@@ -51,7 +51,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Row softmax of logits (..., sq, sk) with −inf for hidden keys. Rows without a visible key: out 0 and
 // lse +inf (FlashAttention's convention, mha_varlen_fwd) when zero_empty, else NaN as softmax gives.
-std::pair<torch::Tensor, torch::Tensor> softmax_out(const torch::Tensor& s, const torch::Tensor& v, bool zero_empty) {
+std::pair<torch::Tensor, torch::Tensor> reference_softmax_out(const torch::Tensor& s, const torch::Tensor& v,
+                                                              bool zero_empty) {
   auto lse = torch::logsumexp(s, -1);  // (..., sq)
   auto p = torch::exp(s - lse.unsqueeze(-1));
   if (zero_empty) {
@@ -112,7 +113,7 @@ be::FlashFwdOut emulate_flash(const be::FlashFwdIn& in) {
     if (causal_mode) visible = c < r + 1 + off;
     if (local) visible = (c >= r + off - double(wl)) & (c < r + 1 + off + double(wr));
     s = s.masked_fill(visible.logical_not().unsqueeze(0), -kInf);
-    auto [o, lse] = softmax_out(s, vh, /*zero_empty=*/true);  // (H, sq, D), (H, sq)
+    auto [o, lse] = reference_softmax_out(s, vh, /*zero_empty=*/true);  // (H, sq, D), (H, sq)
     if (varlen) {
       outs.push_back(o.permute({1, 0, 2}));
       lse_all.narrow(1, q0, sq).copy_(lse);
@@ -159,7 +160,7 @@ be::MemEffFwdOut emulate_mem_eff(const be::MemEffFwdIn& in) {
   auto c = torch::arange(N, torch::kDouble).view({1, N});
   if (in.custom_mask_type == 1) s = s.masked_fill(c > r, -kInf);
   if (in.custom_mask_type == 2) s = s.masked_fill(c > r + double(N - M), -kInf);
-  auto [o, lse] = softmax_out(s, in.v.permute({0, 2, 1, 3}), false);
+  auto [o, lse] = reference_softmax_out(s, in.v.permute({0, 2, 1, 3}), false);
   const int64_t cols = (M + 31) / 32 * 32;
   auto lse_pad = torch::full({B, H, cols}, std::nan(""), lse.options());
   lse_pad.narrow(2, 0, M).copy_(lse);
@@ -180,7 +181,7 @@ be::CudnnFwdOut emulate_cudnn(const be::CudnnFwdIn& in) {
   if (in.bias.defined()) s = s + in.bias;
   if (in.is_causal)
     s = s.masked_fill(torch::arange(S).view({1, S}) > torch::arange(T).view({T, 1}), -kInf);  // top-left
-  auto [o, lse] = softmax_out(s, in.v, false);
+  auto [o, lse] = reference_softmax_out(s, in.v, false);
   return {o, lse.unsqueeze(-1), torch::zeros({}), torch::zeros({})};
 }
 
@@ -228,7 +229,7 @@ be::CudnnGraphFwdOut emulate_cudnn_graph_with(const be::CudnnGraphFwdIn& in,
   if (a.right_bound >= 0) keep = keep & (col <= row + base + double(a.right_bound));
   if (a.left_bound >= 0) keep = keep & (col > row + base - double(a.left_bound));
   s = s.masked_fill(keep.logical_not(), -kInf);
-  auto [o, lse] = softmax_out(s, vh, /*zero_empty=*/true);
+  auto [o, lse] = reference_softmax_out(s, vh, /*zero_empty=*/true);
   return {o, lse.unsqueeze(-1)};
 }
 

@@ -312,7 +312,7 @@ DROPE_INLINE typename Simd<T, VB>::V vec_logits(const AttnParams<T>& p, typename
   const V jj = iota<V>() + T(c);
   const V x = slope == T(0) ? dot * p.scale : attn_logit(dot, p.scale, slope, di - jj);
   if (c >= a && c + W <= b) return x;
-  return (jj < T(a)) | (jj >= T(b)) ? V{} + neg_inf<T>() : x;
+  return ((jj < T(a)) | (jj >= T(b))) ? V{} + neg_inf<T>() : x;
 }
 
 // Turns the raw dots of one query row of a key tile [j0, j0 + kBlockK) into masked, scaled, biased logits in
