@@ -46,11 +46,11 @@ Result run(const Inputs& in, const Case& c, torch::Dtype dtype, bool reference) 
 
 double max_err(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
-// Runs ATen (and the kernel) on one thread while alive.
-class SingleThread {
+// Runs ATen (and the kernel) on `n` threads (default one) while alive, then restores the previous count.
+class IntraOpThreads {
  public:
-  SingleThread() : threads_(at::get_num_threads()) { at::set_num_threads(1); }
-  ~SingleThread() { at::set_num_threads(threads_); }
+  explicit IntraOpThreads(int n = 1) : threads_(at::get_num_threads()) { at::set_num_threads(n); }
+  ~IntraOpThreads() { at::set_num_threads(threads_); }
 
  private:
   int threads_;
@@ -126,7 +126,7 @@ TEST(FusedAttentionMath, BandsMatchVisibility) {
 TEST(FusedAttention, Float64MatchesReferenceForEveryOption) {
   // Hundreds of small ATen calls: one thread avoids OpenMP contention on a busy machine (the threaded
   // kernel paths are covered by the float32 and bfloat16 tests).
-  SingleThread one_thread;
+  IntraOpThreads one_thread;
   torch::manual_seed(3);
   for (const auto& c : option_grid()) {
     const auto in = random_inputs(c);
@@ -145,7 +145,7 @@ TEST(FusedAttention, Float64MatchesReferenceForEveryOption) {
 }
 
 TEST(FusedAttention, BothBackwardSchedulesMatchReference) {
-  SingleThread one_thread;  // as above; the float32 test runs both schedules threaded
+  IntraOpThreads one_thread;  // as above; the float32 test runs both schedules threaded
   torch::manual_seed(8);
   int n = 0;
   for (const auto& c : option_grid()) {
@@ -163,7 +163,7 @@ TEST(FusedAttention, BothBackwardSchedulesMatchReference) {
 }
 
 TEST(FusedAttention, EveryWorkItemRunsOnceWhateverTheThreadCount) {
-  // The kernel hands its work items to LibTorch's intra-op threads one at a time: on 1, 2 or 5 threads the
+  // The kernel's threads (LibTorch's OpenMP team) take work items one at a time: on 1, 2 or 5 threads the
   // forward output is the same bits (each item writes its own rows), the gradients agree to rounding (the
   // key/value partial sums may meet in another order), and all of them match the float64 reference.
   torch::manual_seed(6);
@@ -177,13 +177,11 @@ TEST(FusedAttention, EveryWorkItemRunsOnceWhateverTheThreadCount) {
   c.window = 40;
   const auto in = random_inputs(c);
   const auto exact = run(in, c, torch::kDouble, true);
-  const int before = at::get_num_threads();
   std::vector<Result> got;
   for (int threads : {1, 2, 5}) {
-    at::set_num_threads(threads);
+    IntraOpThreads guard(threads);
     got.push_back(run(in, c, torch::kFloat, false));
   }
-  at::set_num_threads(before);
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_TRUE(torch::equal(got[i].out, got[0].out)) << "threads run " << i;
     EXPECT_LT(max_err(got[i].out, exact.out), 1e-4) << "threads run " << i;
@@ -306,7 +304,7 @@ TEST(FusedAttention, BFloat16ForwardBackwardNoWorseThanSdpa) {
   // a mask differentiates float32 intermediates it saved, while the fused backward forms each row's Σ dO·O from
   // the stored bf16 output (as flash attention does), which costs up to 2.4× SDPA's error on two cells of the grid
   // (non-causal with a window or ALiBi), on the FMA path and the tiles alike.
-  SingleThread one_thread;
+  IntraOpThreads one_thread;
   torch::manual_seed(8);
   int compared = 0;
   for (const auto& c : option_grid()) {
