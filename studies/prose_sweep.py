@@ -294,7 +294,12 @@ FOLLOW_UP_MARGIN = 5.0  # points: "not the cause" when the difference's interval
 # Pocock's nominal level for those looks (stats.pocock_alpha), so the chance of a wrong reading over all three looks
 # stays at 0.05. Looking at 0.05 each time, as the extension was first read, about doubles it.
 LOOKS = tuple(range(MIN_SEEDS, MAX_SEEDS + 1))
-LOOK_ALPHA = stats.pocock_alpha(LOOKS)
+
+
+@functools.cache
+def look_alpha() -> float:
+    """Pocock's nominal level of each look (computed at first use: the integration imports scipy.stats)."""
+    return stats.pocock_alpha(LOOKS)
 
 
 READINGS = {  # recipe: (lower gap at Holm p < 0.05, ... and the cell closed, within ±5 points, higher gap)
@@ -332,7 +337,7 @@ def follow_up_reading(o: dict, rows: Sequence[dict], level: float = 0.05) -> str
 
 def looks(cells: Sequence[Cell], rows: Sequence[dict], family: str) -> list[dict]:
     """The follow-up family's comparisons at each look (3, 4, 5 common seeds): per look, each comparison on its
-    first n common seeds (fewer when it has fewer: it stopped), Holm over the family, read at LOOK_ALPHA. Returns
+    first n common seeds (fewer when it has fewer: it stopped), Holm over the family, read at look_alpha(). Returns
     per comparison its readings by look and the first decided one (or the last look's)."""
     out = []
     by_cell: dict[str, dict] = {}
@@ -351,7 +356,7 @@ def looks(cells: Sequence[Cell], rows: Sequence[dict], family: str) -> list[dict
             entry = by_cell.setdefault(o["cell"], {"cell": o["cell"], "looks": [], "final": None})
             if o["n"] < n and entry["looks"]:
                 continue  # no new seed at this look
-            o["reading"] = follow_up_reading(o, rows, LOOK_ALPHA)
+            o["reading"] = follow_up_reading(o, rows, look_alpha())
             entry["looks"].append(o)
     for entry in by_cell.values():
         decided = [o for o in entry["looks"] if o["n"] >= MIN_SEEDS and not o["reading"].endswith(": inconclusive")]
@@ -432,7 +437,7 @@ def results_md(cells: Sequence[Cell], rows: Sequence[dict], min_seeds: int = MIN
                   "| cell | seeds | gap − quickstart's gap (points) | p | p Holm |", "|---|---:|---:|---:|---:|"]
         lines += [f"| {o['cell']} | {o['n']} | {o['diff']:+.1f} | {_p(o['p'])} | {_p(o['p_holm'])} |" for o in fup]
         lines += ["", f"Follow-up `{family}` reading, sequential (looks at {', '.join(map(str, LOOKS))} seeds, each at "
-                  f"Pocock's nominal level {LOOK_ALPHA:.4f}, so at most 0.05 of wrong readings over the looks; the "
+                  f"Pocock's nominal level {look_alpha():.4f}, so at most 0.05 of wrong readings over the looks; the "
                   "reading is the first look's that decides): "
                   + "; ".join(sequential_text(e) for e in looks(cells, rows, family)) + "."]
         lines += ["", "Uncorrected (each look at 0.05, the extension as first read; exploratory, its false-positive "

@@ -16,8 +16,6 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 
-from scipy import stats as sps
-
 from . import offset_key_report as okr
 from . import stats
 from . import study as common
@@ -168,7 +166,8 @@ def prose_summary(link: str) -> str:
             f"paper reports parity). NoPE trained from scratch is about as far behind RoPE ("
             + ", ".join(f"{v['mean']:+.0f} % at {b:,}" for b, v in sorted(nope.items())) +
             "); against DroPE, read at Pocock's level for looks at 3, 4 and 5 seeds "
-            f"({ps.LOOK_ALPHA:.4f} a look): {nope_read}. Dropping the QK-norm: {noqk_read}. The sweep cannot say why: "
+            f"({ps.look_alpha():.4f} a look): {nope_read}. Dropping the QK-norm: {noqk_read}. "
+            "The sweep cannot say why: "
             "it never varied the model's size, and its budgets are 0.9 to 6.8 epochs over a 957K-token corpus, so "
             f"budget and repetition move together; the width study below tests both ({link}).")
 
@@ -286,6 +285,8 @@ def determinism_check() -> str:
     a check of determinism, not an independent replication."""
     first = read_csv(RESULTS / "recovery-study.csv")
     third = read_csv(RESULTS / "recovery-budgets.csv")
+    from scipy import stats as sps  # at first use: importing scipy.stats takes about 2 s
+
     parts, rhos = [], []
     for recipe in THIRD:
         a, b = _by_seed(first, recipe, "selection"), _by_seed(third, recipe)

@@ -10,7 +10,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from scipy import special, stats
+
+
+def _scipy(name: str):
+    """scipy.stats or scipy.special, imported at first use: importing scipy.stats takes about 2 s, which every
+    study's argument check and doc renderer would pay before refusing a mistyped flag."""
+    import importlib
+
+    return importlib.import_module(f"scipy.{name}")
+
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -37,7 +45,7 @@ class Summary:
 
 def t_quantile(p: float, dof: float) -> float:
     """The p quantile of Student's t distribution with `dof` degrees of freedom."""
-    return float(stats.t.ppf(p, dof))
+    return float(_scipy("stats").t.ppf(p, dof))
 
 
 def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summary:
@@ -67,7 +75,7 @@ def wilson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float
         raise ValueError(f"wilson: need integers 0 <= k <= n and n >= 1, got k={k}, n={n}")
     if not 0 < confidence < 1:
         raise ValueError(f"wilson: confidence must be in (0, 1), got {confidence}")
-    z = float(special.ndtri(0.5 + 0.5 * confidence))
+    z = float(_scipy("special").ndtri(0.5 + 0.5 * confidence))
     p = k / n
     denom = 2 * (n + z ** 2)
     centre = (2 * n * p + z ** 2) / denom
@@ -174,10 +182,11 @@ def _t_p(t: float, df: float, alternative: str) -> float:
     if math.isnan(t):
         return math.nan
     if alternative == "greater":
-        return float(stats.t.sf(t, df))
+        return float(_scipy("stats").t.sf(t, df))
     if alternative == "less":
-        return float(stats.t.cdf(t, df))
-    return float(min(1.0, 2 * min(stats.t.cdf(t, df), stats.t.sf(t, df))))
+        return float(_scipy("stats").t.cdf(t, df))
+    t_dist = _scipy("stats").t
+    return float(min(1.0, 2 * min(t_dist.cdf(t, df), t_dist.sf(t, df))))
 
 
 def _t_test(name: str, d: np.ndarray, popmean: float, alternative: str) -> TestResult:
@@ -504,6 +513,7 @@ def pocock_alpha(looks: Sequence[int], alpha: float = ALPHA) -> float:
     if n.size == 1:
         return alpha
     corr = np.sqrt(np.minimum.outer(n, n) / np.maximum.outer(n, n))
+    stats = _scipy("stats")
     mvn = stats.multivariate_normal(mean=np.zeros(n.size), cov=corr, seed=0, maxpts=200_000, abseps=1e-7,
                                     releps=1e-7)  # a seeded integration: the same level on every run
 
@@ -513,5 +523,5 @@ def pocock_alpha(looks: Sequence[int], alpha: float = ALPHA) -> float:
 
     from scipy import optimize
 
-    c = optimize.brentq(excess, float(special.ndtri(1 - alpha / 2)), 6.0, xtol=1e-6)
+    c = optimize.brentq(excess, float(_scipy("special").ndtri(1 - alpha / 2)), 6.0, xtol=1e-6)
     return float(2 * stats.norm.sf(c))

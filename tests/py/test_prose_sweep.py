@@ -269,7 +269,7 @@ def test_an_inconclusive_follow_up_gets_seeds_for_both_of_its_cells(tmp):
 def test_the_follow_ups_are_read_sequentially_at_pococks_level():
     """A comparison at Holm p between Pocock's per-look level (looks at 3, 4, 5 seeds) and 0.05 is decided by the
     uncorrected reading only; the sequential reading keeps it open, and the extension gives it the next seed."""
-    assert pytest.approx(stats.pocock_alpha([3, 4, 5])) == ps.LOOK_ALPHA and 0.022 < ps.LOOK_ALPHA < 0.03
+    assert pytest.approx(stats.pocock_alpha([3, 4, 5])) == ps.look_alpha() and 0.022 < ps.look_alpha() < 0.03
     cs = cells()
     rows = []
     for seed, (q, n) in enumerate([(60.0, 57.0), (58.0, 51.0), (62.0, 48.0), (61.0, 52.0)]):
@@ -278,7 +278,7 @@ def test_the_follow_ups_are_read_sequentially_at_pococks_level():
                          "ppl_rope": 32.0, "ppl_drope": 32.0 * (1 + gap / 100), "gap_pct": gap,
                          "commit": "abc1234-dirty", "cpu": "test cpu"})
     o = next(o for o in ps.comparisons(cs, rows, "nope") if o["cell"] == "b3200-nope")
-    assert ps.LOOK_ALPHA < o["p_holm"] < 0.05, o
+    assert ps.look_alpha() < o["p_holm"] < 0.05, o
     e = next(e for e in ps.looks(cs, rows, "nope") if e["cell"] == "b3200-nope")
     assert e["final"]["reading"].endswith(": inconclusive") and e["final"]["n"] == 4
     assert "recalibration falls short of NoPE" in ps.follow_up_reading(o, rows)

@@ -7,6 +7,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -312,6 +313,19 @@ def test_every_study_is_covered():
     wrappers = {p.name for p in (ROOT / "scripts").glob("*.sh")
                 if "studies/run.sh" in p.read_text() and p.name != "run_python.sh"}
     assert wrappers == {c[0].split("/")[1] for c in DIR_OUT.values() if c[0].startswith("scripts/")}
+
+
+def test_no_study_imports_scipy_stats_before_it_checks_its_arguments():
+    """Importing scipy.stats takes about 2 s: a study pays it when it computes, not to refuse a mistyped flag."""
+    studies = sorted(p.stem for p in (ROOT / "studies").glob("*.py") if p.stem != "__init__")
+    code = ("import importlib, sys\n"
+            f"for name in {studies!r}:\n"
+            "    importlib.import_module('studies.' + name)\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('scipy.stats', 'torch', 'transformers'))))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=f"{ROOT / 'scripts'}:{ROOT}"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", r.stdout
 
 
 def test_quickstart_and_reproduce_take_no_other_arguments(tmp):
