@@ -4,6 +4,7 @@
 
 #include "drope/config/model_config.h"
 #include "drope/core/files.h"
+#include "drope/core/yaml.h"
 #include "test_util.h"
 
 using namespace drope;
@@ -226,4 +227,47 @@ TEST(Config, NonFiniteAndOverflowingNumbersAreRefused) {
   c.positional.rope_theta = std::numeric_limits<double>::infinity();
   test::expect_error([&] { c.validate("src"); },
                      {"src: model.positional.rope_theta must be a finite number > 1, got inf"});
+}
+
+TEST(Config, QuotedNumbersAndOtherBooleanWordsAreRefused) {
+  // yaml-cpp converts the quoted "4" to 4 and yes / on / y to true, where PyYAML and YAML 1.2 readers disagree.
+  auto d = test::tmp_dir("cfg_plain");
+  struct Case {
+    const char* yaml;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Case> cases = {
+      {"num_layers: \"4\"\n", {"num_layers", "expected an integer", "quoted string \"4\"", "without quotes"}},
+      {"rms_eps: '1e-5'\n", {"rms_eps", "expected a number", "quoted string \"1e-5\""}},
+      {"tie_embeddings: \"false\"\n", {"tie_embeddings", "true or false", "quoted string \"false\""}},
+      {"tie_embeddings: yes\n", {"tie_embeddings", "got 'yes'", "a string to others"}},
+      {"mlp_bias: off\n", {"mlp_bias", "got 'off'", "a string to others"}},
+      {"mlp_bias: y\n", {"mlp_bias", "got 'y'", "a string to others"}},
+      {"mlp_bias: maybe\n", {"mlp_bias", "expected true or false, got 'maybe'"}},
+  };
+  for (const auto& c : cases) {
+    auto p = write(d, "m.yaml", std::string("preset: tiny\n") + c.yaml);
+    try {
+      load_model_config_file(p);
+      ADD_FAILURE() << "accepted: " << c.yaml;
+    } catch (const Error& e) {
+      for (const auto& s : c.needles)
+        EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what() << "\nmissing: " << s;
+      // "maybe" is no boolean to any reader: no remark about other readers.
+      if (std::string(c.yaml).find("maybe") != std::string::npos)
+        EXPECT_EQ(std::string(e.what()).find("other"), std::string::npos) << e.what();
+    }
+  }
+  // List elements: the same rule.
+  YamlMap lists(parse_yaml("a: [256, \"512\"]\nb: [0.5, '1.5']\n", "l.yaml"), "l.yaml", "");
+  std::vector<int64_t> ints;
+  std::vector<double> reals;
+  test::expect_error([&] { lists.get("a", ints); }, {"l.yaml", "element 1", "quoted string \"512\""});
+  test::expect_error([&] { lists.get("b", reals); }, {"l.yaml", "element 1", "quoted string \"1.5\""});
+  // What every reader agrees on keeps its meaning: the YAML 1.2 booleans in any of their spellings, plain numbers.
+  auto ok = write(d, "ok.yaml", "preset: tiny\ntie_embeddings: False\nmlp_bias: TRUE\nnum_layers: 3\n");
+  const auto c = load_model_config_file(ok);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_TRUE(c.mlp_bias);
+  EXPECT_EQ(c.num_layers, 3);
 }

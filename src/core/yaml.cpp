@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <sstream>
 #include <type_traits>
 #include <utility>
@@ -199,6 +200,13 @@ void check_leading_zero(const YAML::Node& n, const std::string& where) {
          where, s);
 }
 
+// A number or boolean must be a plain scalar: yaml-cpp reads the quoted "4" as 4 and "false" as false, where
+// PyYAML and every YAML 1.2 reader see a string.
+void check_plain(const YAML::Node& n, const std::string& where, const char* expected) {
+  if (n.Tag() == "!")
+    fail("{}: expected {}, got the quoted string \"{}\"; write it without quotes", where, expected, n.Scalar());
+}
+
 // A YAML integer scalar; out-of-range values are named as such (not "not an integer").
 bool parse_int64(const YAML::Node& n, int64_t& out, bool& overflow) {
   overflow = false;
@@ -243,6 +251,7 @@ bool YamlMap::get(const std::string& key, int64_t& out) {
   known_.insert(key);
   if (!has(key)) return false;
   YAML::Node n = scalar(key, "an integer");
+  check_plain(n, where(key), "an integer");
   check_leading_zero(n, where(key));
   bool overflow = false;
   if (!parse_int64(n, out, overflow)) {
@@ -264,6 +273,7 @@ bool YamlMap::get(const std::string& key, double& out, NonFinite non_finite) {
   known_.insert(key);
   if (!has(key)) return false;
   YAML::Node n = scalar(key, "a number");
+  check_plain(n, where(key), "a number");
   check_leading_zero(n, where(key));
   double v = 0;
   bool overflow = false;
@@ -280,10 +290,19 @@ bool YamlMap::get(const std::string& key, bool& out) {
   known_.insert(key);
   if (!has(key)) return false;
   YAML::Node n = scalar(key, "true or false");
-  try {
-    out = n.as<bool>();
-  } catch (const YAML::Exception&) {
-    fail("{}: expected true or false, got '{}'", where(key), n.Scalar());
+  check_plain(n, where(key), "true or false");
+  // YAML 1.2's booleans only: yaml-cpp also takes y / n / yes / no / on / off, which PyYAML reads as a string (y,
+  // n) or a boolean (the others) and YAML 1.2 readers as strings.
+  static const std::set<std::string> kTrue{"true", "True", "TRUE"}, kFalse{"false", "False", "FALSE"};
+  const std::string& v = n.Scalar();
+  if (kTrue.count(v)) {
+    out = true;
+  } else if (kFalse.count(v)) {
+    out = false;
+  } else {
+    const bool other_readers_boolean = n.as<bool>(false) == n.as<bool>(true);  // yaml-cpp converts it
+    fail("{}: expected true or false, got '{}'{}", where(key), v,
+         other_readers_boolean ? " (a boolean to some YAML readers and a string to others)" : "");
   }
   return true;
 }
@@ -306,8 +325,10 @@ bool get_list(YamlMap& m, YAML::Node node, const std::string& key, std::vector<T
     if (!e.IsScalar()) fail("{}: element {}: expected {}, got {}", m.where(key), i, what, yaml_kind(e));
     bool ok = true, overflow = false;
     T x{};
-    if constexpr (!std::is_same_v<T, std::string>)
+    if constexpr (!std::is_same_v<T, std::string>) {
+      check_plain(e, fmt::format("{}: element {}", m.where(key), i), what);
       check_leading_zero(e, fmt::format("{}: element {}", m.where(key), i));
+    }
     if constexpr (std::is_same_v<T, int64_t>) {
       ok = parse_int64(e, x, overflow);
     } else if constexpr (std::is_same_v<T, double>) {
