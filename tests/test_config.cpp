@@ -237,9 +237,10 @@ TEST(Config, QuotedNumbersAndOtherBooleanWordsAreRefused) {
     std::vector<std::string> needles;
   };
   const std::vector<Case> cases = {
-      {"num_layers: \"4\"\n", {"num_layers", "expected an integer", "quoted string \"4\"", "without quotes"}},
-      {"rms_eps: '1e-5'\n", {"rms_eps", "expected a number", "quoted string \"1e-5\""}},
-      {"tie_embeddings: \"false\"\n", {"tie_embeddings", "true or false", "quoted string \"false\""}},
+      {"num_layers: \"4\"\n", {"num_layers", "expected an integer", "(or block) string \"4\"", "without quotes"}},
+      {"rms_eps: '1e-5'\n", {"rms_eps", "expected a number", "(or block) string \"1e-5\""}},
+      {"tie_embeddings: \"false\"\n", {"tie_embeddings", "true or false", "(or block) string \"false\""}},
+      {"num_layers: |\n  4\n", {"num_layers", "expected an integer", "(or block) string"}},
       {"tie_embeddings: yes\n", {"tie_embeddings", "got 'yes'", "a string to others"}},
       {"mlp_bias: off\n", {"mlp_bias", "got 'off'", "a string to others"}},
       {"mlp_bias: y\n", {"mlp_bias", "got 'y'", "a string to others"}},
@@ -262,8 +263,8 @@ TEST(Config, QuotedNumbersAndOtherBooleanWordsAreRefused) {
   YamlMap lists(parse_yaml("a: [256, \"512\"]\nb: [0.5, '1.5']\n", "l.yaml"), "l.yaml", "");
   std::vector<int64_t> ints;
   std::vector<double> reals;
-  test::expect_error([&] { lists.get("a", ints); }, {"l.yaml", "element 1", "quoted string \"512\""});
-  test::expect_error([&] { lists.get("b", reals); }, {"l.yaml", "element 1", "quoted string \"1.5\""});
+  test::expect_error([&] { lists.get("a", ints); }, {"l.yaml", "element 1", "(or block) string \"512\""});
+  test::expect_error([&] { lists.get("b", reals); }, {"l.yaml", "element 1", "(or block) string \"1.5\""});
   // What every reader agrees on keeps its meaning: the YAML 1.2 booleans in any of their spellings, plain numbers.
   auto ok = write(d, "ok.yaml", "preset: tiny\ntie_embeddings: False\nmlp_bias: TRUE\nnum_layers: 3\n");
   const auto c = load_model_config_file(ok);

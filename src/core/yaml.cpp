@@ -201,10 +201,12 @@ void check_leading_zero(const YAML::Node& n, const std::string& where) {
 }
 
 // A number or boolean must be a plain scalar: yaml-cpp reads the quoted "4" as 4 and "false" as false, where
-// PyYAML and every YAML 1.2 reader see a string.
+// PyYAML and every YAML 1.2 reader see a string. yaml-cpp tags plain scalars "?" and the others (quoted, block,
+// the bare tag "!") "!".
 void check_plain(const YAML::Node& n, const std::string& where, const char* expected) {
   if (n.Tag() == "!")
-    fail("{}: expected {}, got the quoted string \"{}\"; write it without quotes", where, expected, n.Scalar());
+    fail("{}: expected {}, got the quoted (or block) string \"{}\"; write it plain, without quotes", where, expected,
+         n.Scalar());
 }
 
 // A YAML integer scalar; out-of-range values are named as such (not "not an integer").
