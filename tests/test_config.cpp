@@ -240,7 +240,7 @@ TEST(Config, QuotedNumbersAndOtherBooleanWordsAreRefused) {
       {"num_layers: \"4\"\n", {"num_layers", "expected an integer", "(or block) string \"4\"", "without quotes"}},
       {"rms_eps: '1e-5'\n", {"rms_eps", "expected a number", "(or block) string \"1e-5\""}},
       {"tie_embeddings: \"false\"\n", {"tie_embeddings", "true or false", "(or block) string \"false\""}},
-      {"num_layers: |\n  4\n", {"num_layers", "expected an integer", "(or block) string"}},
+      {"num_layers: |\n  4\n", {"num_layers", "expected an integer", "(or block) string \"4\\n\";"}},  // one line
       {"tie_embeddings: yes\n", {"tie_embeddings", "got 'yes'", "a string to others"}},
       {"mlp_bias: off\n", {"mlp_bias", "got 'off'", "a string to others"}},
       {"mlp_bias: y\n", {"mlp_bias", "got 'y'", "a string to others"}},

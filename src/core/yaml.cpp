@@ -205,7 +205,7 @@ void check_leading_zero(const YAML::Node& n, const std::string& where) {
 // the bare tag "!") "!".
 void check_plain(const YAML::Node& n, const std::string& where, const char* expected) {
   if (n.Tag() == "!")
-    fail("{}: expected {}, got the quoted (or block) string \"{}\"; write it plain, without quotes", where, expected,
+    fail("{}: expected {}, got the quoted (or block) string {:?}; write it plain, without quotes", where, expected,
          n.Scalar());
 }
 
