@@ -131,3 +131,35 @@ def test_an_unknown_component_is_named(moved_prefix, tmp_path, components):
     err = " ".join(r.stderr.split())  # CMake wraps its messages
     assert r.returncode != 0
     assert f"drope has no component '{bad}'" in err and "its layers: core, config" in err, r.stderr[-3000:]
+
+
+OPENMP_CONSUMER = """cmake_minimum_required(VERSION 3.22)
+project(consumer CXX)
+find_package(drope REQUIRED)
+file(GENERATE OUTPUT "${CMAKE_BINARY_DIR}/openmp.txt"
+     CONTENT "$<TARGET_PROPERTY:drope::openmp,INTERFACE_LINK_LIBRARIES>
+$<TARGET_PROPERTY:drope::torch_deps,INTERFACE_LINK_LIBRARIES>
+")
+"""
+
+
+@pytest.mark.parametrize("cxx", ["g++", "clang++"])
+def test_the_kernels_openmp_is_gccs_libgomp_for_any_consumer_compiler(moved_prefix, tmp_path, cxx):
+    """The kernels call libgomp (GCC compiles them in any drope build): a Clang consumer must not get Clang's own
+    OpenMP runtime (libomp) beside the torch wheel's libgomp."""
+    if not shutil.which(cxx):
+        pytest.skip(f"{cxx} is not installed")
+    src = tmp_path / "omp"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(OPENMP_CONSUMER)
+    torch_cmake = run(PY, "-c", "import torch; print(torch.utils.cmake_prefix_path)").stdout.strip()
+    r = subprocess.run(["cmake", "-S", str(src), "-B", str(src / "b"), "-G", "Ninja", f"-DCMAKE_CXX_COMPILER={cxx}",
+                        f"-DCMAKE_PREFIX_PATH={moved_prefix};{torch_cmake}"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    openmp, deps = (src / "b" / "openmp.txt").read_text().splitlines()
+    assert "drope::openmp" in deps.split(";"), deps
+    if cxx == "g++":
+        assert openmp == "OpenMP::OpenMP_CXX"
+    else:
+        assert openmp.endswith("/libgomp.so") and os.path.isabs(openmp), openmp
