@@ -328,8 +328,9 @@ bool get_list(YamlMap& m, YAML::Node node, const std::string& key, std::vector<T
     bool ok = true, overflow = false;
     T x{};
     if constexpr (!std::is_same_v<T, std::string>) {
-      check_plain(e, fmt::format("{}: element {}", m.where(key), i), what);
-      check_leading_zero(e, fmt::format("{}: element {}", m.where(key), i));
+      const std::string at = fmt::format("{}: element {}", m.where(key), i);
+      check_plain(e, at, what);
+      check_leading_zero(e, at);
     }
     if constexpr (std::is_same_v<T, int64_t>) {
       ok = parse_int64(e, x, overflow);
