@@ -367,8 +367,8 @@ def update_doc(doc: pathlib.Path, section: str) -> None:
 def tools_and_commit(bin_dir: pathlib.Path, out: pathlib.Path, repo: pathlib.Path = ROOT) -> tuple[pathlib.Path, str]:
     """The tools a run uses and the commit its rows name. With the C++ sources at HEAD: a copy of the build's tools
     in out/bin/<commit>, so that rebuilding build/ from an edited tree while the study runs (hours) cannot put
-    other binaries behind a clean row (ProvenanceError when the build is older than the sources). Otherwise the
-    build itself, and rows that say -dirty."""
+    other binaries behind a clean row (ProvenanceError when a tool is older than a source it is built from).
+    Otherwise the build itself, and rows that say -dirty."""
     commit = common.commit_stamp(repo)
     if commit.endswith(common.DIRTY):
         return bin_dir, commit

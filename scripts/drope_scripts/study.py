@@ -64,6 +64,44 @@ class ProvenanceError(RuntimeError):
     """A row could not be tied to a clean commit."""
 
 
+def _ninja_lines(build: pathlib.Path, *args: str) -> list[str] | None:
+    """`ninja -C build -t ...`'s output lines, or None when ninja cannot answer (no ninja, not a Ninja build)."""
+    if not (build / "build.ninja").is_file() or not shutil.which("ninja"):
+        return None
+    try:
+        r = subprocess.run(["ninja", "-C", str(build), *args], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.splitlines() if r.returncode == 0 else None
+
+
+def tool_sources(build: pathlib.Path, tool: str, repo: pathlib.Path = ROOT) -> list[pathlib.Path] | None:
+    """The files under the C++ source paths of `repo` that `tool` is built from, as the Ninja build knows them: its
+    transitive inputs (`ninja -t inputs`) and the headers its objects included when last compiled (`ninja -t deps`).
+    None when the build cannot say (not a Ninja build, ninja missing, an unknown target)."""
+    build = pathlib.Path(os.path.abspath(build))
+    inputs = _ninja_lines(build, "-t", "inputs", tool)
+    if inputs is None:
+        return None
+    objects = [i for i in inputs if i.endswith((".o", ".obj"))]
+    deps = _ninja_lines(build, "-t", "deps", *objects) if objects else []
+    if deps is None:
+        return None
+    # An object includes thousands of LibTorch headers: select by path prefix before touching the file system.
+    bases = {os.path.abspath(repo), os.path.realpath(repo)}
+    roots = tuple(os.path.join(b, s) for b in bases for s in SOURCE_PATHS)
+    found: set[pathlib.Path] = set()
+    inside = tuple(r + os.sep for r in roots)
+    build_dirs = tuple(b + os.sep for b in {os.path.abspath(build), os.path.realpath(build)})
+    for line in {x.strip() for x in inputs + [d for d in deps if d.startswith(" ")]} - {""}:
+        f = os.path.normpath(os.path.join(build, line))
+        if f.startswith(build_dirs):  # the build's own paths: some link into the sources (layered include dirs)
+            f = os.path.realpath(f)
+        if (f in roots or f.startswith(inside)) and os.path.isfile(f):
+            found.add(pathlib.Path(os.path.realpath(f)))
+    return sorted(found)
+
+
 def snapshot_tools(build: pathlib.Path, tools: Sequence[str], dest_root: pathlib.Path,
                    repo: pathlib.Path = ROOT) -> tuple[pathlib.Path, str]:
     """Copies `tools` from `build` into dest_root/<commit>/ and returns (that folder, the commit). Refuses
@@ -79,11 +117,23 @@ def snapshot_tools(build: pathlib.Path, tools: Sequence[str], dest_root: pathlib
     dest = dest_root / commit
     if all((dest / t).is_file() for t in tools):
         return dest, commit
-    newest = newest_source_mtime(repo)
+    newest = None
     for t in tools:
         src = build / t
         if not src.is_file():
             raise ProvenanceError(f"{src} does not exist: build first (bash scripts/setup.sh)")
+        # A Ninja build says what each tool is built from, so an edit to a source a tool does not use (a module
+        # that links none of it, a GPU-only file) does not make the tool look stale; other builds are held against
+        # the newest C++ source of the whole tree.
+        own = tool_sources(build, t, repo)
+        if own is not None:
+            late = [f for f in own if f.stat().st_mtime > src.stat().st_mtime]
+            if late:
+                name = os.path.relpath(late[0], os.path.realpath(repo))
+                raise ProvenanceError(f"{src} is older than {name}, which it is built from: rebuild "
+                                      f"(cmake --build {build}) and start again")
+            continue
+        newest = newest_source_mtime(repo) if newest is None else newest
         if src.stat().st_mtime < newest:
             raise ProvenanceError(f"{src} is older than the newest C++ source: rebuild "
                                   f"(cmake --build {build}) and start again")

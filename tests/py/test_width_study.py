@@ -171,6 +171,42 @@ def test_snapshot_needs_a_clean_tree_and_a_fresh_build(tmp):
         study.snapshot_tools(build, ws.TOOLS, tmp / "bin3", repo)
 
 
+def test_snapshot_holds_each_tool_against_its_own_sources(tmp):
+    """In a Ninja build a tool is stale only when a source it is built from (an input, or a header its object
+    included) is newer than it: an edit to a source another tool uses does not refuse the snapshot."""
+    import os
+    import time
+
+    repo, build = git_repo_with_build(tmp, ())
+    (repo / "include").mkdir()
+    for name, text in (("src/b.cpp", "int b;\n"), ("include/h.h", "int h;\n")):
+        (repo / name).write_text(text)
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "y"],
+                   check=True)
+    # tool-a links a.o, whose compilation read include/h.h (recorded through a depfile); tool-b is b.cpp's.
+    (build / "build.ninja").write_text(
+        "rule cc\n  command = cp $in $out && printf '%s: %s %s\\n' $out $in ../repo/include/h.h > $out.d\n"
+        "  depfile = $out.d\n  deps = gcc\n"
+        "rule ld\n  command = cp $in $out\n"
+        "build a.o: cc ../repo/src/a.cpp\nbuild tool-a: ld a.o\nbuild tool-b: ld ../repo/src/b.cpp\n")
+    subprocess.run(["ninja", "-C", str(build)], check=True, capture_output=True)
+    assert sorted(p.name for p in study.tool_sources(build, "tool-a", repo)) == ["a.cpp", "h.h"]
+    now = time.time()
+    os.utime(build / "tool-a", (now - 100, now - 100))
+    os.utime(build / "tool-b", (now - 100, now - 100))
+    for name in ("src/a.cpp", "include/h.h", "src/b.cpp"):
+        os.utime(repo / name, (now - 200, now - 200))
+    os.utime(repo / "src" / "b.cpp", (now, now))  # newer than tool-a, but tool-a is not built from it
+    dest, _ = study.snapshot_tools(build, ("tool-a",), tmp / "bin", repo)
+    assert (dest / "tool-a").is_file()
+    with pytest.raises(study.ProvenanceError, match=r"tool-b is older than src/b\.cpp, which it is built from"):
+        study.snapshot_tools(build, ("tool-b",), tmp / "bin-b", repo)
+    os.utime(repo / "include" / "h.h", (now, now))  # a header tool-a's object included
+    with pytest.raises(study.ProvenanceError, match=r"tool-a is older than include/h\.h"):
+        study.snapshot_tools(build, ("tool-a",), tmp / "bin-a", repo)
+
+
 def test_plan_counts_what_is_left():
     rows = synthetic()[:8]
     text = ws.plan_text(rows)
