@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <new>
@@ -82,10 +83,8 @@ int run(const std::function<int()>& body) {
     apply_log_flags();              // first: a bad --log-level is refused before anything else
     kernels::cpu_isa();             // a bad DROPE_CPU_ISA is refused before any work starts
     ops::onednn_linear_enabled();   // and a bad DROPE_ONEDNN_LINEAR
-    drope::env_switch("DROPE_COMPOSITE_LAYERS", "0, the fused CPU layers");
-    drope::env_switch("DROPE_OMP_DEFAULTS", "1, drope's OpenMP defaults");
-    drope::env_switch("DROPE_BF16_EMULATED", "0, bf16 only where the CPU multiplies it natively");
-    drope::env_switch("DROPE_TEST_FAULTS", "0, no fault hooks");
+    for (const env::Variable& v : env::variables())  // every 0/1 switch, before it is first read mid-run
+      if (v.kind == env::Kind::kDrope && std::strcmp(v.values, "`0`, `1`") == 0) drope::env_switch(v.name, v.unset);
     if (const std::string ignored = env::ignored_test_faults(); !ignored.empty())
       logging::warn("{}: test fault hooks, ignored without DROPE_TEST_FAULTS=1", ignored);
     return body();

@@ -3,6 +3,7 @@
 // backends' glue against emulated ops, the CUDA path against LibTorch's ATen ops.
 #include "drope/ops/attention_backends.h"
 #include "drope/core/environment.h"
+#include "drope/core/numbers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -126,8 +127,7 @@ AttnCall make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
 bool cudnn_graph_enabled() {
 #ifdef DROPE_WITH_CUDNN_FRONTEND
   static const bool on = [] {
-    const char* e = env::get("DROPE_CUDNN_GRAPH");
-    return !(e && std::strcmp(e, "0") == 0);
+    return switch_value(env::get("DROPE_CUDNN_GRAPH")) != SwitchValue::kOff;  // validated at start
   }();
   return on;
 #else

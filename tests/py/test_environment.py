@@ -24,7 +24,8 @@ def declared():
 def read_in_sources():
     names = set()
     for p in SOURCES:
-        if p == HOME:
+        if p == HOME:  # the module itself reads a few directly (DROPE_TEST_FAULTS gates the fault hooks)
+            names |= set(re.findall(r"\braw\(\"([A-Z][A-Z0-9_]*)\"\)", p.read_text(encoding="utf-8")))
             continue
         text = p.read_text(encoding="utf-8", errors="replace")
         names |= set(READ.findall(text))
@@ -72,8 +73,18 @@ def test_fault_hooks_do_nothing_without_the_switch(tmp):
     assert "step 2: non-finite loss/gradient norm" in r.stderr and "ignored without" not in r.stderr, r.stderr
 
 
+def switches():
+    """drope's own 0/1 switches, from the generated table."""
+    table = run_cli("drope-train", "settings", "--markdown").stdout
+    return re.findall(r"^\| `(DROPE_[A-Z0-9_]*)` \| `0`, `1` \|", table, flags=re.M)
+
+
 def test_a_bad_switch_value_is_refused_at_start(tmp):
-    for name in ("DROPE_TEST_FAULTS", "DROPE_OMP_DEFAULTS", "DROPE_COMPOSITE_LAYERS"):
+    """Every 0/1 switch is checked when a tool starts, not where it is first read (some are read mid-run, some
+    only on a CPU or GPU that has the feature, where a typo would otherwise switch nothing silently)."""
+    names = switches()
+    assert {"DROPE_TEST_FAULTS", "DROPE_ATTENTION_AMX", "DROPE_CUDNN_GRAPH", "DROPE_SHARD_PREFETCH"} <= set(names)
+    for name in names:
         env = dict(os.environ, **{name: "yes"})
         r = subprocess.run([str(BIN / "drope-model"), "info", "--preset", "micro"], capture_output=True, text=True,
                            env=env, timeout=120)

@@ -1,5 +1,6 @@
 #include "drope/kernels/attention_cpu.h"
 #include "drope/core/environment.h"
+#include "drope/core/numbers.h"
 
 #include <algorithm>
 #include <atomic>
@@ -200,8 +201,7 @@ using bf16 = c10::BFloat16;
 // drope's kernels run at avx512, and DROPE_ATTENTION_AMX is not 0 (for A/B timing against the float32 FMA path).
 bool amx_tiles() {
   static const bool on = [] {
-    const char* off = env::get("DROPE_ATTENTION_AMX");
-    if (off && std::string(off) == "0") return false;
+    if (switch_value(env::get("DROPE_ATTENTION_AMX")) == SwitchValue::kOff) return false;  // validated at start
     return cpu_isa() == Isa::kAvx512 && at::native::cpublas::could_pack(at::kBFloat16);
   }();
   return on;
