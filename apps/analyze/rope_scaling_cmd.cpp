@@ -1,6 +1,8 @@
 // Flags of `drope-analyze rope-scaling` and `bias-grad` (analyze::run_rope_scaling, analyze::run_bias_grad),
 // and the output rule every command follows.
+#include <filesystem>
 #include <memory>
+#include <system_error>
 
 #include "analyze/commands.h"
 #include "app_common.h"
@@ -12,6 +14,16 @@ namespace drope::analyzecli {
 DirLock claim_out(const std::string& out, const Inputs& inputs) {
   if (out.empty()) return {};
   check_output_paths("--out", out, {out}, inputs);
+  // An input may lie in --out, but not under a name the run writes there: it would be written over.
+  namespace fs = std::filesystem;
+  for (const auto& [flag, in] : inputs) {
+    std::error_code ec;
+    if (in.empty() || !fs::is_regular_file(in, ec)) continue;
+    const fs::path file = fs::absolute(in).lexically_normal();
+    if (fs::equivalent(file.parent_path(), out, ec) && analyze::is_output_name(file.filename().string()))
+      fail("--out {}: the run writes {} there, which is the input {} {}; choose another output directory", out,
+           file.filename().string(), flag, in);
+  }
   return DirLock(out, DirLock::Where::kInside);
 }
 

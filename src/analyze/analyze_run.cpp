@@ -1,6 +1,8 @@
 // The drope-analyze runners rope-scaling, bias-grad, constant-seq, attention and head-scores (analyze/runners.h).
 #include <algorithm>
 #include <filesystem>
+#include <regex>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -27,6 +29,19 @@ namespace fs = std::filesystem;
 
 namespace drope::analyze {
 
+bool is_output_name(const std::string& name) {
+  static const char* const kNames[] = {"rope_scaling.csv",  "bias_grad.json",        "bias_grad.csv",
+                                       "constant_seq.json", "sequences.json",        "head_scores.csv",
+                                       "head_scores.json",  "needle_attention.json", "needle_attention.csv"};
+  static const char* const kFigures[] = {"rope_scaling", "bias_grad", "needle_attention"};
+  for (const char* n : kNames)
+    if (name == n) return true;
+  for (const char* f : kFigures)
+    if (name == fmt::format("{}.png", f) || name == fmt::format("{}.svg", f)) return true;
+  static const std::regex attention(R"(attention_L[0-9]+_H[0-9]+\.json)");
+  return std::regex_match(name, attention);
+}
+
 namespace detail {
 
 std::string stem_of(const std::string& path) {
@@ -37,6 +52,8 @@ std::string stem_of(const std::string& path) {
 
 void write_figure(const plot::Figure& fig, const std::string& dir, const std::string& stem) {
   for (const char* ext : {"png", "svg"}) {
+    if (!is_output_name(fmt::format("{}.{}", stem, ext)))
+      throw std::logic_error("drope-analyze writes an unlisted figure " + stem + " (analyze::is_output_name)");
     const std::string path = (fs::path(dir) / fmt::format("{}.{}", stem, ext)).string();
     plot::save(fig, path);
     logging::info("wrote {}", path);
@@ -44,6 +61,8 @@ void write_figure(const plot::Figure& fig, const std::string& dir, const std::st
 }
 
 void write_text(const std::string& dir, const std::string& name, const std::string& text) {
+  if (!is_output_name(name))
+    throw std::logic_error("drope-analyze writes an unlisted file " + name + " (analyze::is_output_name)");
   const std::string path = (fs::path(dir) / name).string();
   write_file_atomic(path, text);
   logging::info("wrote {}", path);
@@ -148,6 +167,7 @@ void run_rope_scaling(const RopeScalingRun& r) {
   const auto base = rope_base_frequencies(theta, head_dim);
   for (double f : factors) {
     check_number(f, "--factor", scaling_factor_range());
+    if (std::count(factors.begin(), factors.end(), f) > 1) fail("--factor: {:g} is listed twice", f);
     auto sc = s;
     sc.factor = f;
     auto fr = rope_frequencies(theta, head_dim, sc, max_position, r.seq_len > 0 ? r.seq_len : max_position);

@@ -249,6 +249,34 @@ def test_eval_and_analyze_outputs_are_never_their_inputs(tmp):
     assert (tmp / "in" / "attention_L0_H0.png").exists() and (tmp / "in" / "ab.md").exists()
 
 
+def test_analyze_never_writes_over_an_input_kept_in_its_out_directory(tmp):
+    """An input may lie in drope-analyze's --out directory, but not under a name the command writes there
+    (head_scores.json, attention_L0_H0.json, bias_grad.json, ...): that is refused before the run."""
+    m = tmp / "m"
+    run_cli("drope-model", "init", "--preset", "micro", "--out", m)
+    out = tmp / "out"
+    out.mkdir()
+    for name in ("head_scores.json", "attention_L0_H0.json", "tokens.json"):
+        (out / name).write_text("[[1, 2, 3, 4, 5, 6, 7, 8]]")
+    (out / "bias_grad.json").write_text("The grass is green. The sky is blue. " * 40)
+    before = tree_digest(out)
+    cases = [
+        (("drope-analyze", "head-scores", "--model", m, "--tokens", out / "head_scores.json", "--out", out),
+         "writes head_scores.json there, which is the input --tokens"),
+        (("drope-analyze", "attention", "--model", m, "--tokens", out / "attention_L0_H0.json", "--layer", 0,
+          "--head", 0, "--out", out), "which is the input --tokens"),
+        (("drope-analyze", "bias-grad", "--preset", "micro", "--seqs", 1, "--seeds", 1, "--seq-len", 16, "--text",
+          out / "bias_grad.json", "--out", out), "which is the input --text"),
+    ]
+    for cmd, needle in cases:
+        clean_error(run_cli(*cmd, check=False), "--out", needle)
+        assert tree_digest(out) == before, cmd
+    # Under another name the input stays, and the output is written beside it.
+    run_cli("drope-analyze", "attention", "--model", m, "--tokens", out / "tokens.json", "--layer", 0, "--head", 1,
+            "--out", out)
+    assert (out / "tokens.json").read_text() == "[[1, 2, 3, 4, 5, 6, 7, 8]]" and (out / "attention_L0_H1.json").exists()
+
+
 def test_analyze_and_eval_outputs_are_locked(tmp):
     """drope-analyze holds '.drope-lock' inside its output directory, drope-eval logits / compare /
     longbench-score '.<name>.drope-lock' beside their output, while they write; here this test process holds

@@ -95,4 +95,9 @@ struct NeedleAttentionRun {
 };
 void run_needle_attention(const NeedleAttentionRun& r);
 
+// Whether a command writes a file of this name into its --out directory: the outputs above (tables, JSON, and
+// each figure as .png and .svg). The CLI refuses an input that lies in --out under such a name, which the run
+// would write over; writing a name not listed here is a programming error (std::logic_error).
+bool is_output_name(const std::string& name);
+
 }  // namespace drope::analyze
