@@ -48,6 +48,10 @@ inline std::string numeric_flag_error(const std::string& s, const std::string& t
 // and a typo such as 1e9 must be refused before anything is allocated or timed.
 constexpr int64_t kMaxTokensFlag = int64_t(1) << 22;
 
+// Largest --threads any command accepts: more than any machine's cores, and a typo such as 100000 would start
+// that many threads before the first result.
+constexpr int64_t kMaxThreadsFlag = 1024;
+
 // Refuses a size flag outside [lo, hi] with a message naming the flag.
 inline void check_size_flag(const std::string& flag, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi) throw drope::Error(fmt::format("{}: expected an integer in [{}, {}], got {}", flag, lo, hi, v));

@@ -70,9 +70,17 @@ TEST(Variant, OneSetOfBounds) {
   // A factor of exactly 1 is the identity and allowed everywhere (YAML, config.json, CLI); below is not.
   EXPECT_NO_THROW(parse_variant("pi:1", "m"));
   test::expect_error([] { parse_variant("yarn:0.5", "--method"); }, {"--method yarn:0.5", "factor", ">= 1", "0.5"});
-  test::expect_error([] { parse_variant("yarn:inf", "--method"); }, {"finite"});
-  test::expect_error([] { parse_variant("yarn:nan", "--method"); }, {"finite"});
-  test::expect_error([] { parse_variant("temperature:-1", "--method"); }, {"temperature", ">= 0"});
+  test::expect_error([] { parse_variant("yarn:inf", "--method"); }, {"'inf' is not a number"});
+  test::expect_error([] { parse_variant("yarn:nan", "--method"); }, {"'nan' is not a number"});
+  test::expect_error([] { parse_variant("yarn:1e999", "--method"); }, {"'1e999' is not a number"});
+  // Only plain decimals: strtod alone would read hex and skip leading spaces.
+  test::expect_error([] { parse_variant("yarn:0x2", "--method"); }, {"'0x2' is not a number"});
+  test::expect_error([] { parse_variant("yarn: 2", "--method"); }, {"' 2' is not a number"});
+  EXPECT_EQ(parse_variant("yarn:2e0", "m").factor, 2.0);
+  EXPECT_EQ(parse_variant("temperature:.5", "m").temperature, 0.5);
+  test::expect_error([] { parse_variant("temperature:-1", "--method"); }, {"temperature", "[0, 100]", "-1"});
+  test::expect_error([] { parse_variant("temperature:1e300", "--method"); }, {"temperature", "[0, 100]"});
+  EXPECT_EQ(parse_variant("temperature:100", "m").temperature, 100.0);
   test::expect_error([] { parse_variant("yarn", "--method"); }, {"yarn:S"});
   test::expect_error([] { parse_variant("yarn:2x", "--method"); }, {"'2x' is not a number"});
   test::expect_error([] { parse_variant("rope:2", "--method"); }, {"unknown method", "temperature:auto"});

@@ -84,7 +84,7 @@ int run_prepare(PrepareFlags& f) {
   if (!f.train_tokenizer && po.train_vocab_size > 0) fail("--vocab-size is only used with --train-tokenizer");
   if (f.train_tokenizer && !po.tokenizer.empty()) fail("give either --tokenizer PATH or --train-tokenizer, not both");
   if (!f.train_tokenizer && po.tokenizer.empty()) fail("give --tokenizer PATH or --train-tokenizer --vocab-size N");
-  app::check_size_flag("--threads", po.threads, 1, 1024);
+  app::check_size_flag("--threads", po.threads, 1, app::kMaxThreadsFlag);
   const bool tty = ::isatty(STDERR_FILENO) == 1;
   const bool show = f.progress_opt->count() > 0 ? f.progress : tty;
   ProgressPrinter printer(tty);

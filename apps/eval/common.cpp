@@ -1,11 +1,18 @@
 #include "eval/common.h"
 
-#include <fmt/format.h>
+#include <filesystem>
+#include <system_error>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_numbers.h"
 #include "drope/config/model_config.h"
 #include "drope/config/names.h"
 #include "drope/core/error.h"
+#include "drope/core/json.h"
 #include "drope/core/numbers.h"
+#include "drope/model/variant.h"
 
 namespace drope::evalcli {
 
@@ -37,13 +44,77 @@ DirLock claim_output(const std::string& out, const std::vector<std::string>& pat
   return DirLock(out, DirLock::Where::kBeside);
 }
 
+namespace {
+
+// A file path a run writes whole: not a directory, not an input, not inside an input directory other than those
+// named in `may_hold_it`.
+void check_side_file(const std::string& flag, const std::string& path, const Inputs& inputs,
+                     const std::string& may_hold_it = "") {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("{} {}: is a directory; expected the path of a file", flag, path);
+  Inputs others;
+  for (const auto& i : inputs)
+    if (i.first != may_hold_it) others.push_back(i);
+  check_output_paths(flag, path, {path}, others);
+  for (const auto& [name, in] : inputs)  // the inputs of `may_hold_it` itself are still never written over
+    if (!in.empty() && std::filesystem::equivalent(path, in, ec))
+      fail("{} {} is the input {} {}; choose another output", flag, path, name, in);
+}
+
+}  // namespace
+
+void check_side_outputs(const eval::TemperatureFitRun& r, const Inputs& inputs) {
+  const bool given = !r.save.empty();
+  const std::string path = given ? r.save : temperature_file(r.method.model_dir);
+  const std::string flag = given ? "--save" : "the fit's default file (--save)";
+  // The fit lives beside the model by default: inside --model, but never over one of the model's own files.
+  check_side_file(flag, path, inputs, "--model");
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  bool fit = false;
+  try {
+    const nlohmann::json j = read_json_file(path, kMaxConfigBytes);
+    fit = j.is_object() && j.value("kind", "") == "temperature" && j.contains("c");
+  } catch (const Error&) {
+  }
+  if (!fit)
+    fail("{} {}: exists and is not a temperature fit (a results file of kind \"temperature\"); refusing to write "
+         "over it",
+         flag, path);
+}
+
+void check_side_outputs(const eval::NiahRun& r, const Inputs& inputs) {
+  if (!r.c.dump.empty()) check_side_file("--dump-prompts", r.c.dump, inputs);
+}
+void check_side_outputs(const eval::NiahGridRun& r, const Inputs& inputs) {
+  if (!r.c.dump.empty()) check_side_file("--dump-prompts", r.c.dump, inputs);
+}
+
+namespace {
+void check_window_flags(const eval::PerplexityOptions& p) {
+  app::check_size_flag("--stride", p.stride, 1, app::kMaxTokensFlag);
+  if (p.max_tokens < 0) fail("--max-tokens: expected an integer >= 0 (0 = all), got {}", p.max_tokens);
+  if (p.max_windows < 0) fail("--max-windows: expected an integer >= 0 (0 = all), got {}", p.max_windows);
+}
+}  // namespace
+
+void check_run_flags(const eval::PplRun& r) { check_window_flags(r.protocol); }
+void check_run_flags(const eval::TemperatureFitRun& r) { check_window_flags(r.protocol); }
+void check_run_flags(const eval::GenerateRun& r) {
+  app::check_size_flag("--batch-size", r.options.batch_size, 1, 1 << 16);
+  app::check_size_flag("--prefill-chunk", r.options.prefill_chunk, 1, app::kMaxTokensFlag);
+}
+
 eval::MethodSpec method_spec(const MethodOptions& o) {
   eval::MethodSpec m;
   m.model_dir = o.model_dir;
   m.tokenizer = o.tokenizer;
   m.label = o.label;
   m.threads = o.threads;
-  if (o.threads < 0) fail("--threads must be >= 0, got {}", o.threads);
+  // 0 = the machine's default; a typo such as 100000 would start that many threads before the first window.
+  app::check_size_flag("--threads", o.threads, 0, app::kMaxThreadsFlag);
+  if (o.label.find_first_of("\n\r\t") != std::string::npos)
+    fail("--label: expected one line of text (it names a row of the result tables), got a line break or tab");
   if (o.train_length < 0 || o.train_length > kMaxPosition)
     fail("--train-length must be in [1, 2^30] (the largest model.max_position), got {}", o.train_length);
   auto& v = m.variant;
@@ -60,16 +131,10 @@ eval::MethodSpec method_spec(const MethodOptions& o) {
     if (o.temperature == "auto") {
       v.temperature_auto = true;
     } else {
-      size_t used = 0;
-      double c = 0;
-      try {
-        c = std::stod(o.temperature, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != o.temperature.size() || !Interval::non_negative().contains(c))
-        fail("--temperature: expected a number >= 0 or 'auto', got '{}'", o.temperature);
-      v.temperature = c;
+      const auto c = parse_decimal(o.temperature);
+      if (!c || !temperature_range().contains(*c))
+        fail("--temperature: expected {} or 'auto', got '{}'", temperature_range().describe(), o.temperature);
+      v.temperature = *c;
     }
   }
   return m;

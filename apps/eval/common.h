@@ -101,6 +101,23 @@ std::vector<std::string> output_paths(const Run& r) {
 // (a second drope-eval writing the same output is refused). An empty `out` is neither checked nor locked.
 DirLock claim_output(const std::string& out, const std::vector<std::string>& paths, const Inputs& inputs);
 
+// The files a run writes beside --out, checked by the same rule before any work: fit-temperature's fit
+// (--save, by default <model>/temperature.json, which may only replace an earlier fit) and the prompts of
+// --dump-prompts.
+void check_side_outputs(const eval::TemperatureFitRun& r, const Inputs& inputs);
+void check_side_outputs(const eval::NiahRun& r, const Inputs& inputs);
+void check_side_outputs(const eval::NiahGridRun& r, const Inputs& inputs);
+template <typename Run>
+void check_side_outputs(const Run&, const Inputs&) {}
+
+// Size flags the runs read, refused naming the flag: --stride / --max-tokens / --max-windows of the windowed
+// perplexity, --batch-size / --prefill-chunk of generate.
+void check_run_flags(const eval::PplRun& r);
+void check_run_flags(const eval::TemperatureFitRun& r);
+void check_run_flags(const eval::GenerateRun& r);
+template <typename Run>
+void check_run_flags(const Run&) {}
+
 // Registers cmd's callback: the method from the flags, then fn(run) holding the claim on --out; the exit
 // status goes to rc.
 template <typename Run>
@@ -110,6 +127,8 @@ void on_run(CLI::App* cmd, const std::shared_ptr<MethodRun<Run>>& o, int& rc, vo
       method_of(o->run) = method_spec(o->m);
       Inputs in = {{"--model", o->m.model_dir}, {"--tokenizer", o->m.tokenizer}};
       for (auto& i : run_inputs(o->run)) in.push_back(std::move(i));
+      check_run_flags(o->run);
+      check_side_outputs(o->run, in);
       const DirLock lock = claim_output(output_of(o->run), output_paths(o->run), in);
       fn(o->run);
       return 0;

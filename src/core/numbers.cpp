@@ -1,6 +1,8 @@
 #include "drope/core/numbers.h"
 #include "drope/core/environment.h"
 
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +27,20 @@ std::string Interval::describe() const {
   if (has_lo) return fmt::format("a finite number {} {:g}", lo_open ? ">" : ">=", lo);
   if (has_hi) return fmt::format("a finite number {} {:g}", hi_open ? "<" : "<=", hi);
   return "a finite number";
+}
+
+std::optional<double> parse_decimal(std::string_view text) {
+  // strtod alone would take leading spaces, hex ("0x10"), "inf" and "nan".
+  if (text.empty() || text.find_first_not_of("0123456789.eE+-") != std::string_view::npos) return std::nullopt;
+  const size_t lead = text[0] == '-' || text[0] == '+' ? 1 : 0;
+  if (lead >= text.size() || !(std::isdigit(static_cast<unsigned char>(text[lead])) || text[lead] == '.'))
+    return std::nullopt;
+  const std::string s(text);
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v)) return std::nullopt;
+  return v;
 }
 
 double check_number(double v, const std::string& what, const Interval& range) {

@@ -1,6 +1,7 @@
 // drope-eval compare: results files of several methods side by side (methods as rows, as the paper's tables):
 // every numeric entry of each file's "summary" object becomes a column.
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -76,6 +77,12 @@ void run_compare(const CompareRun& r) {
   std::vector<std::pair<std::string, nlohmann::json>> methods;
   std::string kind;
   double train_length = 0;  // of the first file that names one (the plot's guide line)
+  for (size_t i = 0; i < r.files.size(); ++i)  // one file twice would be shown twice and counted as two seeds
+    for (size_t k = 0; k < i; ++k) {
+      std::error_code ec;
+      if (std::filesystem::equivalent(r.files[i], r.files[k], ec))
+        fail("{}: given twice (the same file as {}); each results file is one method or seed", r.files[i], r.files[k]);
+    }
   for (const auto& f : r.files) {
     const nlohmann::json j = read_results(f, "");
     if (train_length == 0 && j.contains("method") && j["method"].is_object() && j["method"].contains("train_length") &&

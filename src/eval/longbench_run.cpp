@@ -82,7 +82,16 @@ void run_longbench(const LongBenchRun& r) {
          "truncation keeps half of it from each end of a prompt), got {}",
          r.max_length);
   const auto tasks = lb::parse_tasks(r.tasks, r.e);
-  if (!r.chat_format.empty()) lb::format_prompt(r.chat_format, {{"prompt", ""}});  // validate early
+  if (!r.chat_format.empty()) {  // validated before any work: a template without {prompt} drops every prompt
+    std::string probe;
+    try {
+      probe = lb::format_prompt(r.chat_format, {{"prompt", "\x01"}});
+    } catch (const Error& e) {
+      fail("--chat-format: {} (the one field is {{prompt}})", e.what());
+    }
+    if (probe.find('\x01') == std::string::npos)
+      fail("--chat-format '{}': has no {{prompt}} field, so every prompt would be the template alone", r.chat_format);
+  }
   // Validate every data file before loading the model, so a bad file costs no generation time. A prompt is
   // tokenised whole before the middle truncation: one above kMaxPromptBytes is refused here.
   for (const auto* ds : tasks) {

@@ -95,13 +95,24 @@ std::vector<int64_t> resolve_lengths(const std::vector<int64_t>& lengths, const 
     if (!(L <= double(kMaxEvalTokens)))
       fail("--multipliers: {} x the training length {} is {:.4g} tokens, more than the {} allowed", m, train_len, L,
            kMaxEvalTokens);
-    out.push_back(int64_t(std::llround(L)));
+    const int64_t rounded = int64_t(std::llround(L));
+    if (rounded < 2)
+      fail("--multipliers: {} x the training length {} is {} tokens; a window needs at least 2", m, train_len, rounded);
+    out.push_back(rounded);
   }
   if (out.empty()) fail("give --lengths or --multipliers");
   for (auto L : out) {
     if (L < 2) fail("--lengths: each must be >= 2, got {}", L);
     if (L > kMaxEvalTokens) fail("--lengths: each must be at most {} tokens, got {}", kMaxEvalTokens, L);
   }
+  // A length listed twice would be evaluated twice and written as two identical rows.
+  for (size_t i = 0; i < out.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (out[i] == out[j]) {
+        if (mult.empty()) fail("--lengths: {} is listed twice", out[i]);
+        fail("--multipliers: {} and {} both give {} tokens (x the training length {})", mult[j], mult[i], out[i],
+             train_len);
+      }
   return out;
 }
 

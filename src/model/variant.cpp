@@ -18,16 +18,9 @@ namespace {
 
 // The whole of `text` as a finite double, or fail.
 double parse_number(std::string_view text, std::string_view where) {
-  const std::string s(text);
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (s.empty() || used != s.size()) fail("{}: '{}' is not a number", where, s);
-  return v;
+  const auto v = parse_decimal(text);
+  if (!v) fail("{}: '{}' is not a number", where, text);
+  return *v;
 }
 
 const char* kForms = "none, pi:S, ntk:S, dynamic-ntk:S, yarn:S, dynamic-yarn:S, llama3:S, temperature:C, "
@@ -52,7 +45,7 @@ void validate_variant(const Variant& v, std::string_view where) {
     check_number(v.factor, fmt::format("{}: the {} factor", where, name_of(v.scaling)), scaling_factor_range());
   else if (v.factor != 0.0) fail("{}: a factor ({:g}) without a RoPE scaling type", where, v.factor);
   if (v.set_temperature && !v.temperature_auto)
-    check_number(v.temperature, fmt::format("{}: the temperature coefficient", where), Interval::non_negative());
+    check_number(v.temperature, fmt::format("{}: the temperature coefficient", where), temperature_range());
   if (v.train_length < 0 || v.train_length > kMaxPosition)
     fail("{}: the training length must be in [1, 2^30], got {}", where, v.train_length);
   if (v.drop && v.scaling != RopeScalingType::kNone)
@@ -117,7 +110,7 @@ double read_fitted_temperature(const std::string& model_dir) {
   const nlohmann::json j = read_json_file(path, kMaxConfigBytes);
   if (!j.is_object() || !j.contains("c") || !j["c"].is_number())
     fail("{}: expected an object with a number 'c' (written by drope-eval fit-temperature)", path);
-  return check_number(j["c"].get<double>(), path + ": 'c'", Interval::non_negative());
+  return check_number(j["c"].get<double>(), path + ": 'c'", temperature_range());
 }
 
 ModelConfig apply_variant(const ModelConfig& cfg_in, const Variant& v, const std::string& model_dir) {

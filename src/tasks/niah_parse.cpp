@@ -1,6 +1,7 @@
 // Comma-separated CLI lists for the NIAH commands (--lengths, --depths) and the helpers behind them.
 #include "drope/tasks/niah.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -43,6 +44,7 @@ std::vector<int64_t> parse_int_list(const std::string& list, const std::string& 
     const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || end != item.data() + item.size() || v <= 0)
       fail("{}: '{}' is not a positive integer (in '{}')", flag, item, list);
+    if (std::find(out.begin(), out.end(), v) != out.end()) fail("{}: {} is listed twice (in '{}')", flag, v, list);
     out.push_back(v);
   }
   return out;
@@ -55,6 +57,7 @@ std::vector<double> parse_depth_list(const std::string& list, const std::string&
     const double v = item.empty() ? NAN : std::strtod(item.c_str(), &end);
     if (item.empty() || end != item.c_str() + item.size() || !(v >= 0.0 && v <= 100.0))
       fail("{}: '{}' is not a depth in [0, 100] percent (in '{}')", flag, item, list);
+    if (std::find(out.begin(), out.end(), v) != out.end()) fail("{}: {:g} is listed twice (in '{}')", flag, v, list);
     out.push_back(v);
   }
   return out;

@@ -334,3 +334,25 @@ def test_longbench_max_length_too_small_is_named(tmp, model_dir, value):
                 f"--max-length={value}", "--out", tmp / "lb-res", check=False)
     expect_error(r, "--max-length must be 0", "or at least 2", f"got {value}")
     assert len(r.stderr.strip().splitlines()) == 1 and not list(tmp.glob("lb-res*")), r.stderr
+
+
+@pytest.mark.parametrize("template, needles", [
+    ("[INST][/INST]", ["--chat-format '[INST][/INST]'", "has no {prompt} field"]),
+    ("<s>{bad}", ["--chat-format", "'{bad}'", "the one field is {prompt}"]),
+])
+def test_longbench_chat_format_needs_its_prompt_field(tmp, model_dir, template, needles):
+    """A chat template without {prompt} would replace every chat task's prompt by the template alone; it is
+    refused naming the flag before the model is loaded."""
+    data = tmp / "lb"
+    data.mkdir()
+    sample = {"input": "Who?", "context": "Ann wrote it.", "answers": ["Ann"], "all_classes": None, "length": 3}
+    (data / "narrativeqa.jsonl").write_text(json.dumps(sample) + "\n")
+    r = run_cli("drope-eval", "longbench", "--model", model_dir, "--data", data, "--tasks", "narrativeqa",
+                "--chat-format", template, "--out", tmp / "lb-res", check=False)
+    expect_error(r, *needles)
+    assert len(r.stderr.strip().splitlines()) == 1 and not list(tmp.glob("lb-res*")), r.stderr
+
+
+def test_analyze_lists_are_refused_when_repeated(tmp):
+    r = run_cli("drope-analyze", "rope-scaling", "--type", "yarn", "--factor", "2,4,2", check=False)
+    expect_error(r, "--factor: 2 is listed twice")

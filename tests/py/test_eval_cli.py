@@ -190,6 +190,67 @@ def test_bad_inputs_fail_clearly_and_keep_results(setup, tmp):
     expect_error(r, "no tokenizer", "--tokenizer")
 
 
+def test_side_outputs_never_write_over_inputs(setup, tmp):
+    """fit-temperature's --save (by default <model>/temperature.json) may replace an earlier fit only: never a
+    file of the model, the data or a directory, whatever it is called; the check comes before the fit."""
+    s = setup
+    m = tmp / "m"
+    m.mkdir()
+    for f in s["mdir"].iterdir():
+        (m / f.name).write_bytes(f.read_bytes())
+    data = tmp / "eval.txt"
+    data.write_text(s["text"], encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in [*m.iterdir(), data]}
+    fit = ("drope-eval", "fit-temperature", "--model", m, "--data", data, "--lengths", 48, "--max-tokens", 200)
+    for target, needle in ((m / "config.json", "is not a temperature fit"),
+                           (m / "model.safetensors", "is not a temperature fit"),
+                           (m / "tokenizer.json", "is not a temperature fit"),
+                           (m, "is a directory"), (data, "is the input --data")):
+        expect_error(run_cli(*fit, "--save", target, check=False), "--save", str(target), needle)
+    assert {p.name: p.read_bytes() for p in [*m.iterdir(), data]} == before
+    # The default file is written, and written again (an earlier fit is ours to replace).
+    for _ in range(2):
+        run_cli(*fit)
+        assert json.loads((m / "temperature.json").read_text())["kind"] == "temperature"
+    # A temperature.json that no fit wrote is the user's: refused, and kept.
+    (m / "temperature.json").write_text('{"c": 0.5, "note": "mine"}')
+    expect_error(run_cli(*fit, check=False), "temperature.json", "is not a temperature fit")
+    assert "mine" in (m / "temperature.json").read_text()
+
+
+def test_flags_are_refused_by_name(setup, tmp):
+    """Flags the runs used to accept silently, or refuse naming an internal field: each is one line naming the
+    flag, before the model is run."""
+    s = setup
+    data = s["root"] / "eval.txt"
+    ppl = ("drope-eval", "ppl", "--model", s["mdir"], "--data", data, "--out", tmp / "p")
+    cases = [
+        ((*ppl, "--lengths", "16", "--threads", "100000"), ["--threads", "[0, 1024]", "100000"]),
+        ((*ppl, "--lengths", "16,24,16"), ["--lengths: 16 is listed twice"]),
+        ((*ppl, "--multipliers", "0.5,0.51"), ["--multipliers: 0.5 and 0.51 both give 16 tokens"]),
+        ((*ppl, "--multipliers", "0.01"), ["--multipliers: 0.01", "a window needs at least 2"]),
+        ((*ppl, "--lengths", "16", "--stride", "0"), ["--stride", "got 0"]),
+        ((*ppl, "--lengths", "16", "--max-tokens", "-5"), ["--max-tokens", "got -5"]),
+        ((*ppl, "--lengths", "16", "--max-windows", "-1"), ["--max-windows", "got -1"]),
+        ((*ppl, "--lengths", "16", "--temperature", "1e300"), ["--temperature", "[0, 100]", "1e300"]),
+        ((*ppl, "--lengths", "16", "--temperature", "0x10"), ["--temperature", "0x10"]),
+        ((*ppl, "--lengths", "16", "--temperature", " 1"), ["--temperature", "' 1'"]),
+        ((*ppl, "--lengths", "16", "--temperature", "nan"), ["--temperature", "nan"]),
+        ((*ppl, "--lengths", "16", "--label", "a\nb"), ["--label", "one line"]),
+        (("drope-eval", "generate", "--model", s["mdir"], "--prompt", "hi", "--batch-size", "0"),
+         ["--batch-size", "got 0"]),
+        (("drope-eval", "generate", "--model", s["mdir"], "--prompt", "hi", "--prefill-chunk", "0"),
+         ["--prefill-chunk", "got 0"]),
+    ]
+    for cmd, needles in cases:
+        expect_error(run_cli(*cmd, check=False), *needles)
+        assert not list(tmp.glob("p.*")), cmd
+    # In range, a temperature still runs, and the same results file twice is one file, not two seeds.
+    run_cli(*ppl, "--lengths", "16", "--temperature", "0.5")
+    expect_error(run_cli("drope-eval", "compare", tmp / "p.json", f"{tmp}/./p.json", "--out", tmp / "c",
+                         check=False), "given twice", "p.json")
+
+
 def test_ppl_on_token_dataset_equals_text_input(setup, tmp):
     """A `drope-data prepare` dataset (one document, no validation split) scores like the text it came from."""
     s = setup

@@ -172,8 +172,36 @@ def test_bad_input_names_the_flag_or_file(tmp, tok):
     grid = ["niah-grid", "--tokenizer", path, "--dump-prompts", out]
     expect_error(run_cli("drope-eval", *grid, "--lengths", "800", "--depths", "0,150", check=False), "--depths", "150")
     expect_error(run_cli("drope-eval", *grid, "--lengths", "60", check=False), "--lengths", "60")
+    # A length or depth listed twice would be run twice and written as two rows.
+    expect_error(niah(*base, "--tokenizer", path, "--lengths", "800,900,800", check=False),
+                 "--lengths: 800 is listed twice")
+    expect_error(run_cli("drope-eval", *grid, "--lengths", "800", "--depths", "50,50", check=False),
+                 "--depths: 50 is listed twice")
     assert out.read_text() == "earlier results\n"
     assert not list(tmp.glob("keep.jsonl.*"))  # no temp files left behind
+
+
+def test_dump_prompts_never_writes_over_an_input(tmp, tok):
+    """--dump-prompts is an output like --out: never the tokenizer, the haystack or a file of the model."""
+    path, _ = tok
+    tk = tmp / "tokenizer.json"
+    tk.write_bytes(path.read_bytes())
+    hay = tmp / "hay.txt"
+    hay.write_text("The grass is green. The sky is blue. " * 200)
+    m = tmp / "m"
+    run_cli("drope-model", "init", "--preset", "tiny", "--out", m)
+    before = {f: f.read_bytes() for f in (tk, hay, *m.iterdir())}
+    run = ["--tokenizer", tk, "--lengths", "800", "--trials", "1", "--tasks", "single_1", "--haystack", hay]
+    for cmd, target, needle in (
+            (["niah", *run], tk, "is the input --tokenizer"),
+            (["niah", *run], hay, "is the input --haystack"),
+            (["niah", *run, "--model", m], m / "model.safetensors", "is inside the input --model"),
+            (["niah", *run], tmp, "is a directory"),
+            (["niah-grid", "--tokenizer", tk, "--lengths", "800", "--trials", "1", "--depths", "50"], tk,
+             "is the input --tokenizer")):
+        expect_error(run_cli("drope-eval", *cmd, "--dump-prompts", target, check=False), "--dump-prompts",
+                     needle)
+    assert {f: f.read_bytes() for f in before} == before
 
 
 def test_model_run_writes_tables_samples_and_heatmap(tmp, tok):

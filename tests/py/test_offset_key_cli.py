@@ -141,7 +141,8 @@ def test_fit_temperature_on_the_task(model, tmp):
     base = ["drope-eval", "fit-temperature", "--model", model / "m", "--save", tmp / "t2.json"]
     expect_error(run_cli(*base, check=False), "exactly one of --data or --task")
     expect_error(run_cli(*base, "--task", "needles", check=False), "--task", "needles", "offset-key")
-    expect_error(run_cli(*base, "--task", "offset-key", "--data", tmp, check=False), "exactly one of --data or --task")
+    expect_error(run_cli(*base, "--task", "offset-key", "--data", model, check=False),
+                 "exactly one of --data or --task")
     expect_error(run_cli(*base, "--task", "offset-key", "--queries", 0, check=False), "--queries")
     assert not (tmp / "t2.json").exists()
 

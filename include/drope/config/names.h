@@ -197,4 +197,9 @@ constexpr bool norms_keys(QkNorm m) { return m == QkNorm::kQk || m == QkNorm::kK
 // is the identity).
 inline Interval scaling_factor_range() { return Interval::at_least(1); }
 
+// The one bound on the attention temperature coefficient c of β = 1 + c·ln(L/C) (CLI, method strings, fitted
+// files): c = 0 is no scaling; the fits find c near 0.1, and c = 100 already multiplies the logits by more than
+// 100 at 2C, which leaves softmax an argmax. Beyond it the logits overflow.
+inline Interval temperature_range() { return Interval::closed(0, 100); }
+
 }  // namespace drope

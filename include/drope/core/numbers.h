@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace drope {
 
@@ -27,6 +28,10 @@ struct Interval {
   // "a finite number", "a finite number > 0", "a number in [0, 1)".
   std::string describe() const;
 };
+
+// The whole of `text` as a plain decimal number ("0.5", "-2", "1e-3", ".5"), or nullopt: no spaces, no hex, no
+// inf or nan, nothing after the number, finite.
+std::optional<double> parse_decimal(std::string_view text);
 
 // Returns v when it is finite and inside `range`; otherwise fails with
 // "<what> must be <range.describe()>, got <v>" (v printed as inf, -inf or nan when it is one).
