@@ -126,12 +126,18 @@ std::string save_checkpoint(const std::string& run_dir, DecoderLM& model, const 
 }
 
 DirLock claim_run_dir(const std::string& run_dir, const std::vector<std::pair<std::string, std::string>>& inputs,
-                      bool force) {
+                      bool force, const std::string& config_file) {
   // Runs of builds without the lock file are recognised by their checkpoints.
   const bool ours = latest_checkpoint(run_dir).has_value();
+  std::error_code ec;
+  const bool marked = fs::exists(fs::path(run_dir) / kDirLockName, ec);
   check_output_dir(
       run_dir,
       {"run.out_dir", "run directory", {kDirLockName}, inputs, force || ours, "pass --force to write into it anyway"});
+  if (!config_file.empty() && !ours && !marked && fs::equivalent(config_file, fs::path(run_dir) / "config.yaml", ec))
+    fail("{}: the run records its resolved config in this file, and run.out_dir {} is not a run of ours yet; keep "
+         "the config outside run.out_dir (--force or not: it would be written over)",
+         config_file, run_dir);
   return DirLock(run_dir, DirLock::Where::kInside);
 }
 

@@ -387,7 +387,7 @@ void Trainer::build_device() {
   if (main_rank_)
     run_lock_ = claim_run_dir(
         cfg_.out_dir, {{"run.init", cfg_.init}, {"data.dataset", cfg_.data.dataset}, {"data.text", cfg_.data.text}},
-        opt_.force);
+        opt_.force, cfg_.source);
   check_run_dir_shared(*dist_, cfg_.out_dir, device_);
 }
 

@@ -142,8 +142,14 @@ def test_train_does_not_write_into_a_users_directory_without_force(tmp):
     cfg2 = tmp / "t.yaml"
     cfg2.write_text(CFG.format(out=text, steps=2, ckpt=2).replace("/usr/share/common-licenses/GPL-3", str(text)))
     clean_error(train(cfg2, "--force"), "run.out_dir", "is the input data.text")
-    # With --force the user's directory is used; a second start knows it as a run directory.
-    r = train(cfg, "--force")
+    # The run records its resolved config as config.yaml: the user's own config.yaml there is refused, --force
+    # or not, and kept with its comments.
+    clean_error(train(cfg, "--force"), str(cfg), "records its resolved config in this file", "--force or not")
+    assert tree_digest(user) == before
+    # With --force and the config outside, the user's directory is used; a second start knows it as a run
+    # directory, and resumes from the config.yaml the run wrote there.
+    outside = write_cfg(tmp, user, steps=2, name="outside.yaml")
+    r = train(outside, "--force")
     assert r.returncode == 0, r.stderr
     assert (user / ".drope-lock").exists() and (user / "checkpoints").is_dir()
     r = train(cfg, "--resume")

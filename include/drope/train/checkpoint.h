@@ -30,9 +30,11 @@ int remove_stale_run_temporaries(const std::string& run_dir);
 
 // Claims a run directory for one process: fails unless `run_dir` is absent, empty or a run directory of ours
 // (it holds DirLock's lock file or a checkpoint; any directory with `force`) and is not, is not inside and
-// does not hold one of `inputs` ((config key, path) pairs), then locks it for as long as the lock lives.
+// does not hold one of `inputs` ((config key, path) pairs), then locks it for as long as the lock lives. The run
+// records its resolved config as <run_dir>/config.yaml: when `config_file` (the YAML the run was started from) is
+// that file and the directory is not ours yet, it is the user's and is refused, even with `force`.
 DirLock claim_run_dir(const std::string& run_dir, const std::vector<std::pair<std::string, std::string>>& inputs,
-                      bool force);
+                      bool force, const std::string& config_file = "");
 
 // The newest complete checkpoint directory of a run, if any (leftover temp directories are ignored).
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
