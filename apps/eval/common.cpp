@@ -103,6 +103,8 @@ void check_run_flags(const eval::TemperatureFitRun& r) { check_window_flags(r.pr
 void check_run_flags(const eval::GenerateRun& r) {
   app::check_size_flag("--batch-size", r.options.batch_size, 1, 1 << 16);
   app::check_size_flag("--prefill-chunk", r.options.prefill_chunk, 1, app::kMaxTokensFlag);
+  for (const auto& stop : r.options.stop)
+    if (stop.empty()) fail("--stop: an empty stop sequence would end every generation before its first token");
 }
 
 eval::MethodSpec method_spec(const MethodOptions& o) {

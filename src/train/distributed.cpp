@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -31,10 +32,12 @@ namespace {
 int env_int(const char* name, int def, int lo, int hi) {
   const char* v = env::get(name);
   if (!v) return def;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < lo || x > hi)
-    fail("environment variable {}='{}': expected an integer in [{}, {}]", name, v, lo, hi);
+  // Digits only, as launchers write them: strtol alone would take ' 0' and '+1'.
+  const std::string_view text(v);
+  long x = -1;
+  if (text.size() <= 9 && text.find_first_not_of("0123456789") == std::string_view::npos)
+    x = std::strtol(v, nullptr, 10);
+  if (x < lo || x > hi) fail("environment variable {}='{}': expected an integer in [{}, {}]", name, v, lo, hi);
   return static_cast<int>(x);
 }
 
@@ -56,6 +59,7 @@ DistEnv read_dist_env() {
     e.slurm = true;
     e.restart_count = env_int("SLURM_RESTART_COUNT", 0, 0, 1 << 20);
   }
+  env_int("LOCAL_WORLD_SIZE", 1, 1, 1 << 16);  // read when the process group is built; checked at start
   e.single_rank_group = env_int("DROPE_DIST_SINGLE_RANK_GROUP", 0, 0, 1) == 1;
   if (e.single_rank_group && e.world == 1 && !env::get("MASTER_PORT"))
     fail("environment: DROPE_DIST_SINGLE_RANK_GROUP=1 needs MASTER_PORT (launch with torchrun)");

@@ -241,6 +241,7 @@ def test_flags_are_refused_by_name(setup, tmp):
          ["--batch-size", "got 0"]),
         (("drope-eval", "generate", "--model", s["mdir"], "--prompt", "hi", "--prefill-chunk", "0"),
          ["--prefill-chunk", "got 0"]),
+        (("drope-eval", "generate", "--model", s["mdir"], "--prompt", "hi", "--stop", ""), ["--stop", "empty"]),
     ]
     for cmd, needles in cases:
         expect_error(run_cli(*cmd, check=False), *needles)

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from conftest import BIN, run_cli
+from conftest import BIN, expect_error, run_cli
 
 CFG = """run: {{name: t, out_dir: {out}, seed: 5}}
 model: {{preset: micro, max_position: 32}}
@@ -153,6 +153,21 @@ def test_bad_inputs(tmp):
     fails([cfg, "--resume", "--set", "model.intermediate_size=64"], "run.yaml", "resuming would change",
           "model.intermediate_size")
     assert (tmp / "bad" / "checkpoints" / "step-00000002" / "state.json").exists()
+
+
+def test_launcher_variables_are_plain_integers(tmp):
+    """RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and the other launcher integers are digits only, as launchers write
+    them (' 0' and '+1' used to pass through strtol); LOCAL_WORLD_SIZE is checked at start even on one rank."""
+    cfg = write_cfg(tmp, "env")
+    cases = (({"RANK": " 0", "WORLD_SIZE": "1"}, "RANK"), ({"RANK": "0", "WORLD_SIZE": "+1"}, "WORLD_SIZE"),
+             ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0x0"}, "LOCAL_RANK"),
+             ({"LOCAL_WORLD_SIZE": "abc"}, "LOCAL_WORLD_SIZE"), ({"LOCAL_WORLD_SIZE": "0"}, "LOCAL_WORLD_SIZE"),
+             ({"MASTER_PORT": "29500 "}, "MASTER_PORT"))
+    for extra, name in cases:
+        r = subprocess.run([str(BIN / "drope-train"), cfg, "--set", "train.steps=1"], capture_output=True, text=True,
+                           env=dict(env1(), **extra), timeout=120)
+        expect_error(r, f"environment variable {name}=", "expected an integer in [")
+        assert not (tmp / "env").exists(), extra
 
 
 def test_train_on_prepared_token_shards(tmp):
