@@ -96,10 +96,32 @@ void check_window_flags(const eval::PerplexityOptions& p) {
   if (p.max_tokens < 0) fail("--max-tokens: expected an integer >= 0 (0 = all), got {}", p.max_tokens);
   if (p.max_windows < 0) fail("--max-windows: expected an integer >= 0 (0 = all), got {}", p.max_windows);
 }
+
+// --split and --text-key apply to some kinds of --data only: given for data that has none, they would be ignored.
+void check_data_flags(const eval::EvalData& d) {
+  bool dataset = false, jsonl = false;
+  for (const auto& p : d.paths) {
+    std::error_code ec;
+    dataset |= std::filesystem::is_directory(p, ec);
+    jsonl |= std::filesystem::path(p).extension() == ".jsonl";
+  }
+  if (d.paths.empty()) return;
+  if (d.split != eval::EvalData().split && !dataset)
+    fail("--split {}: only a token dataset (a directory with index.json) has splits, and --data names none", d.split);
+  if (d.text_key.empty()) fail("--text-key: expected the name of the field that holds the text, got ''");
+  if (d.text_key != eval::EvalData().text_key && !jsonl)
+    fail("--text-key {}: only .jsonl data has fields, and --data names no .jsonl file", d.text_key);
+}
 }  // namespace
 
-void check_run_flags(const eval::PplRun& r) { check_window_flags(r.protocol); }
-void check_run_flags(const eval::TemperatureFitRun& r) { check_window_flags(r.protocol); }
+void check_run_flags(const eval::PplRun& r) {
+  check_window_flags(r.protocol);
+  check_data_flags(r.data);
+}
+void check_run_flags(const eval::TemperatureFitRun& r) {
+  check_window_flags(r.protocol);
+  check_data_flags(r.data);
+}
 void check_run_flags(const eval::GenerateRun& r) {
   app::check_size_flag("--batch-size", r.options.batch_size, 1, 1 << 16);
   app::check_size_flag("--prefill-chunk", r.options.prefill_chunk, 1, app::kMaxTokensFlag);
