@@ -38,7 +38,7 @@ bool is_output_name(const std::string& name) {
     if (name == n) return true;
   for (const char* f : kFigures)
     if (name == fmt::format("{}.png", f) || name == fmt::format("{}.svg", f)) return true;
-  static const std::regex attention(R"(attention_L[0-9]+_H[0-9]+\.json)");
+  static const std::regex attention(R"(attention_L[0-9]+_H[0-9]+\.(json|png|svg))");
   return std::regex_match(name, attention);
 }
 
@@ -258,7 +258,9 @@ void run_attention_map(const AttentionMapRun& r) {
   auto heat =
       attention_heatmap(map, labels, fmt::format("{}: layer {}, head {}", spec.name, r.layer, r.head), r.log_color);
   for (const char* ext : {"png", "svg"}) {
-    const std::string path = (fs::path(r.out) / fmt::format("attention_L{}_H{}.{}", r.layer, r.head, ext)).string();
+    const std::string name = fmt::format("attention_L{}_H{}.{}", r.layer, r.head, ext);
+    if (!is_output_name(name)) throw std::logic_error("drope-analyze writes an unlisted file " + name);
+    const std::string path = (fs::path(r.out) / name).string();
     plot::save(heat, path);
     logging::info("wrote {}", path);
   }

@@ -264,6 +264,7 @@ def test_analyze_never_writes_over_an_input_kept_in_its_out_directory(tmp):
     out.mkdir()
     for name in ("head_scores.json", "attention_L0_H0.json", "tokens.json"):
         (out / name).write_text("[[1, 2, 3, 4, 5, 6, 7, 8]]")
+    (out / "attention_L1_H0.svg").write_text("The grass is green. The sky is blue. " * 4)
     (out / "bias_grad.json").write_text("The grass is green. The sky is blue. " * 40)
     before = tree_digest(out)
     cases = [
@@ -271,6 +272,8 @@ def test_analyze_never_writes_over_an_input_kept_in_its_out_directory(tmp):
          "writes head_scores.json there, which is the input --tokens"),
         (("drope-analyze", "attention", "--model", m, "--tokens", out / "attention_L0_H0.json", "--layer", 0,
           "--head", 0, "--out", out), "which is the input --tokens"),
+        (("drope-analyze", "attention", "--model", m, "--text", out / "attention_L1_H0.svg", "--layer", 1,
+          "--head", 0, "--out", out), "writes attention_L1_H0.svg there, which is the input --text"),
         (("drope-analyze", "bias-grad", "--preset", "micro", "--seqs", 1, "--seeds", 1, "--seq-len", 16, "--text",
           out / "bias_grad.json", "--out", out), "which is the input --text"),
     ]
