@@ -67,9 +67,9 @@ def _check_call(q, k, v, causal, window, alibi_slopes, scale, q_offset, temperat
     if q_offset != -1 and not 0 <= q_offset <= S - T:
         raise _value_error(f"q_offset must be in [0, S - T] = [0, {S - T}] (the position of the first query; -1 or "
                            f"None: S - T), got {q_offset}")
-    if not (math.isfinite(scale) and scale >= 0):
+    if not (scale >= 0 and scale < math.inf):  # comparisons, not math.isfinite: they trace with a symbolic scale
         raise _value_error(f"scale must be a finite number > 0 (0 or None: 1/sqrt(D)), got {scale}")
-    if not (math.isfinite(temperature) and temperature > 0):
+    if not (temperature > 0 and temperature < math.inf):
         raise _value_error(f"temperature must be a finite number > 0, got {temperature}")
     if alibi_slopes is not None:
         if alibi_slopes.dim() != 1 or alibi_slopes.shape[0] != H:
@@ -188,7 +188,7 @@ def _check_arguments(q, k, v, causal, window, alibi_slopes, scale, q_offset, tem
     if scale is not None:
         if not _is_real(scale):
             raise _type_error(f"scale must be a number or None (1/sqrt(D)), got {scale!r}")
-        if not (math.isfinite(scale) and scale > 0):
+        if not (scale > 0 and scale < math.inf):  # NaN fails both; traces with a symbolic scale (torch.compile)
             raise _value_error(f"scale must be > 0 (None: 1/sqrt(D)), got {scale}")
     if q_offset is not None:
         if not _is_int(q_offset):

@@ -16,7 +16,10 @@ function with the same scale and temperature.
 
 A DroPE'd model (NoPE layers, e.g. SmolLM3 with ``no_rope_layers`` all 0) gets drope's long-context softmax
 temperature from its config: ``config.drope_softmax_temperature = c`` multiplies the logits by
-beta = 1 + c * ln(S / C) when the S keys a layer sees exceed C = ``config.max_position_embeddings``.
+beta = 1 + c * ln(L / C) when the L tokens so far exceed C = ``config.max_position_embeddings``. L is counted per
+row, as drope's own model counts it: the last ``position_ids`` + 1 (what ``generate`` passes, left padding
+excluded), else the last ``cache_position`` + 1, else the keys the layer sees; never the slots of a static cache
+or the window of a sliding cache.
 """
 
 import math
@@ -34,7 +37,8 @@ __all__ = ["attention_forward", "register", "softmax_temperature"]
 
 # Keyword arguments transformers passes to attention functions that do not change what attention computes (the
 # mask carries packed sequences for SDPA-style functions, as for "sdpa"; the rest is bookkeeping or flash-kernel
-# options). Every other keyword argument with a value (attention sinks `s_aux`, `softcap`, `position_bias`, a paged
+# options; position_ids and cache_position only count the tokens for the temperature). Every other keyword argument
+# with a value (attention sinks `s_aux`, `softcap`, `position_bias`, a paged
 # `cache`, ...) sends the call to transformers' own function for it (_route).
 INERT_KWARGS = frozenset({
     "position_ids", "cache_position", "use_cache", "output_hidden_states",
@@ -57,10 +61,10 @@ def softmax_temperature(config, length):
     c = getattr(config, "drope_softmax_temperature", None)
     if c is None:
         return 1.0
-    if isinstance(c, bool) or not isinstance(c, numbers.Real):
+    if isinstance(c, bool) or not isinstance(c, (numbers.Real, torch.SymFloat)):
         raise TypeError(f"drope attention: config.drope_softmax_temperature must be a number (c >= 0; 0 or None: off), "
                         f"got {c!r}")
-    if not (math.isfinite(c) and c >= 0):
+    if not (c >= 0 and c < math.inf):  # comparisons trace under torch.compile(dynamic=True); NaN fails both
         raise ValueError(f"drope attention: config.drope_softmax_temperature must be a finite number >= 0 (0 or None: "
                          f"off), got {c}")
     train_length = getattr(config, "max_position_embeddings", None)
@@ -69,11 +73,37 @@ def softmax_temperature(config, length):
     return 1.0 + c * math.log(length / train_length)
 
 
+def _tokens_so_far(kwargs, keys):
+    """L of each row (a (B,) or (1,) int tensor), or the int `keys` when the call carries no positions: the last
+    position_ids + 1 (2-D, as text models pass them), else the last cache_position + 1."""
+    pos = kwargs.get("position_ids")
+    if isinstance(pos, torch.Tensor) and pos.dim() == 2 and pos.shape[-1] > 0 and not pos.is_floating_point():
+        return pos[:, -1] + 1
+    cache = kwargs.get("cache_position")
+    if isinstance(cache, torch.Tensor) and cache.dim() == 1 and cache.shape[0] > 0 and not cache.is_floating_point():
+        return cache[-1:] + 1
+    return keys
+
+
+def _row_temperature(config, lengths, query):
+    """beta per row as a (B or 1, 1, 1, 1) tensor in query's dtype (tensor lengths), or a float (int lengths)."""
+    if not isinstance(lengths, torch.Tensor):
+        return softmax_temperature(config, lengths)
+    softmax_temperature(config, 1)  # refuses a bad c; one token never exceeds C
+    c = getattr(config, "drope_softmax_temperature", None)
+    train_length = getattr(config, "max_position_embeddings", None)
+    if not c or not train_length:
+        return 1.0
+    ratio = lengths.to(torch.float64) / train_length
+    beta = torch.where(ratio > 1, 1.0 + c * torch.log(ratio.clamp(min=1.0)), torch.ones_like(ratio))
+    return beta.to(device=query.device, dtype=query.dtype).view(-1, 1, 1, 1)
+
+
 def _check_options(dropout, scaling, sliding_window, is_causal):
     if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0 <= dropout < 1:
         raise ValueError(f"drope attention: dropout must be a number in [0, 1), got {dropout!r}")
     if scaling is not None and (isinstance(scaling, bool) or not isinstance(scaling, numbers.Real)
-                                or not (math.isfinite(scaling) and scaling > 0)):
+                                or not (scaling > 0 and scaling < math.inf)):
         raise ValueError(f"drope attention: scaling must be None or a finite number > 0, got {scaling!r}")
     if sliding_window is not None and (isinstance(sliding_window, bool) or not isinstance(sliding_window, int)
                                        or sliding_window < 1):
@@ -85,11 +115,14 @@ def _check_options(dropout, scaling, sliding_window, is_causal):
 def _pattern_mask(query, key, is_causal, sliding_window):
     """(1, 1, T, S) bool, True where a key is visible: the pattern a call without a mask tensor stands for (its
     queries end the keys). transformers' sliding_window is one-sided when causal (i - j < w) and two-sided otherwise
-    (|i - j| < w, ModernBERT's local layers, as its flash-attention path reads it). None: every key visible."""
+    (|i - j| < w, ModernBERT's local layers, as its flash-attention path reads it). None: every key visible. With
+    more queries than keys the queries start at key 0 (SDPA's top-left alignment)."""
     T, S = query.shape[2], key.shape[2]
     if not is_causal and not sliding_window:
         return None
-    i = torch.arange(S - T, S, device=query.device).view(T, 1)
+    # More queries than keys: SDPA's top-left alignment (query i sees keys 0..i), as the SDPA route computes it.
+    start = S - T if T <= S else 0
+    i = torch.arange(start, start + T, device=query.device).view(T, 1)
     j = torch.arange(S, device=query.device).view(1, S)
     if is_causal:
         visible = j <= i
@@ -150,7 +183,9 @@ def attention_forward(
     _check_options(dropout, scaling, sliding_window, is_causal)
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     T, S = query.shape[2], key.shape[2]
-    temperature = softmax_temperature(getattr(module, "config", None), S)
+    temperature = _row_temperature(getattr(module, "config", None), _tokens_so_far(kwargs, S), query)
+    if isinstance(temperature, torch.Tensor):  # rows of different lengths: beta scales each row's queries
+        query, temperature = query * temperature, 1.0
     routed = _routed(kwargs)
     tagged = _tagged_window(attention_mask, T, S)
     if tagged is not None and not (dropout or routed):
@@ -160,6 +195,9 @@ def attention_forward(
     if attention_mask is None and T > S:
         # More queries than keys (cross-attention to a shorter sequence): transformers' SDPA function, as "sdpa" runs it
         # (the op's queries are the last T of S positions).
+        if sliding_window:
+            raise ValueError(f"drope attention: sliding_window={sliding_window} with more queries ({T}) than keys "
+                             f"({S}) and no mask: which keys a query sees is not defined; pass the mask")
         return _route(module, query, key, value, None, dropout, scaling, temperature, None, is_causal, routed, **kwargs)
     if attention_mask is None and is_causal and 1 < T < S:
         # No mask with more keys than queries: the prefill of an empty static cache (transformers' SDPA does the same,

@@ -149,6 +149,46 @@ def test_drope_temperature_on_a_nope_model(fused_only):
         torch.testing.assert_close(ours(short).logits, sdpa(short).logits, rtol=1e-5, atol=1e-5)
 
 
+def nope_model(c=0.4):
+    _, ours = pair("smollm3_drope", drope_softmax_temperature=c)
+    return ours.eval()
+
+
+@pytest.mark.parametrize("prompt", [12, 24])  # within C = 16, and beyond it
+def test_temperature_counts_tokens_not_cache_slots(prompt):
+    """beta comes from the tokens so far, as drope's model counts them: a static cache's empty slots (64 here) and
+    the cache's type change nothing, in the prefill or in any decoding step."""
+    model = nope_model()
+    ids = tokens(batch=1, seq=prompt)
+    kw = dict(max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        full = model(ids).logits
+        static = model(ids, past_key_values=StaticCache(config=model.config, max_cache_len=64), use_cache=True).logits
+        torch.testing.assert_close(static, full, rtol=1e-5, atol=1e-5)
+        dyn = model.generate(ids, **kw)
+        stat = model.generate(ids, cache_implementation="static", **kw)
+        torch.testing.assert_close(stat.sequences, dyn.sequences)
+        for a, b in zip(stat.scores, dyn.scores):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_temperature_is_per_row_in_a_left_padded_batch():
+    """Each row's beta counts its own tokens (generate's position_ids leave the padding out), so a prompt's greedy
+    continuation and scores do not depend on the longer row it is batched with."""
+    model = nope_model()
+    long, short = tokens(batch=1, seq=24, seed=1), tokens(batch=1, seq=12, seed=2)
+    batch = torch.cat([long, torch.cat([torch.zeros(1, 12, dtype=torch.long), short], 1)])
+    mask = (batch != 0).long()
+    mask[0] = 1
+    kw = dict(max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True, pad_token_id=0)
+    with torch.no_grad():
+        alone = model.generate(short, **kw)
+        both = model.generate(batch, attention_mask=mask, **kw)
+    torch.testing.assert_close(both.sequences[1, 24:], alone.sequences[0, 12:])
+    for a, b in zip(alone.scores, both.scores):
+        torch.testing.assert_close(b[1], a[0], rtol=1e-5, atol=1e-5)
+
+
 def test_padded_batch_falls_back_to_sdpa(monkeypatch):
     calls = []
     fallback = drope.transformers._route
@@ -189,6 +229,19 @@ def test_compile_fullgraph_model_matches_eager(fused_only):
         eager[0][:, :-1].reshape(-1, BASE["vocab_size"]), ids[:, 1:].reshape(-1)), rtol=1e-5, atol=1e-5)
     for n, p in ours.named_parameters():
         torch.testing.assert_close(p.grad, eager[1][n], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("c", [None, 0.4])
+def test_compile_fullgraph_dynamic_shapes(c, fused_only):
+    """torch.compile(fullgraph=True, dynamic=True): the scale and the temperature are symbolic there, and the checks
+    on them must trace (math.isfinite does not)."""
+    model = nope_model(c) if c else pair("llama")[1].eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager", dynamic=True)
+    with torch.no_grad():
+        for seq in (12, 24):
+            ids = tokens(batch=1, seq=seq)
+            torch.testing.assert_close(compiled(ids).logits, model(ids).logits, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name, routed", [("gpt_oss", "s_aux"), ("gemma2", "softcap")])
@@ -274,6 +327,25 @@ def test_direct_calls_windows_one_and_two_sided():
     for causal, visible in ((True, (j <= i) & (i - j < 3)), (False, (i - j).abs() < 3)):
         out, _ = drope.transformers.attention_forward(module, q, k, v, None, sliding_window=3, is_causal=causal)
         torch.testing.assert_close(out, eager_reference(q, k, v, visible, scale))
+
+
+def test_more_queries_than_keys_with_a_window_is_refused():
+    """Without a mask, which of S < T keys a windowed query sees is not defined: refused rather than the window
+    dropped. A causal call without a window runs SDPA's top-left alignment on every route (a soft-cap that changes
+    nothing gives the same output through the model's eager function)."""
+    module, q, k, v = call_kwargs(T=6, S=3)
+    with pytest.raises(ValueError, match="sliding_window=1 with more queries"):
+        drope.transformers.attention_forward(module, q, k, v, None, sliding_window=1)
+    i, j = torch.arange(6).view(6, 1), torch.arange(3).view(1, 3)
+    out, _ = drope.transformers.attention_forward(module, q, k, v, None, is_causal=True)
+    visible = j <= i
+    torch.testing.assert_close(out, eager_reference(q, k, v, visible, 8 ** -0.5))
+    import transformers.models.gemma2.modeling_gemma2 as gemma2
+
+    gemma_like = type("Gemma2Attention", (torch.nn.Module,), {"__module__": gemma2.__name__})()
+    gemma_like.num_key_value_groups, gemma_like.is_causal, gemma_like.training = 2, True, False
+    capped, _ = drope.transformers.attention_forward(gemma_like, q, k, v, None, is_causal=True, softcap=1e9)
+    torch.testing.assert_close(capped, out, rtol=1e-5, atol=1e-5)
 
 
 def test_dropout_runs_sdpa_with_the_same_generator():
