@@ -9,6 +9,7 @@ of every call of the ops; the fake implementations check the same shape and valu
 
 import math
 import numbers
+import sys
 
 import torch
 
@@ -23,6 +24,10 @@ def _value_error(message):
 
 def _type_error(message):
     return TypeError(f"drope.attention: {message}")
+
+
+_INT64_MAX = 2**63 - 1
+_FLOAT_MAX = sys.float_info.max  # `x < math.inf` holds for an int too large for a double
 
 
 def _is_int(x):
@@ -183,20 +188,24 @@ def _check_arguments(q, k, v, causal, window, alibi_slopes, scale, q_offset, tem
         raise _type_error(f"causal must be True or False, got {causal!r}")
     if not _is_int(window):
         raise _type_error(f"window must be an int (0: no window), got {window!r}")
+    if window > _INT64_MAX:  # the op takes an int64: a larger int would fail in the dispatcher, unnamed
+        raise _value_error(f"window must be at most 2^63 - 1, got {window}")
     if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
         raise _type_error(f"alibi_slopes must be a tensor (H) or None, got {type(alibi_slopes).__name__}")
     if scale is not None:
         if not _is_real(scale):
             raise _type_error(f"scale must be a number or None (1/sqrt(D)), got {scale!r}")
-        if not (scale > 0 and scale < math.inf):  # NaN fails both; traces with a symbolic scale (torch.compile)
-            raise _value_error(f"scale must be > 0 (None: 1/sqrt(D)), got {scale}")
+        if not (scale > 0 and scale < _FLOAT_MAX):  # NaN fails both; traces with a symbolic scale (torch.compile)
+            raise _value_error(f"scale must be a finite number > 0 (None: 1/sqrt(D)), got {scale}")
     if q_offset is not None:
         if not _is_int(q_offset):
             raise _type_error(f"q_offset must be an int or None (S - T), got {q_offset!r}")
-        if q_offset < 0:
-            raise _value_error(f"q_offset must be >= 0 (None: S - T), got {q_offset}")
+        if q_offset < 0 or q_offset > _INT64_MAX:
+            raise _value_error(f"q_offset must be in [0, 2^63 - 1] (None: S - T), got {q_offset}")
     if not _is_real(temperature):
         raise _type_error(f"temperature must be a number, got {temperature!r}")
+    if not (temperature > 0 and temperature < _FLOAT_MAX):  # an int beyond a double's range would overflow later
+        raise _value_error(f"temperature must be a finite number > 0, got {temperature}")
 
 
 def attention(q, k, v, *, causal=True, window=0, alibi_slopes=None, scale=None, q_offset=None, temperature=1.0):

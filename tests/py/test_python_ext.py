@@ -202,10 +202,14 @@ def bad_calls():
         ("slopes dtype", lambda: a(q, k, v, alibi_slopes=torch.ones(4, dtype=torch.int64)), "alibi_slopes must be"),
         ("slopes grad", lambda: a(q.requires_grad_(), k, v, alibi_slopes=torch.ones(4, requires_grad=True)),
          "alibi_slopes are constants"),
-        ("q_offset python", lambda: a(q, k, v, q_offset=-2), "q_offset must be >= 0"),
+        ("q_offset python", lambda: a(q, k, v, q_offset=-2), "q_offset must be in [0, 2^63 - 1]"),
+        ("q_offset huge", lambda: a(q, k, v, q_offset=2**70), "q_offset must be in [0, 2^63 - 1]"),
+        ("window huge", lambda: a(q, k, v, window=2**70), "window must be at most 2^63 - 1"),
+        ("scale huge int", lambda: a(q, k, v, scale=10**400), "scale must be a finite number > 0"),
+        ("temperature huge int", lambda: a(q, k, v, temperature=10**400), "temperature must be a finite number"),
         ("q_offset range", lambda: a(q, k, v, q_offset=3), "q_offset must be in [0, S - T]"),
         ("q_offset op", lambda: ops.attention(q, k, v, q_offset=-3), "q_offset must be in"),
-        ("scale python", lambda: a(q, k, v, scale=0.0), "scale must be > 0"),
+        ("scale python", lambda: a(q, k, v, scale=0.0), "scale must be a finite number > 0"),
         ("scale op", lambda: ops.attention(q, k, v, scale=-1.0), "scale must be"),
         ("scale nan", lambda: ops.attention(q, k, v, scale=float("nan")), "scale must be"),
         ("temperature", lambda: a(q, k, v, temperature=0.0), "temperature must be"),
@@ -217,10 +221,10 @@ def bad_calls():
 
 
 @needs_drope
-@pytest.mark.parametrize("index", range(26))
+@pytest.mark.parametrize("index", range(30))
 def test_bad_argument_raises_naming_it(index):
     calls = bad_calls()
-    assert len(calls) == 26
+    assert len(calls) == 30
     what, call, words = calls[index]
     with pytest.raises((ValueError, TypeError)) as e:
         call()
@@ -288,7 +292,7 @@ def type_errors():
         ("window bool", lambda: a(q, k, v, window=True), "window must be an int"),
         ("scale str", lambda: a(q, k, v, scale="0.5"), "scale must be a number"),
         ("scale tensor", lambda: a(q, k, v, scale=[0.5]), "scale must be a number"),
-        ("scale inf", lambda: a(q, k, v, scale=float("inf")), "scale must be > 0"),
+        ("scale inf", lambda: a(q, k, v, scale=float("inf")), "scale must be a finite number > 0"),
         ("q_offset float", lambda: a(q, k, v, q_offset=1.0), "q_offset must be an int"),
         ("temperature str", lambda: a(q, k, v, temperature="1.2"), "temperature must be a number"),
         ("temperature None", lambda: a(q, k, v, temperature=None), "temperature must be a number"),
