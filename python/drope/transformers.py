@@ -17,7 +17,7 @@ function with the same scale and temperature.
 A DroPE'd model (NoPE layers, e.g. SmolLM3 with ``no_rope_layers`` all 0) gets drope's long-context softmax
 temperature from its config: ``config.drope_softmax_temperature = c`` multiplies the logits by
 beta = 1 + c * ln(L / C) when the L tokens so far exceed C = ``config.max_position_embeddings``. L is counted per
-row, as drope's own model counts it: the last ``position_ids`` + 1 (what ``generate`` passes, left padding
+row, as drope's own model counts it: the largest ``position_ids`` + 1 (what ``generate`` passes, padding
 excluded), else the last ``cache_position`` + 1, else the keys the layer sees; never the slots of a static cache
 or the window of a sliding cache.
 """
@@ -25,6 +25,7 @@ or the window of a sliding cache.
 import math
 import numbers
 import sys
+import weakref
 
 import torch
 from transformers import AttentionInterface
@@ -53,6 +54,7 @@ SDPA_KWARGS = frozenset({"position_bias", "cache"})
 # The attribute by which _mask marks a mask tensor that is exactly a sliding-window causal pattern whose queries end
 # the keys: its value is the window, which the op applies by itself.
 WINDOW_TAG = "_drope_window"
+_FLOAT_MAX = sys.float_info.max  # `x < math.inf` holds for an int too large for a double
 
 
 def softmax_temperature(config, length):
@@ -64,7 +66,7 @@ def softmax_temperature(config, length):
     if isinstance(c, bool) or not isinstance(c, (numbers.Real, torch.SymFloat)):
         raise TypeError(f"drope attention: config.drope_softmax_temperature must be a number (c >= 0; 0 or None: off), "
                         f"got {c!r}")
-    if not (c >= 0 and c < math.inf):  # comparisons trace under torch.compile(dynamic=True); NaN fails both
+    if not (c >= 0 and c < _FLOAT_MAX):  # comparisons trace under torch.compile(dynamic=True); NaN fails both
         raise ValueError(f"drope attention: config.drope_softmax_temperature must be a finite number >= 0 (0 or None: "
                          f"off), got {c}")
     train_length = getattr(config, "max_position_embeddings", None)
@@ -73,28 +75,53 @@ def softmax_temperature(config, length):
     return 1.0 + c * math.log(length / train_length)
 
 
-def _tokens_so_far(kwargs, keys):
-    """L of each row (a (B,) or (1,) int tensor), or the int `keys` when the call carries no positions: the last
-    position_ids + 1 (2-D, as text models pass them), else the last cache_position + 1."""
+def _positions(kwargs):
+    """The positions a call carries, or None: position_ids (B or 1, T) as text models pass them, else cache_position
+    (T,) as a (1, T) tensor."""
     pos = kwargs.get("position_ids")
     if isinstance(pos, torch.Tensor) and pos.dim() == 2 and pos.shape[-1] > 0 and not pos.is_floating_point():
-        return pos[:, -1] + 1
+        return pos
     cache = kwargs.get("cache_position")
     if isinstance(cache, torch.Tensor) and cache.dim() == 1 and cache.shape[0] > 0 and not cache.is_floating_point():
-        return cache[-1:] + 1
-    return keys
+        return cache.view(1, -1)
+    return None
 
 
-def _row_temperature(config, lengths, query):
-    """beta per row as a (B or 1, 1, 1, 1) tensor in query's dtype (tensor lengths), or a float (int lengths)."""
-    if not isinstance(lengths, torch.Tensor):
-        return softmax_temperature(config, lengths)
+# The last positions read on the host, and the lengths they gave: every layer of a forward passes the same tensor,
+# so the host copy (a device sync on a GPU) is made once per forward, not once per layer.
+_HOST_LENGTHS = [None, -1, None]
+
+
+def _host_lengths(pos):
+    try:
+        version = pos._version
+    except RuntimeError:  # an inference-mode tensor has no version counter: read it each time
+        return (pos.amax(-1) + 1).tolist()
+    ref, seen, lengths = _HOST_LENGTHS
+    if ref is not None and ref() is pos and seen == version:
+        return lengths
+    lengths = (pos.amax(-1) + 1).tolist()
+    _HOST_LENGTHS[:] = [weakref.ref(pos), version, lengths]
+    return lengths
+
+
+def _temperature(config, kwargs, keys, query):
+    """beta of this call: a float when every row has the same (the op and SDPA apply it in float32, as they apply the
+    scale), else a (B, 1, 1, 1) tensor in query's dtype that scales each row's queries. Each row counts its tokens so
+    far, L = its largest position + 1 (generate's position_ids leave padding out; right padding and packed rows
+    count their longest run), else the keys the layer sees. Under torch.compile the lengths stay on the device (no
+    host read), and beta is always the tensor."""
     softmax_temperature(config, 1)  # refuses a bad c; one token never exceeds C
     c = getattr(config, "drope_softmax_temperature", None)
     train_length = getattr(config, "max_position_embeddings", None)
-    if not c or not train_length:
-        return 1.0
-    ratio = lengths.to(torch.float64) / train_length
+    pos = _positions(kwargs)
+    if not c or not train_length or pos is None:
+        return softmax_temperature(config, keys)
+    if not torch.compiler.is_compiling():
+        betas = {softmax_temperature(config, L) for L in _host_lengths(pos)}
+        if len(betas) == 1:
+            return betas.pop()
+    ratio = (pos.amax(-1) + 1).to(torch.float64) / train_length
     beta = torch.where(ratio > 1, 1.0 + c * torch.log(ratio.clamp(min=1.0)), torch.ones_like(ratio))
     return beta.to(device=query.device, dtype=query.dtype).view(-1, 1, 1, 1)
 
@@ -103,7 +130,7 @@ def _check_options(dropout, scaling, sliding_window, is_causal):
     if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0 <= dropout < 1:
         raise ValueError(f"drope attention: dropout must be a number in [0, 1), got {dropout!r}")
     if scaling is not None and (isinstance(scaling, bool) or not isinstance(scaling, numbers.Real)
-                                or not (scaling > 0 and scaling < math.inf)):
+                                or not (scaling > 0 and scaling < _FLOAT_MAX)):
         raise ValueError(f"drope attention: scaling must be None or a finite number > 0, got {scaling!r}")
     if sliding_window is not None and (isinstance(sliding_window, bool) or not isinstance(sliding_window, int)
                                        or sliding_window < 1):
@@ -183,7 +210,7 @@ def attention_forward(
     _check_options(dropout, scaling, sliding_window, is_causal)
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     T, S = query.shape[2], key.shape[2]
-    temperature = _row_temperature(getattr(module, "config", None), _tokens_so_far(kwargs, S), query)
+    temperature = _temperature(getattr(module, "config", None), kwargs, S, query)
     if isinstance(temperature, torch.Tensor):  # rows of different lengths: beta scales each row's queries
         query, temperature = query * temperature, 1.0
     routed = _routed(kwargs)

@@ -348,6 +348,27 @@ def test_more_queries_than_keys_with_a_window_is_refused():
     torch.testing.assert_close(capped, out, rtol=1e-5, atol=1e-5)
 
 
+def test_each_row_counts_its_largest_position():
+    """beta per row from its largest position + 1: right padding (filled with 1, as transformers fills it) counts the
+    real tokens, not the last column; rows that agree fold beta into the op's float scale, bit for bit the call
+    without positions (no bf16 rounding of a scaled query)."""
+    module, q, k, v = call_kwargs(T=40, S=40)
+    c, C = 0.4, 16
+    module.config = type("Config", (), {"drope_softmax_temperature": c, "max_position_embeddings": C})()
+    pos = torch.stack([torch.arange(40), torch.cat([torch.arange(30), torch.ones(10, dtype=torch.long)])])
+    out, _ = drope.transformers.attention_forward(module, q, k, v, None, position_ids=pos)
+    visible = torch.arange(40).view(1, 40) <= torch.arange(40).view(40, 1)
+    for row, L in ((0, 40), (1, 30)):
+        ref = eager_reference(q[row:row + 1], k[row:row + 1], v[row:row + 1], visible,
+                              8 ** -0.5 * (1 + c * math.log(L / C)))
+        torch.testing.assert_close(out[row:row + 1], ref, rtol=1e-5, atol=1e-5)
+    qb, kb, vb = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    same = torch.arange(40).view(1, 40)
+    a, _ = drope.transformers.attention_forward(module, qb, kb, vb, None, position_ids=same)
+    b, _ = drope.transformers.attention_forward(module, qb, kb, vb, None)
+    assert torch.equal(a, b)
+
+
 def test_dropout_runs_sdpa_with_the_same_generator():
     module, q, k, v = call_kwargs()
     torch.manual_seed(5)
