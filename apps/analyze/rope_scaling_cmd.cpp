@@ -19,7 +19,7 @@ DirLock claim_out(const std::string& out, const Inputs& inputs) {
   for (const auto& [flag, in] : inputs) {
     std::error_code ec;
     if (in.empty() || !fs::is_regular_file(in, ec)) continue;
-    const fs::path file = fs::absolute(in).lexically_normal();
+    const fs::path file = fs::weakly_canonical(fs::absolute(in), ec);  // the file a symlink input names
     if (fs::equivalent(file.parent_path(), out, ec) && analyze::is_output_name(file.filename().string()))
       fail("--out {}: the run writes {} there, which is the input {} {}; choose another output directory", out,
            file.filename().string(), flag, in);

@@ -52,9 +52,15 @@ void check_side_file(const std::string& flag, const std::string& path, const Inp
                      const std::string& may_hold_it = "") {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail("{} {}: is a directory; expected the path of a file", flag, path);
+  // The input that may hold it, and any other flag naming that same directory (--tokenizer <model dir>).
+  std::string holder;
+  for (const auto& i : inputs)
+    if (i.first == may_hold_it) holder = i.second;
   Inputs others;
   for (const auto& i : inputs)
-    if (i.first != may_hold_it) others.push_back(i);
+    if (i.first != may_hold_it &&
+        !(holder.size() && i.second.size() && std::filesystem::equivalent(i.second, holder, ec)))
+      others.push_back(i);
   check_output_paths(flag, path, {path}, others);
   for (const auto& [name, in] : inputs)  // the inputs of `may_hold_it` itself are still never written over
     if (!in.empty() && std::filesystem::equivalent(path, in, ec))

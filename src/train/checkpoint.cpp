@@ -129,15 +129,16 @@ DirLock claim_run_dir(const std::string& run_dir, const std::vector<std::pair<st
                       bool force, const std::string& config_file) {
   // Runs of builds without the lock file are recognised by their checkpoints.
   const bool ours = latest_checkpoint(run_dir).has_value();
+  // First, so that the hint below (--force) is never given for a start that --force would not save.
   std::error_code ec;
   const bool marked = fs::exists(fs::path(run_dir) / kDirLockName, ec);
+  if (!config_file.empty() && !ours && !marked && fs::equivalent(config_file, fs::path(run_dir) / "config.yaml", ec))
+    fail("{}: the run records its resolved config in this file, and run.out_dir {} is not a run of ours yet; keep "
+         "the config you start from outside run.out_dir (--force or not: it would be written over)",
+         config_file, run_dir);
   check_output_dir(
       run_dir,
       {"run.out_dir", "run directory", {kDirLockName}, inputs, force || ours, "pass --force to write into it anyway"});
-  if (!config_file.empty() && !ours && !marked && fs::equivalent(config_file, fs::path(run_dir) / "config.yaml", ec))
-    fail("{}: the run records its resolved config in this file, and run.out_dir {} is not a run of ours yet; keep "
-         "the config outside run.out_dir (--force or not: it would be written over)",
-         config_file, run_dir);
   return DirLock(run_dir, DirLock::Where::kInside);
 }
 

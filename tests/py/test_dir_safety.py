@@ -129,12 +129,21 @@ def test_train_does_not_write_into_a_users_directory_without_force(tmp):
     user = tmp / "mine"
     user.mkdir()
     (user / "log.jsonl").write_text("my own notes\n")
-    cfg = write_cfg(user, user, steps=2, name="config.yaml")  # the run config in the directory it names
+    cfg = write_cfg(tmp, user, steps=2, name="elsewhere.yaml")
     before = tree_digest(user)
     for args in ([], ["--resume"]):
         r = train(cfg, *args)
         clean_error(r, "run.out_dir", str(user), "not a run directory", "--force")
-    assert tree_digest(user) == before and sorted(os.listdir(user)) == ["config.yaml", "log.jsonl"]
+    assert tree_digest(user) == before and sorted(os.listdir(user)) == ["log.jsonl"]
+    # The config the run starts from, kept as config.yaml in the directory it names: the run records its resolved
+    # config there, so it is refused, --force or not, with that reason first (not a --force hint).
+    cfg = write_cfg(user, user, steps=2, name="config.yaml")
+    before = tree_digest(user)
+    for args in ([], ["--resume"], ["--force"]):
+        r = train(cfg, *args)
+        clean_error(r, str(cfg), "records its resolved config in this file", "--force or not")
+        assert "pass --force" not in r.stderr
+    assert tree_digest(user) == before
     # A run directory named by its data is refused even with --force.
     text = tmp / "texts"
     text.mkdir()
@@ -142,12 +151,9 @@ def test_train_does_not_write_into_a_users_directory_without_force(tmp):
     cfg2 = tmp / "t.yaml"
     cfg2.write_text(CFG.format(out=text, steps=2, ckpt=2).replace("/usr/share/common-licenses/GPL-3", str(text)))
     clean_error(train(cfg2, "--force"), "run.out_dir", "is the input data.text")
-    # The run records its resolved config as config.yaml: the user's own config.yaml there is refused, --force
-    # or not, and kept with its comments.
-    clean_error(train(cfg, "--force"), str(cfg), "records its resolved config in this file", "--force or not")
-    assert tree_digest(user) == before
-    # With --force and the config outside, the user's directory is used; a second start knows it as a run
-    # directory, and resumes from the config.yaml the run wrote there.
+    # With --force and the config outside, the user's directory is used (its files with our names are replaced:
+    # that is what --force is for); a second start knows it as a run directory, and resumes from the config.yaml
+    # the run wrote there.
     outside = write_cfg(tmp, user, steps=2, name="outside.yaml")
     r = train(outside, "--force")
     assert r.returncode == 0, r.stderr
@@ -277,6 +283,11 @@ def test_analyze_never_writes_over_an_input_kept_in_its_out_directory(tmp):
         (("drope-analyze", "bias-grad", "--preset", "micro", "--seqs", 1, "--seeds", 1, "--seq-len", 16, "--text",
           out / "bias_grad.json", "--out", out), "which is the input --text"),
     ]
+    elsewhere = tmp / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(out / "head_scores.json", elsewhere / "link.json")  # named through a link, still that file
+    cases.append((("drope-analyze", "head-scores", "--model", m, "--tokens", elsewhere / "link.json", "--out", out),
+                  "writes head_scores.json there, which is the input --tokens"))
     for cmd, needle in cases:
         clean_error(run_cli(*cmd, check=False), "--out", needle)
         assert tree_digest(out) == before, cmd

@@ -208,9 +208,10 @@ def test_side_outputs_never_write_over_inputs(setup, tmp):
                            (m, "is a directory"), (data, "is the input --data")):
         expect_error(run_cli(*fit, "--save", target, check=False), "--save", str(target), needle)
     assert {p.name: p.read_bytes() for p in [*m.iterdir(), data]} == before
-    # The default file is written, and written again (an earlier fit is ours to replace).
-    for _ in range(2):
-        run_cli(*fit)
+    # The default file is written, and written again (an earlier fit is ours to replace), also when --tokenizer
+    # names the model directory.
+    for extra in ([], ["--tokenizer", m]):
+        run_cli(*fit, *extra)
         assert json.loads((m / "temperature.json").read_text())["kind"] == "temperature"
     # A temperature.json that no fit wrote is the user's: refused, and kept.
     (m / "temperature.json").write_text('{"c": 0.5, "note": "mine"}')
