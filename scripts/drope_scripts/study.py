@@ -54,10 +54,15 @@ def commit_stamp(repo: pathlib.Path = ROOT) -> str:
     return head_commit(repo) + ("-dirty" if dirty_sources(repo) else "")
 
 
-def newest_source_mtime(repo: pathlib.Path = ROOT) -> float:
-    """The newest modification time of a tracked C++ source file."""
-    names = _git(repo, "ls-files", "--", *SOURCE_PATHS).splitlines()
+def newest_source_mtime(repo: pathlib.Path = ROOT, paths: Sequence[str] = SOURCE_PATHS) -> float:
+    """The newest modification time of a tracked file under `paths` (by default every C++ source path)."""
+    names = _git(repo, "ls-files", "--", *paths).splitlines()
     return max((p.stat().st_mtime for p in (repo / n for n in names) if p.is_file()), default=0.0)
+
+
+# The build's own description: a change here (flags, definitions) can change every tool, and no tool names these
+# files among its inputs.
+BUILD_FILES = ("CMakeLists.txt", "cmake")
 
 
 class ProvenanceError(RuntimeError):
@@ -132,6 +137,10 @@ def snapshot_tools(build: pathlib.Path, tools: Sequence[str], dest_root: pathlib
                 name = os.path.relpath(late[0], os.path.realpath(repo))
                 raise ProvenanceError(f"{src} is older than {name}, which it is built from: rebuild "
                                       f"(cmake --build {build}) and start again")
+            if src.stat().st_mtime < newest_source_mtime(repo, BUILD_FILES):
+                raise ProvenanceError(f"{src} is older than the CMake files (CMakeLists.txt, cmake/): rebuild "
+                                      f"(cmake --build {build}) and start again (when the build has nothing to do, "
+                                      f"the edit did not reach this tool: touch it)")
             continue
         newest = newest_source_mtime(repo) if newest is None else newest
         if src.stat().st_mtime < newest:

@@ -205,6 +205,14 @@ def test_snapshot_holds_each_tool_against_its_own_sources(tmp):
     os.utime(repo / "include" / "h.h", (now, now))  # a header tool-a's object included
     with pytest.raises(study.ProvenanceError, match=r"tool-a is older than include/h\.h"):
         study.snapshot_tools(build, ("tool-a",), tmp / "bin-a", repo)
+    # The CMake files are no tool's input, yet they set every tool's flags: newer than a tool, it is stale.
+    os.utime(repo / "include" / "h.h", (now - 200, now - 200))
+    (repo / "CMakeLists.txt").write_text("project(x)\n")
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "z"],
+                   check=True)
+    with pytest.raises(study.ProvenanceError, match=r"tool-a is older than the CMake files"):
+        study.snapshot_tools(build, ("tool-a",), tmp / "bin-c", repo)
 
 
 def test_plan_counts_what_is_left():
