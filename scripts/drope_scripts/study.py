@@ -110,8 +110,9 @@ def tool_sources(build: pathlib.Path, tool: str, repo: pathlib.Path = ROOT) -> l
 def snapshot_tools(build: pathlib.Path, tools: Sequence[str], dest_root: pathlib.Path,
                    repo: pathlib.Path = ROOT) -> tuple[pathlib.Path, str]:
     """Copies `tools` from `build` into dest_root/<commit>/ and returns (that folder, the commit). Refuses
-    (ProvenanceError) when the C++ sources differ from HEAD or a tool is older than the newest source: such binaries
-    cannot be rebuilt from the commit the row would name. An existing snapshot of the commit is reused."""
+    (ProvenanceError) when the C++ sources differ from HEAD or a tool is older than a source it is built from (in a
+    Ninja build its own inputs and the CMake files, else any C++ source): such binaries cannot be rebuilt from the
+    commit the row would name. An existing snapshot of the commit is reused."""
     dirty = dirty_sources(repo)
     if dirty:
         raise ProvenanceError(f"the C++ sources differ from HEAD ({', '.join(dirty[:3])}"
@@ -122,28 +123,33 @@ def snapshot_tools(build: pathlib.Path, tools: Sequence[str], dest_root: pathlib
     dest = dest_root / commit
     if all((dest / t).is_file() for t in tools):
         return dest, commit
-    newest = None
+    newest: dict[tuple[str, ...], float] = {}  # the newest tracked file under some paths, read once
+
+    def newest_of(paths: tuple[str, ...]) -> float:
+        if paths not in newest:
+            newest[paths] = newest_source_mtime(repo, paths)
+        return newest[paths]
+
     for t in tools:
         src = build / t
         if not src.is_file():
             raise ProvenanceError(f"{src} does not exist: build first (bash scripts/setup.sh)")
+        built = src.stat().st_mtime
         # A Ninja build says what each tool is built from, so an edit to a source a tool does not use (a module
         # that links none of it, a GPU-only file) does not make the tool look stale; other builds are held against
         # the newest C++ source of the whole tree.
         own = tool_sources(build, t, repo)
         if own is not None:
-            late = [f for f in own if f.stat().st_mtime > src.stat().st_mtime]
+            late = [f for f in own if f.stat().st_mtime > built]
             if late:
                 name = os.path.relpath(late[0], os.path.realpath(repo))
                 raise ProvenanceError(f"{src} is older than {name}, which it is built from: rebuild "
                                       f"(cmake --build {build}) and start again")
-            if src.stat().st_mtime < newest_source_mtime(repo, BUILD_FILES):
+            if built < newest_of(BUILD_FILES):
                 raise ProvenanceError(f"{src} is older than the CMake files (CMakeLists.txt, cmake/): rebuild "
                                       f"(cmake --build {build}) and start again (when the build has nothing to do, "
                                       f"the edit did not reach this tool: touch it)")
-            continue
-        newest = newest_source_mtime(repo) if newest is None else newest
-        if src.stat().st_mtime < newest:
+        elif built < newest_of(SOURCE_PATHS):
             raise ProvenanceError(f"{src} is older than the newest C++ source: rebuild "
                                   f"(cmake --build {build}) and start again")
     tmp = dest_root / f".{commit}.tmp"
