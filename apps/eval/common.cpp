@@ -56,13 +56,14 @@ void check_side_file(const std::string& flag, const std::string& path, const Inp
   std::string holder;
   for (const auto& i : inputs)
     if (i.first == may_hold_it) holder = i.second;
-  Inputs others;
-  for (const auto& i : inputs)
-    if (i.first != may_hold_it &&
-        !(holder.size() && i.second.size() && std::filesystem::equivalent(i.second, holder, ec)))
-      others.push_back(i);
+  Inputs others, held;
+  for (const auto& i : inputs) {
+    const bool holds = i.first == may_hold_it ||
+                       (!holder.empty() && !i.second.empty() && std::filesystem::equivalent(i.second, holder, ec));
+    (holds ? held : others).push_back(i);
+  }
   check_output_paths(flag, path, {path}, others);
-  for (const auto& [name, in] : inputs)  // the inputs of `may_hold_it` itself are still never written over
+  for (const auto& [name, in] : held)  // what may hold it is still never written over itself (a one-file model)
     if (!in.empty() && std::filesystem::equivalent(path, in, ec))
       fail("{} {} is the input {} {}; choose another output", flag, path, name, in);
 }

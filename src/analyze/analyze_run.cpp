@@ -50,20 +50,35 @@ std::string stem_of(const std::string& path) {
   return p.stem().string();
 }
 
-void write_figure(const plot::Figure& fig, const std::string& dir, const std::string& stem) {
+namespace {
+
+// <dir>/<name> for a file a command writes; every write goes through here, so is_output_name lists them all.
+std::string output_path(const std::string& dir, const std::string& name) {
+  if (!is_output_name(name))
+    throw std::logic_error("drope-analyze writes an unlisted file " + name + " (analyze::is_output_name)");
+  return (fs::path(dir) / name).string();
+}
+
+template <typename Plot>
+void save_png_and_svg(const Plot& plot, const std::string& dir, const std::string& stem) {
   for (const char* ext : {"png", "svg"}) {
-    if (!is_output_name(fmt::format("{}.{}", stem, ext)))
-      throw std::logic_error("drope-analyze writes an unlisted figure " + stem + " (analyze::is_output_name)");
-    const std::string path = (fs::path(dir) / fmt::format("{}.{}", stem, ext)).string();
-    plot::save(fig, path);
+    const std::string path = output_path(dir, fmt::format("{}.{}", stem, ext));
+    plot::save(plot, path);
     logging::info("wrote {}", path);
   }
 }
 
+}  // namespace
+
+void write_figure(const plot::Figure& fig, const std::string& dir, const std::string& stem) {
+  save_png_and_svg(fig, dir, stem);
+}
+void write_figure(const plot::Heatmap& map, const std::string& dir, const std::string& stem) {
+  save_png_and_svg(map, dir, stem);
+}
+
 void write_text(const std::string& dir, const std::string& name, const std::string& text) {
-  if (!is_output_name(name))
-    throw std::logic_error("drope-analyze writes an unlisted file " + name + " (analyze::is_output_name)");
-  const std::string path = (fs::path(dir) / name).string();
+  const std::string path = output_path(dir, name);
   write_file_atomic(path, text);
   logging::info("wrote {}", path);
 }
@@ -257,13 +272,7 @@ void run_attention_map(const AttentionMapRun& r) {
   write_text(r.out, fmt::format("attention_L{}_H{}.json", r.layer, r.head), doc.dump() + "\n");
   auto heat =
       attention_heatmap(map, labels, fmt::format("{}: layer {}, head {}", spec.name, r.layer, r.head), r.log_color);
-  for (const char* ext : {"png", "svg"}) {
-    const std::string name = fmt::format("attention_L{}_H{}.{}", r.layer, r.head, ext);
-    if (!is_output_name(name)) throw std::logic_error("drope-analyze writes an unlisted file " + name);
-    const std::string path = (fs::path(r.out) / name).string();
-    plot::save(heat, path);
-    logging::info("wrote {}", path);
-  }
+  write_figure(heat, r.out, fmt::format("attention_L{}_H{}", r.layer, r.head));
 }
 
 void run_head_scores(const HeadScoresRun& r) {
