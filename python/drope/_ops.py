@@ -179,6 +179,13 @@ _register_autocast("attention_fwd", cast=True)
 _register_autocast("attention_bwd", cast=False)
 
 
+def _readable(t):
+    """Whether t's values can be read here: a real tensor outside torch.compile's tracing (fake and meta tensors
+    have none; there the slopes are not checked)."""
+    return (isinstance(t, torch.Tensor) and not torch.compiler.is_compiling() and t.device.type != "meta"
+            and not torch._subclasses.fake_tensor.is_fake(t))
+
+
 def _check_arguments(q, k, v, causal, window, alibi_slopes, scale, q_offset, temperature):
     """Python types and ranges of attention()'s arguments, each named (the C++ op checks the tensors' shapes)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -192,6 +199,9 @@ def _check_arguments(q, k, v, causal, window, alibi_slopes, scale, q_offset, tem
         raise _value_error(f"window must be at most 2^63 - 1, got {window}")
     if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
         raise _type_error(f"alibi_slopes must be a tensor (H) or None, got {type(alibi_slopes).__name__}")
+    if _readable(alibi_slopes) and alibi_slopes.is_floating_point() and not bool(alibi_slopes.isfinite().all()):
+        # an infinite or NaN slope makes every output NaN; the op checks only shape, dtype and device
+        raise _value_error(f"alibi_slopes must be finite, got {alibi_slopes.tolist()}")
     if scale is not None:
         if not _is_real(scale):
             raise _type_error(f"scale must be a number or None (1/sqrt(D)), got {scale!r}")

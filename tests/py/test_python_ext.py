@@ -232,6 +232,17 @@ def test_bad_argument_raises_naming_it(index):
 
 
 @needs_drope
+@pytest.mark.parametrize("slope", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_alibi_slopes_are_refused(slope):
+    """A non-finite slope would make every output NaN: refused naming alibi_slopes, in float32 and float64."""
+    q, k, v = Case(T=4, S=6, H=2, Hkv=2).inputs(torch.float32)
+    for dtype in (torch.float32, torch.float64):
+        with pytest.raises(ValueError, match="alibi_slopes must be finite"):
+            drope.attention(q, k, v, alibi_slopes=torch.tensor([slope, 0.5], dtype=dtype))
+    assert drope.attention(q, k, v, alibi_slopes=torch.tensor([0.25, 0.5])).isfinite().all()
+
+
+@needs_drope
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_matches_cpu_and_rejects_mixed_devices():
     case = Case(H=4, Hkv=2, T=64, S=64, D=64, alibi=True, window=16)
