@@ -1,13 +1,15 @@
 """drope as an HF transformers attention implementation (drope.transformers): tiny random Llama, Qwen2 (with
 sliding-window layers) and SmolLM3 models with attn_implementation="drope" against "sdpa" (float32, forward and every
-gradient), a DroPE'd SmolLM3 (NoPE everywhere) with drope's softmax temperature, padded batches (the SDPA fallback),
-greedy generation from a KV cache, torch.compile(fullgraph=True) of a model, local attention that only the mask
-carries (Qwen2-MoE, PhiMoE, Llama 4's chunks), output_attentions and encoder-decoder cross-attention.
+gradient), a DroPE'd SmolLM3 (NoPE everywhere) and Llama 4 with drope's softmax temperature (static caches, padded
+and packed rows, with and without positions), padded batches (the SDPA fallback), greedy generation from a KV cache,
+torch.compile(fullgraph=True) of a model, local attention that only the mask carries (Qwen2-MoE, PhiMoE, Llama 4's
+chunks), a window the mask does not carry (OLMoE), output_attentions and encoder-decoder cross-attention.
 
 Skips when the package is not installed (.venv/bin/pip install --no-build-isolation ./python)."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from transformers import (
@@ -26,6 +28,8 @@ from transformers import (
     LlamaForCausalLM,
     ModernBertConfig,
     ModernBertModel,
+    OlmoeConfig,
+    OlmoeForCausalLM,
     PhimoeConfig,
     PhimoeForCausalLM,
     Qwen2Config,
@@ -77,6 +81,12 @@ MODELS = {
     "llama4_chunked": (Llama4TextConfig, Llama4ForCausalLM, dict(
         attention_chunk_size=8, num_local_experts=2, num_experts_per_tok=1, intermediate_size_mlp=96, head_dim=16,
         no_rope_layers=[1, 1], layer_types=["chunked_attention", "full_attention"])),
+    # Llama 4's NoPE layers, DroPE'd: its decoder passes neither position_ids nor cache_position to attention
+    "llama4_drope": (Llama4TextConfig, Llama4ForCausalLM, dict(
+        attention_chunk_size=1024, num_local_experts=2, num_experts_per_tok=1, intermediate_size_mlp=96, head_dim=16,
+        no_rope_layers=[0, 0], layer_types=["full_attention"] * 2, max_position_embeddings=16)),
+    # OLMoE passes config.sliding_window to attention but builds a plain causal mask: it does not slide
+    "olmoe_window": (OlmoeConfig, OlmoeForCausalLM, dict(num_experts=2, num_experts_per_tok=1, sliding_window=4)),
 }
 SEQ = 40
 
@@ -187,6 +197,64 @@ def test_temperature_is_per_row_in_a_left_padded_batch():
     torch.testing.assert_close(both.sequences[1, 24:], alone.sequences[0, 12:])
     for a, b in zip(alone.scores, both.scores):
         torch.testing.assert_close(b[1], a[0], rtol=1e-5, atol=1e-5)
+
+
+def test_temperature_without_positions_counts_the_mask_not_cache_slots():
+    """Llama 4 passes no positions to attention: each row's L is then the keys its mask lets it see, so a static
+    cache's empty slots and a left-padded row's padding do not count (prefill, every decoding step), and a padded row
+    continues as it does alone."""
+    _, model = pair("llama4_drope", drope_softmax_temperature=0.4)
+    model.eval()
+    ids = tokens(batch=1, seq=24)
+    kw = dict(max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True, pad_token_id=0)
+    long, short = tokens(batch=1, seq=24, seed=1), tokens(batch=1, seq=12, seed=2)
+    batch = torch.cat([long, torch.cat([torch.zeros(1, 12, dtype=torch.long), short], 1)])
+    mask = (batch != 0).long()
+    mask[0] = 1
+    with torch.no_grad():
+        full = model(ids).logits
+        static = model(ids, past_key_values=StaticCache(config=model.config, max_cache_len=64), use_cache=True).logits
+        dyn = model.generate(ids, **kw)
+        stat = model.generate(ids, cache_implementation="static", **kw)
+        alone = model.generate(short, **kw)
+        both = model.generate(batch, attention_mask=mask, **kw)
+    torch.testing.assert_close(static, full, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(stat.sequences, dyn.sequences)
+    torch.testing.assert_close(both.sequences[1, 24:], alone.sequences[0, 12:])
+    for a, b in zip(stat.scores, dyn.scores):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    for a, b in zip(alone.scores, both.scores):
+        torch.testing.assert_close(b[1], a[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_temperature_of_a_padded_forward_without_position_ids(side):
+    """model(ids, attention_mask=mask), as in scoring and training: positions then count the padding (transformers
+    makes them from the cache positions), and the mask bounds each row's L by its own tokens."""
+    model = nope_model()
+    long, short = tokens(batch=1, seq=24, seed=1), tokens(batch=1, seq=12, seed=2)
+    pad = torch.zeros(1, 12, dtype=torch.long)
+    batch = torch.cat([long, torch.cat([pad, short] if side == "left" else [short, pad], 1)])
+    mask = (batch != 0).long()
+    mask[0] = 1
+    own = slice(12, 24) if side == "left" else slice(0, 12)
+    with torch.no_grad():
+        alone = model(short).logits[0]
+        padded = model(batch, attention_mask=mask).logits
+        torch.testing.assert_close(padded[1, own], alone, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(padded[0], model(long).logits[0], rtol=1e-5, atol=1e-5)
+
+
+def test_packed_sequences_each_get_their_own_temperature():
+    """A packed row (positions restarting at 0; transformers builds their block mask without a cache): each sequence
+    gets the beta of its own length, so each is computed as it is alone."""
+    model = nope_model()
+    a, b = tokens(batch=1, seq=10, seed=1), tokens(batch=1, seq=30, seed=2)
+    pos = torch.cat([torch.arange(10), torch.arange(30)]).view(1, -1)
+    with torch.no_grad():
+        packed = model(torch.cat([a, b], 1), position_ids=pos, use_cache=False).logits[0]
+        torch.testing.assert_close(packed[:10], model(a).logits[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(packed[10:], model(b).logits[0], rtol=1e-5, atol=1e-5)
 
 
 def test_padded_batch_falls_back_to_sdpa(monkeypatch):
@@ -369,6 +437,48 @@ def test_each_row_counts_its_largest_position():
     assert torch.equal(a, b)
 
 
+def temperature_module(c=0.4, C=16):
+    module, q, k, v = call_kwargs(T=1, S=40)
+    module.config = type("Config", (), {"drope_softmax_temperature": c, "max_position_embeddings": C})()
+    return module, q, k, v
+
+
+def two_layer_forward(module, q, k, v, pos):
+    """The attention calls of a forward of two layers (module.layer_idx 0, then 1) with the same positions."""
+    outs = []
+    for layer in (0, 1):
+        module.layer_idx = layer
+        outs.append(drope.transformers.attention_forward(module, q, k, v, None, position_ids=pos)[0])
+    return outs
+
+
+def test_positions_changed_in_place_count_in_the_next_forward():
+    """Positions changed where the version counter does not see it (numpy shared memory, .data) between forwards
+    give the next forward their new beta, not the last forward's."""
+    module, q, k, v = temperature_module()
+    buffer = np.array([[19]])
+    pos = torch.from_numpy(buffer)
+    first = two_layer_forward(module, q, k, v, pos)
+    buffer[0, 0] = 39
+    second = two_layer_forward(module, q, k, v, pos)
+    for L, out in ((20, first[1]), (40, second[0]), (40, second[1])):
+        ref = eager_reference(q, k, v, torch.ones(1, 40, dtype=torch.bool), 8 ** -0.5 * (1 + 0.4 * math.log(L / 16)))
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_lengths_are_read_once_per_forward(monkeypatch):
+    """The layers of a forward (module.layer_idx rising) share one read of the lengths (a device sync on a GPU)."""
+    module, q, k, v = temperature_module()
+    reads = []
+    lengths = drope.transformers._lengths
+    monkeypatch.setattr(drope.transformers, "_lengths", lambda *a: reads.append(1) or lengths(*a))
+    pos = torch.tensor([[19]])
+    two_layer_forward(module, q, k, v, pos)
+    assert len(reads) == 1
+    two_layer_forward(module, q, k, v, pos)
+    assert len(reads) == 2
+
+
 def test_dropout_runs_sdpa_with_the_same_generator():
     module, q, k, v = call_kwargs()
     torch.manual_seed(5)
@@ -421,6 +531,21 @@ def test_bad_softmax_temperature_is_refused(c, error, words):
                                                                       "max_position_embeddings": 4})(), 64) == 1.0
 
 
+@pytest.mark.parametrize("C", [None, 0, -8, "16", float("nan")])
+def test_temperature_without_a_training_length_is_refused(C):
+    """A temperature c > 0 is defined by C = config.max_position_embeddings: without a positive one it is refused
+    naming it (not beta = 1 in silence, nor a bare math error); with c off, C is not needed."""
+    module, q, k, v = call_kwargs()
+    module.config = type("Config", (), {"drope_softmax_temperature": 0.4, "max_position_embeddings": C})()
+    with pytest.raises(ValueError, match=r"needs config\.max_position_embeddings"):
+        drope.transformers.softmax_temperature(module.config, 100)
+    with pytest.raises(ValueError, match=r"needs config\.max_position_embeddings"):
+        drope.transformers.attention_forward(module, q, k, v, None)
+    module.config.drope_softmax_temperature = 0
+    assert drope.transformers.softmax_temperature(module.config, 100) == 1.0
+    drope.transformers.attention_forward(module, q, k, v, None)
+
+
 @pytest.mark.parametrize("name", ["qwen2_moe_sliding", "phimoe_sliding", "llama4_chunked"])
 def test_local_attention_carried_by_the_mask_matches_sdpa(name):
     """A sliding window or attention chunks that only the mask carries (the attention function gets no
@@ -452,6 +577,29 @@ def test_output_attentions_returns_eager_weights():
     for wa, wb in zip(a.attentions, b.attentions):
         torch.testing.assert_close(wb, wa, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(b.logits, a.logits, rtol=1e-5, atol=1e-5)
+
+
+def test_output_attentions_in_a_static_cache_prefill_cover_every_slot():
+    """The prefill of an empty static cache with output_attentions=True returns weights over every slot of the cache
+    (the empty ones 0), as "eager" does."""
+    eager, ours = (m.eval() for m in pair("llama", reference="eager"))
+    ids = tokens(batch=1, seq=6)
+    with torch.no_grad():
+        a, b = (m(ids, past_key_values=StaticCache(config=m.config, max_cache_len=16), use_cache=True,
+                  output_attentions=True) for m in (eager, ours))
+    for wa, wb in zip(a.attentions, b.attentions):
+        assert wb.shape == wa.shape == (1, 4, 6, 16)
+        torch.testing.assert_close(wb, wa, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(b.logits, a.logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reference", ["sdpa", "eager"])
+def test_a_window_beside_a_plain_causal_mask_follows_the_mask(reference):
+    """OLMoE passes config.sliding_window to attention and builds a plain causal mask: as for "sdpa" and "eager",
+    the mask decides and nothing slides (a direct call without a model still applies the window: above)."""
+    ref, ours = pair("olmoe_window", reference=reference)
+    ids = tokens(seq=20)
+    assert_same(logits_and_grads(ours, ids), logits_and_grads(ref, ids))
 
 
 def bart(impl, enc_len, dec_len):
