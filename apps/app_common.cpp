@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <new>
@@ -83,8 +82,7 @@ int run(const std::function<int()>& body) {
     apply_log_flags();              // first: a bad --log-level is refused before anything else
     kernels::cpu_isa();             // a bad DROPE_CPU_ISA is refused before any work starts
     ops::onednn_linear_enabled();   // and a bad DROPE_ONEDNN_LINEAR
-    for (const env::Variable& v : env::variables())  // every 0/1 switch, before it is first read mid-run
-      if (v.kind == env::Kind::kDrope && std::strcmp(v.values, "`0`, `1`") == 0) drope::env_switch(v.name, v.unset);
+    drope::check_environment();     // every switch and count, before it is first read mid-run
     if (const std::string ignored = env::ignored_test_faults(); !ignored.empty())
       logging::warn("{}: test fault hooks, ignored without DROPE_TEST_FAULTS=1", ignored);
     return body();

@@ -91,3 +91,82 @@ TEST(Environment, MarkdownTableListsEveryVariable) {
     EXPECT_NE(table.find(std::string("| `") + v.name + "` |"), std::string::npos) << v.name;
   EXPECT_EQ(table.rfind("| variable | accepts | unset | what it does |\n|---|---|---|---|\n", 0), 0u);
 }
+
+namespace {
+
+// The message check_environment() fails with, or "" when it passes.
+std::string environment_error() {
+  try {
+    drope::check_environment();
+  } catch (const drope::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Environment, SwitchesAreExactlyTheZeroOneVariables) {
+  for (const auto& v : drope::env::variables())
+    EXPECT_EQ(std::string(v.values) == "`0`, `1`", v.check == drope::env::Check::kSwitch) << v.name;
+}
+
+TEST(Environment, StartCheckRefusesBadValues) {
+  ScopedEnv faults("DROPE_TEST_FAULTS", nullptr);
+  EXPECT_EQ(environment_error(), "");
+  struct Case {
+    const char* name;
+    const char* value;
+    bool ok;
+  };
+  const Case cases[] = {
+      {"OMP_NUM_THREADS", "4", true},
+      {"OMP_NUM_THREADS", "4,2", true},
+      {"OMP_NUM_THREADS", "abc", false},
+      {"OMP_NUM_THREADS", "0", false},
+      {"OMP_NUM_THREADS", " 4", false},
+      {"OMP_NUM_THREADS", "4,", false},
+      {"OMP_NUM_THREADS", "4,,2", false},
+      {"OMP_NUM_THREADS", "-1", false},
+      {"OMP_NUM_THREADS", "99999999999", false},
+      {"OMP_WAIT_POLICY", "passive", true},
+      {"OMP_WAIT_POLICY", "ACTIVE", true},
+      {"OMP_WAIT_POLICY", "sleep", false},
+      {"DROPE_SHARD_PREFETCH", "on", false},
+      {"DROPE_SHARD_PREFETCH", "0", true},
+  };
+  for (const Case& c : cases) {
+    ScopedEnv e(c.name, c.value);
+    const std::string error = environment_error();
+    if (c.ok) {
+      EXPECT_EQ(error, "") << c.name << "=" << c.value;
+    } else {
+      EXPECT_NE(error.find(std::string("environment variable ") + c.name + "='" + c.value + "': expected "),
+                std::string::npos)
+          << c.name << "=" << c.value << ": " << error;
+    }
+  }
+}
+
+TEST(Environment, FaultHooksAreCheckedOnlyWhenOn) {
+  const char* const bad[][2] = {{"DROPE_FAULT_NAN_AT_STEP", "0"},
+                                {"DROPE_FAULT_NAN_AT_STEP", "4, 5"},
+                                {"DROPE_FAULT_NAN_WEIGHTS_AT_STEP", "-2"},
+                                {"DROPE_FAULT_KILL_RANK_IN_CHECKPOINT", "1"},
+                                {"DROPE_FAULT_KILL_RANK_IN_CHECKPOINT", "1:0"},
+                                {"DROPE_FAULT_KILL_RANK_IN_CHECKPOINT", "a:3"}};
+  for (const auto& b : bad) {
+    ScopedEnv hook(b[0], b[1]);
+    {
+      ScopedEnv off("DROPE_TEST_FAULTS", nullptr);  // ignored (and reported as ignored), not refused
+      EXPECT_EQ(environment_error(), "") << b[0] << "=" << b[1];
+    }
+    ScopedEnv on("DROPE_TEST_FAULTS", "1");
+    EXPECT_NE(environment_error().find(std::string(b[0]) + "='" + b[1] + "': expected "), std::string::npos)
+        << b[0] << "=" << b[1];
+  }
+  ScopedEnv on("DROPE_TEST_FAULTS", "1");
+  ScopedEnv steps("DROPE_FAULT_NAN_AT_STEP", "4,5");
+  ScopedEnv kill("DROPE_FAULT_KILL_RANK_IN_CHECKPOINT", "0:3");
+  EXPECT_EQ(environment_error(), "");
+}

@@ -1,6 +1,7 @@
 #include "drope/core/numbers.h"
 #include "drope/core/environment.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -68,6 +69,62 @@ std::optional<bool> parse_switch(const char* name, const char* value, const char
 
 std::optional<bool> env_switch(const char* name, const char* unset_means) {
   return parse_switch(name, env::get(name), unset_means);
+}
+
+namespace {
+
+// An integer written with digits only (no sign, space or hex), at least `lo`.
+bool digits_at_least(std::string_view text, long lo) {
+  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  return std::strtol(std::string(text).c_str(), nullptr, 10) >= lo;
+}
+
+// Every `sep`-separated field of `text` is digits_at_least(lo).
+bool digit_list(std::string_view text, char sep, long lo) {
+  for (size_t start = 0;;) {
+    const size_t end = text.find(sep, start);
+    if (!digits_at_least(text.substr(start, end == std::string_view::npos ? end : end - start), lo)) return false;
+    if (end == std::string_view::npos) return true;
+    start = end + 1;
+  }
+}
+
+bool same_ignoring_case(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+bool value_fits(env::Check check, std::string_view v) {
+  switch (check) {
+    case env::Check::kNone:
+    case env::Check::kSwitch: return true;  // parse_switch has its own message
+    case env::Check::kThreadList: return digit_list(v, ',', 1);
+    case env::Check::kWaitPolicy: return same_ignoring_case(v, "PASSIVE") || same_ignoring_case(v, "ACTIVE");
+    case env::Check::kSteps: return digit_list(v, ',', 1);
+    case env::Check::kRankStep: {
+      const size_t colon = v.find(':');
+      return colon != std::string_view::npos && digits_at_least(v.substr(0, colon), 0) &&
+             digits_at_least(v.substr(colon + 1), 1);
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void check_environment() {
+  for (const env::Variable& v : env::variables()) {
+    if (v.check == env::Check::kNone) continue;
+    const char* value = env::get(v.name);
+    if (value == nullptr) continue;
+    if (v.check == env::Check::kSwitch) parse_switch(v.name, value, v.unset);
+    if (value_fits(v.check, value)) continue;
+    std::string expected(v.values);
+    expected.erase(std::remove(expected.begin(), expected.end(), '`'), expected.end());
+    fail("environment variable {}='{}': expected {}", v.name, value, expected);
+  }
 }
 
 }  // namespace drope

@@ -89,3 +89,22 @@ def test_a_bad_switch_value_is_refused_at_start(tmp):
         r = subprocess.run([str(BIN / "drope-model"), "info", "--preset", "micro"], capture_output=True, text=True,
                            env=env, timeout=120)
         expect_error(r, f"environment variable {name}='yes': expected 0 or 1")
+
+
+def test_bad_openmp_and_fault_values_are_refused_at_start(tmp):
+    """OpenMP's own variables and the fault hooks are checked when a tool starts: libgomp alone only warns about
+    OMP_NUM_THREADS=abc and goes on with its default, and a fault hook given ' 4' would never fire."""
+    cases = [({"OMP_NUM_THREADS": "abc"}, "OMP_NUM_THREADS='abc': expected an integer ≥ 1"),
+             ({"OMP_NUM_THREADS": "0"}, "OMP_NUM_THREADS='0': expected an integer ≥ 1"),
+             ({"OMP_WAIT_POLICY": "sleepy"}, "OMP_WAIT_POLICY='sleepy': expected PASSIVE, ACTIVE"),
+             ({"DROPE_TEST_FAULTS": "1", "DROPE_FAULT_NAN_AT_STEP": "0"},
+              "DROPE_FAULT_NAN_AT_STEP='0': expected comma-separated steps ≥ 1")]
+    for extra, message in cases:
+        env = dict(os.environ, **extra)
+        r = subprocess.run([str(BIN / "drope-model"), "info", "--preset", "micro"], capture_output=True, text=True,
+                           env=env, timeout=120)
+        expect_error(r, f"environment variable {message}")
+    env = dict(os.environ, OMP_NUM_THREADS="1,1", OMP_WAIT_POLICY="passive")
+    r = subprocess.run([str(BIN / "drope-model"), "info", "--preset", "micro"], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr

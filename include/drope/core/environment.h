@@ -16,12 +16,25 @@ enum class Kind {
   kTestFault  // fault-injection hooks for the tests: read only while DROPE_TEST_FAULTS=1
 };
 
+// How a tool checks a variable's value when it starts (drope::check_environment), before anything reads it: a typo
+// in a switch read only mid-run, or only on a CPU or GPU that has the feature, would otherwise change nothing
+// silently. kNone: checked where it is read (paths, launcher integers, other libraries' own syntax).
+enum class Check {
+  kNone,
+  kSwitch,      // `0` or `1`
+  kThreadList,  // OpenMP's thread counts: positive integers, comma-separated for nested levels
+  kWaitPolicy,  // OpenMP's `PASSIVE` or `ACTIVE`, in any case
+  kSteps,       // comma-separated step numbers >= 1
+  kRankStep     // `RANK:STEP`, both digits
+};
+
 struct Variable {
   const char* name;
   const char* values;  // what it accepts
   const char* unset;   // what unset (or empty) means
   const char* effect;  // one line
   Kind kind;
+  Check check = Check::kNone;
 };
 
 // The declared variables, in the order the docs list them.

@@ -48,4 +48,9 @@ std::optional<bool> parse_switch(const char* name, const char* value, const char
 // parse_switch(name, env::get(name)): `name` must be declared in src/core/environment.cpp.
 std::optional<bool> env_switch(const char* name, const char* unset_means = nullptr);
 
+// Checks the value of every declared variable that has a Check (include/drope/core/environment.h; the test-fault
+// hooks only while DROPE_TEST_FAULTS=1) and fails on the first bad one with "environment variable NAME='value':
+// expected <its declared values>". Every tool calls it when it starts.
+void check_environment();
+
 }  // namespace drope
