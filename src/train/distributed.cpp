@@ -59,7 +59,11 @@ DistEnv read_dist_env() {
     e.slurm = true;
     e.restart_count = env_int("SLURM_RESTART_COUNT", 0, 0, 1 << 20);
   }
-  env_int("LOCAL_WORLD_SIZE", 1, 1, 1 << 16);  // read when the process group is built; checked at start
+  // Read again when the process group is built; checked at start. LOCAL_RANK picks the CUDA device and
+  // LOCAL_WORLD_SIZE the backend: a rank outside its node's count would share another's device unnoticed.
+  const int local_world = env_int("LOCAL_WORLD_SIZE", 1, 1, 1 << 16);
+  if (env::get("LOCAL_WORLD_SIZE") && env::get("LOCAL_RANK") && e.local_rank >= local_world)
+    fail("environment: LOCAL_RANK={} must be below LOCAL_WORLD_SIZE={}", e.local_rank, local_world);
   e.single_rank_group = env_int("DROPE_DIST_SINGLE_RANK_GROUP", 0, 0, 1) == 1;
   if (e.single_rank_group && e.world == 1 && !env::get("MASTER_PORT"))
     fail("environment: DROPE_DIST_SINGLE_RANK_GROUP=1 needs MASTER_PORT (launch with torchrun)");
@@ -286,8 +290,9 @@ void Distributed::agree(const Consensus& mine) {
       } catch (const c10::Error&) {  // a signal's stop is ours (drope::Error) and goes through
         verdict = fmt::format(
             "missing:rank {} did not arrive within train.dist_timeout_s = {} s (it died before its first step, or it "
-            "was started with another WORLD_SIZE, MASTER_ADDR or MASTER_PORT)",
-            r, impl_->timeout_s);
+            "was started with another WORLD_SIZE, MASTER_ADDR, MASTER_PORT or restart count than rank 0's {}: "
+            "TORCHELASTIC_RESTART_COUNT or SLURM_RESTART_COUNT)",
+            r, impl_->timeout_s, env_.restart_count);
         break;
       }
       const Consensus theirs = decode(string_of(store.get(key)));
@@ -321,9 +326,11 @@ void Distributed::agree(const Consensus& mine) {
     verdict = string_of(store.get(verdict_key));
     store.set(fmt::format("consensus/seen/{}", env_.rank), bytes_of("1"));
   } catch (const c10::Error&) {  // a signal's stop is ours (drope::Error) and goes through
-    fail("rank {} of {}: rank 0 did not compare the ranks' settings within train.dist_timeout_s = {} s (rank 0 died "
-         "or never started, or the ranks were started with different WORLD_SIZE values)",
-         env_.rank, env_.world, impl_->timeout_s);
+    fail(
+        "rank {} of {}: rank 0 did not compare the ranks' settings within train.dist_timeout_s = {} s (rank 0 died "
+        "or never started, or the ranks were started with different WORLD_SIZE values or restart counts (TORCHELASTIC_RESTART_COUNT or "
+        "SLURM_RESTART_COUNT): this rank's is {})",
+        env_.rank, env_.world, impl_->timeout_s, env_.restart_count);
   }
   if (verdict == "ok") return;
   if (verdict.rfind("missing:", 0) == 0) fail("rank {} of {}: {}", env_.rank, env_.world, verdict.substr(8));

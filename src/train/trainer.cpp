@@ -35,6 +35,7 @@
 #include "drope/core/json.h"
 #include "drope/core/log.h"
 #include "drope/core/numbers.h"
+#include "drope/formats/gguf.h"
 #include "drope/io/model_io.h"
 #include "drope/kernels/cpu_isa.h"
 #include "drope/model/drope.h"
@@ -158,32 +159,40 @@ std::string fingerprint(const std::string& bytes) {
 // The identity of a token dataset's shards, sampled: each one's size, its first and last 16 KiB and 4 KiB at 8
 // offsets between (every rank reading all of a large dataset at start would take minutes; a stale, re-tokenized or
 // half-copied shard differs in its size or throughout). "(unreadable)" leaves the error to the data loader.
-std::string sampled_shards(const fs::path& dataset) {
+// Folds file `p` (of `size` bytes) into `crc`, sampled: its size, its first `head` bytes, its last 16 KiB and 4 KiB
+// at 8 offsets between. False when it cannot be opened.
+bool sampled_file(const fs::path& p, int64_t size, int64_t head, uint32_t& crc) {
   constexpr int64_t kEdge = 16 << 10, kWindow = 4 << 10, kInner = 8;
+  std::ifstream f(p, std::ios::binary);
+  if (!f) return false;
+  crc = crc32c(std::to_string(size), crc);
+  std::vector<std::pair<int64_t, int64_t>> spans{{0, head}, {std::max<int64_t>(0, size - kEdge), kEdge}};
+  for (int64_t i = 1; i <= kInner; ++i) spans.emplace_back(size * i / (kInner + 1), kWindow);
+  std::string buf;
+  for (const auto& [at, want] : spans) {
+    buf.resize(size_t(std::max<int64_t>(0, std::min(want, size - at))));
+    f.seekg(at);
+    f.read(buf.data(), std::streamsize(buf.size()));
+    crc = crc32c(std::string_view(buf.data(), size_t(f.gcount())), crc);
+    f.clear();
+  }
+  return true;
+}
+
+std::string sampled_shards(const fs::path& dataset) {
+  constexpr int64_t kEdge = 16 << 10;
   try {
     const auto index = nlohmann::json::parse(read_file((dataset / "index.json").string()));
     uint32_t crc = 0;
     int64_t files = 0, bytes = 0;
-    std::string buf;
     for (const char* split : {"train", "val"})
       for (const auto& shard : index.at("splits").at(split).at("shards")) {
         const fs::path p = dataset / shard.at("file").get<std::string>();
         std::error_code ec;
         const auto size = int64_t(fs::file_size(p, ec));
-        std::ifstream f(p, std::ios::binary);
-        if (ec || !f) {
+        if (ec || !sampled_file(p, size, kEdge, crc)) {
           crc = crc32c("(missing) " + p.string(), crc);
           continue;
-        }
-        crc = crc32c(std::to_string(size), crc);
-        std::vector<std::pair<int64_t, int64_t>> spans{{0, kEdge}, {std::max<int64_t>(0, size - kEdge), kEdge}};
-        for (int64_t i = 1; i <= kInner; ++i) spans.emplace_back(size * i / (kInner + 1), kWindow);
-        for (const auto& [at, want] : spans) {
-          buf.resize(size_t(std::max<int64_t>(0, std::min(want, size - at))));
-          f.seekg(at);
-          f.read(buf.data(), std::streamsize(buf.size()));
-          crc = crc32c(std::string_view(buf.data(), size_t(f.gcount())), crc);
-          f.clear();
         }
         ++files;
         bytes += size;
@@ -206,25 +215,86 @@ std::string loaded_libtorch() {
   return fmt::format("{} (commit {}, CUDA {})", get("TORCH_VERSION"), get("COMMIT_SHA"), get("CUDA_VERSION"));
 }
 
+// The bytes a data.text corpus trains on (a file, or a directory's files in order), fingerprinted; the corpus is read
+// whole for training anyway. "(unreadable)" leaves the error to the data loader.
+std::string corpus(const std::string& path) {
+  try {
+    return fingerprint(read_byte_corpus(path));
+  } catch (const std::exception&) {
+    return "(unreadable)";
+  }
+}
+
+// A GGUF file's metadata and tensor table whole (the config a model is built from), its data sampled.
+std::string gguf_header(const std::string& path) {
+  try {
+    const gguf::File f(path);
+    uint32_t crc = 0;
+    const auto size = int64_t(fs::file_size(path));
+    if (!sampled_file(path, size, int64_t(f.header().data_start), crc)) return "(unreadable)";
+    return fmt::format("{:08x} ({} bytes)", crc, size);
+  } catch (const std::exception&) {
+    return "(unreadable)";
+  }
+}
+
+// A regular file's content fingerprinted, or "(missing)".
+std::string file_fingerprint(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec) ? fingerprint(read_file(p.string())) : std::string("(missing)");
+}
+
+// What the run trains on, identified as the ranks compare it (the key, its path and the content's fingerprint),
+// or null without data. Every checkpoint records it, so that a resume notices a corpus replaced under its path.
+nlohmann::json data_identity(const RunConfig& cfg) {
+  if (!cfg.data.dataset.empty())
+    return {{"key", "data.dataset"},
+            {"path", cfg.data.dataset},
+            {"identity", file_fingerprint(fs::path(cfg.data.dataset) / "index.json") + ", shards " +
+                             sampled_shards(cfg.data.dataset)}};
+  if (!cfg.data.text.empty())
+    return {{"key", "data.text"}, {"path", cfg.data.text}, {"identity", corpus(cfg.data.text)}};
+  return nullptr;
+}
+
+// Refuses to resume on other content under the path the checkpoint's run trained on: a corpus replaced underneath
+// the run (a new path is for the resume rules to judge).
+void check_same_data(const nlohmann::json& recorded, const nlohmann::json& now, const std::string& ckpt) {
+  if (!recorded.is_object() || !now.is_object() || recorded.value("key", "") != now.value("key", "")) return;
+  const std::string was = recorded.value("path", ""), is = now["path"].get<std::string>();
+  std::error_code ec;
+  if (was != is && !(fs::equivalent(was, is, ec) && !ec)) return;
+  if (recorded.value("identity", "") == now["identity"].get<std::string>()) return;
+  fail("{} {}: holds other content than the run of {} trained on ({} then, {} now); resuming would go on with other "
+       "data: restore it, or start a new run from {} (run.init)",
+       now["key"].get<std::string>(), is, ckpt, recorded.value("identity", "?"), now["identity"].get<std::string>(),
+       ckpt);
+}
+
 // What every rank must agree on before the first step: the resolved run config (nothing in it is per rank),
 // the world size, the start (fresh or --resume), the checkpoint in run.out_dir, the data's identity, the initial
-// model's config, the switches that decide which collectives a rank starts, the LibTorch loaded and the binary.
-Consensus consensus_of(const RunConfig& cfg, const TrainOptions& opt, int world) {
+// model's config, the switches that decide which collectives a rank starts, the device and compute dtype, the
+// LibTorch loaded and the binary.
+Consensus consensus_of(const RunConfig& cfg, const TrainOptions& opt, int world, const torch::Device& device) {
   Consensus c = config_leaves(cfg);
   c.emplace_back("world size", std::to_string(world));
   c.emplace_back("--resume", opt.resume ? "given" : "not given");
-  const auto file = [](const fs::path& p) {
-    std::error_code ec;
-    return fs::is_regular_file(p, ec) ? fingerprint(read_file(p.string())) : std::string("(missing)");
-  };
+  const auto file = file_fingerprint;
   if (!cfg.data.dataset.empty()) {
     c.emplace_back("data.dataset index.json", file(fs::path(cfg.data.dataset) / "index.json"));
     c.emplace_back("data.dataset shards", sampled_shards(cfg.data.dataset));
   }
-  if (!cfg.data.text.empty()) c.emplace_back("data.text content", file(cfg.data.text));  // read whole for training
-  if (!cfg.init.empty())
-    for (const char* f : {"config.json", "drope.yaml", "model.safetensors.index.json", "state.json"})
-      c.emplace_back(fmt::format("run.init {}", f), file(fs::path(cfg.init) / f));
+  if (!cfg.data.text.empty()) c.emplace_back("data.text content", corpus(cfg.data.text));
+  if (!cfg.init.empty()) {
+    std::error_code ec;
+    if (fs::is_regular_file(cfg.init, ec))  // a GGUF file: its metadata holds the model's config
+      c.emplace_back("run.init GGUF header", gguf_header(cfg.init));
+    else
+      for (const char* f : {"config.json", "drope.yaml", "model.safetensors.index.json", "state.json"})
+        c.emplace_back(fmt::format("run.init {}", f), file(fs::path(cfg.init) / f));
+  }
+  // Only the ranks given --allow-foreign-checkpoint would accept such a checkpoint; the others refuse it mid-start.
+  c.emplace_back("--allow-foreign-checkpoint", cfg.init_import.allow_foreign_checkpoint ? "given" : "not given");
   // Each rank resumes from the newest checkpoint it sees, and a fresh start refuses a run directory that holds one:
   // ranks that see different ones (run.out_dir on node-local disks, a stale copy) would train different weights
   // from different steps through the same collectives, or one rank alone would refuse to start.
@@ -236,6 +306,11 @@ Consensus consensus_of(const RunConfig& cfg, const TrainOptions& opt, int world)
   // The sharded engine's prefetch starts all-gathers that a rank without it does not: the collectives would pair
   // up wrongly.
   c.emplace_back("DROPE_SHARD_PREFETCH", shard_prefetch_enabled() ? "1" : "0");
+  // A rank on the CPU and one on a GPU, or one computing in bf16 beside one in float32 (a CPU without native bf16,
+  // DROPE_BF16_EMULATED on one node), would average gradients of different computations.
+  c.emplace_back("the device", device.is_cuda() ? "cuda" : "cpu");
+  c.emplace_back("the compute dtype",
+                 cfg.train.dtype == TrainDType::kBFloat16 && ops::bf16_pays(device.type()) ? "bfloat16" : "float32");
   c.emplace_back("LibTorch", loaded_libtorch());
   c.emplace_back("drope-train binary", file("/proc/self/exe"));
   return c;
@@ -345,6 +420,13 @@ bool Trainer::build() {
   build_device();
   build_data();
   resumed_ = resume();
+  const nlohmann::json data = data_identity(cfg_);
+  if (resumed_.checkpoint && state_.extra.is_object() && state_.extra.contains("data"))
+    check_same_data(state_.extra["data"], data, *resumed_.checkpoint);
+  if (!data.is_null()) {
+    if (!state_.extra.is_object()) state_.extra = nlohmann::json::object();
+    state_.extra["data"] = data;
+  }
   begin_run_identity(state_, cfg_.init, *dist_, device_);  // a new run (or an older build's checkpoint)
   if (resumed_.checkpoint) out_.resumed_from = resumed_.step;
   if (resumed_.complete) {
@@ -368,7 +450,7 @@ void Trainer::build_device() {
   if (cfg_.train.cuda_graphs && !device_.is_cuda())
     fail("{}: train.cuda_graphs: true needs a CUDA device; this run trains on the CPU", cfg_.source);
   dist_ = std::make_unique<Distributed>(env, device_, cfg_.train.dist_timeout_s,
-                                        env.world > 1 ? consensus_of(cfg_, opt_, env.world) : Consensus{});
+                                        env.world > 1 ? consensus_of(cfg_, opt_, env.world, device_) : Consensus{});
   if (cfg_.train.cuda_graphs) {
 #ifdef DROPE_WITH_CUDA
     if (dist_->world() > 1)

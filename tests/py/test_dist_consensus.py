@@ -334,3 +334,88 @@ def test_a_run_directory_that_only_rank_0_sees_is_refused_at_start(tmp):
         assert "run.out_dir must be one directory that every rank sees (a shared filesystem)" in err, err
     assert "rank 1 of 2: run.out_dir run is not the directory rank 0 holds" in res[1][1], res[1][1]
     assert not (node0 / "run").exists() and not (node1 / "run").exists()  # a refused start leaves nothing
+
+
+def refused_on_every_rank(res, needle):
+    for rc, err in res:
+        assert rc != 0 and not any(b in err for b in BAD) and len(err.strip().splitlines()) == 1, err
+        assert needle in err, err
+
+
+def test_a_text_directory_that_differs_under_the_same_path_is_refused(tmp):
+    """data.text as a directory (every file under it, in order): node-local copies with other bytes trained
+    silently on both ranks, the directory reading as '(missing)' on each."""
+    cfg = cfg_file(tmp, "a", text="corpus")
+    gpl = pathlib.Path("/usr/share/common-licenses/GPL-3").read_bytes()
+    for node, data in ((tmp / "node0", gpl), (tmp / "node1", gpl[::-1])):
+        (node / "corpus").mkdir(parents=True)
+        (node / "corpus" / "a.txt").write_bytes(data)
+    res = launch([cfg, cfg], cwds={0: tmp / "node0", 1: tmp / "node1"})
+    refused_on_every_rank(res, "ranks disagree before the first step: data.text content is '")
+    assert not (tmp / "run").exists()
+
+
+def write_tiny_gguf(path, rope_base):
+    import gguf
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    w = gguf.GGUFWriter(str(path), "llama")
+    for k, v in {"block_count": 2, "context_length": 64, "embedding_length": 64, "feed_forward_length": 128,
+                 "attention.head_count": 4, "attention.head_count_kv": 2, "rope.dimension_count": 16,
+                 "vocab_size": 256}.items():
+        w.add_uint32(f"llama.{k}", v)
+    w.add_float32("llama.rope.freq_base", rope_base)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    shapes = {"token_embd.weight": (256, 64), "output_norm.weight": (64,), "output.weight": (256, 64)}
+    for i in range(2):
+        shapes.update({f"blk.{i}.attn_norm.weight": (64,), f"blk.{i}.ffn_norm.weight": (64,),
+                       f"blk.{i}.attn_q.weight": (64, 64), f"blk.{i}.attn_k.weight": (32, 64),
+                       f"blk.{i}.attn_v.weight": (32, 64), f"blk.{i}.attn_output.weight": (64, 64),
+                       f"blk.{i}.ffn_gate.weight": (128, 64), f"blk.{i}.ffn_up.weight": (128, 64),
+                       f"blk.{i}.ffn_down.weight": (64, 128)})
+    for name, shape in shapes.items():
+        a = 1.0 + 0.1 * rng.standard_normal(shape) if len(shape) == 1 else 0.1 * rng.standard_normal(shape)
+        w.add_tensor(name, a.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_a_gguf_init_that_differs_under_the_same_path_is_refused(tmp):
+    """run.init as a GGUF file: its metadata is the model's config. Files that differ only in the RoPE base trained
+    silently (rank 1 computing its gradients with another base than the weights broadcast from rank 0)."""
+    for node, base in ((tmp / "node0", 10000.0), (tmp / "node1", 500000.0)):
+        node.mkdir()
+        write_tiny_gguf(node / "m.gguf", base)
+    cfg = tmp / "a.yaml"
+    cfg.write_text(CFG.format(out=tmp / "run", **BASE).replace("seed: 5}", "seed: 5, init: m.gguf}"))
+    res = launch([cfg, cfg], cwds={0: tmp / "node0", 1: tmp / "node1"})
+    refused_on_every_rank(res, "ranks disagree before the first step: run.init GGUF header is '")
+    assert not (tmp / "run").exists()
+
+
+def test_a_differing_compute_dtype_is_refused(tmp):
+    """train.dtype bfloat16 computes in bf16 only where the CPU multiplies it natively (or DROPE_BF16_EMULATED=1):
+    nodes that differ would average gradients of float32 and bf16 computations."""
+    cfg = tmp / "a.yaml"
+    cfg.write_text(CFG.format(out=tmp / "run", **BASE).replace("train: {", "train: {dtype: bfloat16, "))
+    res = launch([cfg, cfg], envs={0: {"DROPE_BF16_EMULATED": "0"}, 1: {"DROPE_BF16_EMULATED": "1"}})
+    if all(rc == 0 for rc, _ in res):  # a CPU with native bf16 computes in bf16 on both ranks
+        pytest.skip("this CPU multiplies bf16 natively: both ranks compute in bf16")
+    refused_on_every_rank(res, "the compute dtype is 'float32' on rank 0 but 'bfloat16' on rank 1")
+
+
+def test_a_differing_foreign_checkpoint_flag_is_refused(tmp):
+    cfg = cfg_file(tmp, "a")
+    res = launch([cfg, cfg], extra={0: ["--allow-foreign-checkpoint"]})
+    refused_on_every_rank(res, "--allow-foreign-checkpoint is 'given' on rank 0 but 'not given' on rank 1")
+
+
+def test_a_local_rank_outside_its_node_is_refused(tmp):
+    cfg = cfg_file(tmp, "a")
+    res = launch([cfg, cfg], envs={0: {"LOCAL_WORLD_SIZE": "2"}, 1: {"LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "7"}})
+    rc, err = res[1]
+    assert rc != 0 and "environment: LOCAL_RANK=7 must be below LOCAL_WORLD_SIZE=2" in err, err
+    assert res[0][0] != 0
