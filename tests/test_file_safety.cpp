@@ -268,3 +268,44 @@ TEST(CheckpointState, SkippedStepsAreReadStrictly) {
   st.skipped = 1;
   EXPECT_EQ(parse_checkpoint_state(drope::train::checkpoint_state_json(st), "s.json").skipped, 1);
 }
+
+// A mapped file truncated in place by another process (cp or rsync --inplace over it) turns a read past its new
+// end into SIGBUS: the tool says which file and exits 1, instead of dying of the signal without a word.
+TEST(FileSafety, AMappedFileTruncatedWhileReadIsNamed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const fs::path dir = tmp_dir("mapped-truncated");
+  const std::string path = (dir / "weights.bin").string();
+  std::ofstream(path) << std::string(3 * 4096, 'x');
+  EXPECT_EXIT(
+      {
+        const drope::MappedFile f(path);
+        if (::truncate(path.c_str(), 0) != 0) ::_exit(3);
+        volatile uint8_t sink = f.data()[2 * 4096];
+        (void)sink;
+        ::_exit(2);  // not reached: the read above faults
+      },
+      ::testing::ExitedWithCode(1), "weights.bin: the file shrank while it was being read");
+  // Every other SIGBUS keeps the default action.
+  EXPECT_EXIT(
+      {
+        const drope::MappedFile f(path.c_str());  // installs the handler
+        std::raise(SIGBUS);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
+}
+
+TEST(FileSafety, StableFilesNamesAFileReplacedMeanwhile) {
+  const fs::path dir = tmp_dir("stable-files");
+  std::ofstream(dir / "a.safetensors") << "one";
+  std::ofstream(dir / "b.json") << "two";
+  const drope::StableFiles before(dir.string());
+  before.check();  // nothing changed
+  std::ofstream(dir / "c.tmp") << "new";  // an added file was not read: not a change
+  before.check();
+  std::ofstream(dir / "b.json.new") << "TWO";
+  fs::rename(dir / "b.json.new", dir / "b.json");
+  expect_error([&] { before.check(); }, {"b.json: was replaced or written to while it was being read"});
+  const drope::StableFiles again(dir.string());
+  fs::remove(dir / "a.safetensors");
+  expect_error([&] { again.check(); }, {"a.safetensors: was removed while it was being read"});
+}

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -340,6 +342,77 @@ InputFile::~InputFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+namespace {
+
+// The live mappings, for the SIGBUS handler: a file truncated in place (cp or rsync --inplace over it) while it is
+// mapped turns the next read of a page past its new end into SIGBUS, which would kill the tool without a word.
+// The handler names the file and exits; it reads this table only (async-signal-safe: fixed slots, no allocation).
+struct MapSlot {
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<uint64_t> size{0};
+  char path[480] = {};
+};
+MapSlot g_maps[256];
+std::mutex g_maps_mutex;
+
+void write_stderr(const char* s, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(STDERR_FILENO, s, n);
+    if (w <= 0 && errno != EINTR) return;
+    if (w > 0) s += w, n -= size_t(w);
+  }
+}
+
+void on_bus_error(int sig, siginfo_t* info, void*) {
+  const auto at = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (const MapSlot& m : g_maps) {
+    const uintptr_t b = m.begin.load(std::memory_order_acquire);
+    if (b == 0 || at < b || at - b >= m.size.load(std::memory_order_relaxed)) continue;
+    static const char head[] = "error: ";
+    static const char tail[] =
+        ": the file shrank while it was being read (truncated or rewritten in place by another process); run "
+        "again once nothing writes to it\n";
+    write_stderr(head, sizeof head - 1);
+    write_stderr(m.path, ::strnlen(m.path, sizeof m.path));
+    write_stderr(tail, sizeof tail - 1);
+    ::_exit(1);
+  }
+  ::signal(sig, SIG_DFL);  // not one of ours: the default action, as if no handler were installed
+  ::raise(sig);
+}
+
+void register_mapping(const uint8_t* map, uint64_t size, const std::string& path) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction sa{};
+    sa.sa_sigaction = on_bus_error;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, nullptr);
+  });
+  const std::lock_guard<std::mutex> lock(g_maps_mutex);
+  for (MapSlot& m : g_maps) {
+    if (m.begin.load(std::memory_order_relaxed) != 0) continue;
+    const size_t n = std::min(path.size(), sizeof m.path - 1);
+    std::memcpy(m.path, path.data(), n);
+    m.path[n] = '\0';
+    m.size.store(size, std::memory_order_relaxed);
+    m.begin.store(reinterpret_cast<uintptr_t>(map), std::memory_order_release);
+    return;
+  }  // more live mappings than slots: that file's SIGBUS takes the default action
+}
+
+void unregister_mapping(const uint8_t* map) {
+  const std::lock_guard<std::mutex> lock(g_maps_mutex);
+  for (MapSlot& m : g_maps)
+    if (m.begin.load(std::memory_order_relaxed) == reinterpret_cast<uintptr_t>(map)) {
+      m.begin.store(0, std::memory_order_release);
+      return;
+    }
+}
+
+}  // namespace
+
 MappedFile::MappedFile(const std::string& path) {
   const InputFile f(path);
   size_ = f.size();
@@ -347,10 +420,52 @@ MappedFile::MappedFile(const std::string& path) {
   void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, f.fd(), 0);
   if (m == MAP_FAILED) fail("{}: mmap failed ({})", path, std::strerror(errno));
   map_ = static_cast<const uint8_t*>(m);
+  register_mapping(map_, size_, path);
 }
 
 MappedFile::~MappedFile() {
-  if (map_) ::munmap(const_cast<uint8_t*>(map_), size_);
+  if (!map_) return;
+  unregister_mapping(map_);
+  ::munmap(const_cast<uint8_t*>(map_), size_);
+}
+
+namespace {
+struct FileIdentity {
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  int64_t mtime_ns, ctime_ns;
+  bool operator==(const FileIdentity& o) const {
+    return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
+  }
+};
+std::optional<FileIdentity> identity_of(const fs::path& p) {
+  struct stat st{};
+  if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return FileIdentity{st.st_dev, st.st_ino, st.st_size, int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
+                      int64_t(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec};
+}
+}  // namespace
+
+struct StableFiles::Impl {
+  std::vector<std::pair<fs::path, FileIdentity>> files;
+};
+
+StableFiles::StableFiles(const std::string& dir) : impl_(std::make_unique<Impl>()) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (auto id = identity_of(e.path())) impl_->files.emplace_back(e.path(), *id);
+}
+
+StableFiles::~StableFiles() = default;
+
+void StableFiles::check() const {
+  for (const auto& [path, id] : impl_->files) {
+    const auto now = identity_of(path);
+    if (!now || !(*now == id))
+      fail("{}: {} while it was being read and verified; run again once nothing writes to it", path.string(),
+           now ? "was replaced or written to" : "was removed");
+  }
 }
 
 std::string read_file(const std::string& path, uint64_t max_bytes) {

@@ -178,6 +178,29 @@ std::vector<std::string> check_checkpoint_integrity(const std::string& dir, cons
 void enforce_checkpoint_integrity(const std::string& dir, const TrainState& st,
                                   const std::vector<std::string>& problems, bool allow_foreign) {
   if (st.version < 2) {
+    // Builds that write digests also stamp their run into every safetensors file: a state.json without digests
+    // beside such a file was rewritten in the old format (by hand, or by a tool), which would turn every check off.
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string path = e.path().string();
+      if (!ends_with(path, ".safetensors") || !e.is_regular_file()) continue;
+      std::map<std::string, std::string> meta;
+      try {
+        const MappedFile f(path);
+        meta = io::parse_safetensors_header(reinterpret_cast<const char*>(f.data()), f.size(), path).metadata;
+      } catch (const Error&) {
+        continue;  // the loader names a damaged file
+      }
+      const auto run = meta.find(kRunMetadataKey);
+      if (run == meta.end()) continue;
+      const std::string problem = fmt::format(
+          "{}: has no digests, but {} was written by a build that records them (run {}): the state file was "
+          "replaced or rewritten in an older format",
+          (fs::path(dir) / "state.json").string(), path, run->second);
+      if (!allow_foreign) fail("{}. drope-train --allow-foreign-checkpoint loads weights grafted on purpose", problem);
+      logging::warn("{} (accepted: --allow-foreign-checkpoint)", problem);
+      return;
+    }
     logging::warn("{}: a checkpoint of an older build (no digests in its state.json): its files are not verified", dir);
     return;
   }

@@ -142,6 +142,19 @@ void import_rope(const json& j, bool smol, ModelConfig& c, const std::string& pa
       fail("{}: {} must be an object or null, got {}", path, key, j[key].dump());
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rp = j["rope_parameters"];
   else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rp = j["rope_scaling"];
+  // Both present (drope writes both, for transformers 4.x and 5 readers): transformers reads rope_scaling first, so a
+  // file whose two objects name different scalings would be another model there than here.
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object() && j.contains("rope_scaling") &&
+      j["rope_scaling"].is_object()) {
+    const json& legacy = j["rope_scaling"];
+    const auto type_of = [&](const json& o) {
+      return jget<std::string>(o, "rope_type", jget<std::string>(o, "type", "default", path), path);
+    };
+    const auto factor_of = [&](const json& o) { return jget<double>(o, "factor", 1.0, path); };
+    if (type_of(rp) != type_of(legacy) || factor_of(rp) != factor_of(legacy))
+      fail("{}: rope_parameters ({} x{:g}) and rope_scaling ({} x{:g}) name different RoPE scalings; keep one", path,
+           type_of(rp), factor_of(rp), type_of(legacy), factor_of(legacy));
+  }
   c.positional.type = PositionalType::kRope;
   c.positional.rope_theta =
       jget<double>(rp, "rope_theta", jget<double>(j, "rope_theta", smol ? 2000000.0 : 10000.0, path), path);

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -401,12 +402,17 @@ DecoderLM load_model(const std::string& dir, const ImportOptions& opt) {
     m->eval();
     return m;
   }
+  // A checkpoint's files, as they are before anything is read: verified by path below, they must still be the files
+  // the weights came from.
+  std::optional<StableFiles> stable;
+  if (opt.verify_checkpoint && fs::exists(fs::path(dir) / "state.json")) stable.emplace(dir);
   const ModelSource src = read_model_source(dir, opt);
   const WeightSet ws = open_weights(dir);  // headers only: checked against the config before allocating
   check_config_against_weights(src.config, ws, dir);
   DecoderLM m(src.config);
   load_weights_from(m, ws, dir, src);
   if (opt.verify_checkpoint) verify_checkpoint_model(dir, opt.allow_foreign_checkpoint);
+  if (stable) stable->check();
   m->eval();
   return m;
 }
@@ -419,7 +425,15 @@ bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptio
                                   : cfg.hf_expressible() ? hf_config_json(cfg)
                                                          : std::string();
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& kv : model->named_parameters()) tensors.emplace_back(kv.key(), kv.value().detach().to(opt.dtype));
+  for (const auto& kv : model->named_parameters()) {
+    at::Tensor t = kv.value().detach().to(opt.dtype);
+    // float16 holds magnitudes up to 65504: a larger weight would be written as infinity, a model no reader can use.
+    if (const int64_t bad = t.is_floating_point() ? (~t.isfinite()).sum().item<int64_t>() : 0; bad > 0)
+      fail("{}: {} value{} beyond what {} holds (largest magnitude {:g}); save it as float32 or bfloat16", kv.key(),
+           bad, bad == 1 ? "" : "s", opt.dtype == at::kHalf ? "float16" : c10::toString(opt.dtype),
+           kv.value().detach().abs().max().item<double>());
+    tensors.emplace_back(kv.key(), std::move(t));
+  }
   if (reference)  // the authors' q-only / k-only attention creates (and saves) the other norm too, weight 1
     for (const auto& u : drope_reference_extra_tensors(cfg))
       for (int64_t l = 0; l < cfg.num_layers; ++l)

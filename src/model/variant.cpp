@@ -103,14 +103,30 @@ std::string temperature_file(const std::string& model_dir) {
   return (std::filesystem::path(model_dir) / "temperature.json").string();
 }
 
-double read_fitted_temperature(const std::string& model_dir) {
+double read_fitted_temperature(const std::string& model_dir, const ModelConfig& applied) {
   const auto path = temperature_file(model_dir);
   if (!std::filesystem::exists(path))
     fail("temperature auto: {} does not exist; run `drope-eval fit-temperature --model {}` first", path, model_dir);
   const nlohmann::json j = read_json_file(path, kMaxConfigBytes);
   if (!j.is_object() || !j.contains("c") || !j["c"].is_number())
     fail("{}: expected an object with a number 'c' (written by drope-eval fit-temperature)", path);
-  return check_number(j["c"].get<double>(), path + ": 'c'", temperature_range());
+  const double c = check_number(j["c"].get<double>(), path + ": 'c'", temperature_range());
+  const auto differs = [&](const nlohmann::json& recorded, const nlohmann::json& now, const char* what) {
+    if (!recorded.is_null() && recorded != now)
+      fail("temperature auto: {} was fitted for {} {}, and this model has {} (refit it with drope-eval fit-temperature "
+           "and this method, or give the temperature as temperature:C)",
+           path, what, recorded.dump(), now.dump());
+  };
+  const auto field = [](const nlohmann::json& o, const char* key) {
+    return o.is_object() && o.contains(key) ? o[key] : nlohmann::json();
+  };
+  const nlohmann::json& method = field(j, "method");
+  differs(field(j, "train_length"), applied.max_position, "training length");
+  differs(field(method, "positional"), applied.positional.type, "positional encoding");
+  differs(field(method, "rope_scaling"), applied.positional.scaling.type, "RoPE scaling");
+  if (applied.positional.scaling.type != RopeScalingType::kNone)
+    differs(field(method, "factor"), applied.positional.scaling.factor, "scaling factor");
+  return c;
 }
 
 ModelConfig apply_variant(const ModelConfig& cfg_in, const Variant& v, const std::string& model_dir) {
@@ -126,9 +142,9 @@ ModelConfig apply_variant(const ModelConfig& cfg_in, const Variant& v, const std
     cfg.positional.scaling.factor = v.factor;
     cfg.positional.scaling.original_max_position = cfg.max_position;
   }
-  if (v.set_temperature)
-    cfg.softmax_temperature = v.temperature_auto ? read_fitted_temperature(model_dir) : v.temperature;
   if (v.drop) cfg = drop_positional(cfg, v.drop_options);
+  if (v.set_temperature)
+    cfg.softmax_temperature = v.temperature_auto ? read_fitted_temperature(model_dir, cfg) : v.temperature;
   cfg.validate("method " + v.str());
   return cfg;
 }

@@ -502,6 +502,7 @@ bool any_file(const std::string&) { return true; }
 
 LoadedCheckpoint load_checkpoint(const std::string& dir, bool allow_foreign) {
   LoadedCheckpoint c;
+  const StableFiles stable(dir);  // checked last: the files verified by path are those every piece was read from
   const auto state_path = (fs::path(dir) / "state.json").string();
   c.state = parse_checkpoint_state(read_file(state_path), state_path);
   const std::string name = fs::path(dir).lexically_normal().filename().string();
@@ -537,6 +538,7 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, bool allow_foreign) {
   auto problems = check_checkpoint_integrity(dir, c.state, any_file);
   check_sibling_runs(dir, c.state, problems);
   enforce_checkpoint_integrity(dir, c.state, problems, allow_foreign);
+  stable.check();
   return c;
 }
 

@@ -35,12 +35,19 @@ void truncate_log(const std::string& path, int64_t step) {
   if (fs::is_symlink(st)) fail("{}: is a symbolic link; a log file is never followed through one", path);
   std::istringstream in(read_file(path));  // refuses a FIFO or device instead of blocking on it
   std::string line, kept;
+  int64_t number = 0;
   while (std::getline(in, line)) {
+    ++number;
     try {
       auto j = parse_json(line, path);
       if (j.value("step", int64_t(0)) <= step) kept += line + "\n";
     } catch (const std::exception&) {
-      // a torn last line from a killed run
+      // Only the last line may be torn (a killed run); a damaged line before it is someone's edit or a disk's
+      // error, and dropping it would lose a logged step.
+      if (in.peek() != std::char_traits<char>::eof())
+        fail("{}: line {} is not a JSON object, so this run's log is damaged; move it aside to resume (the "
+             "resumed run then starts a new log)",
+             path, number);
     }
   }
   write_file_atomic(path, kept);

@@ -262,13 +262,23 @@ def test_allow_foreign_checkpoint_grafts_with_warnings(runs, run_a):
 # Older builds' checkpoints and sharded runs
 
 
+def as_older_build(d, stamps=False):
+    """Rewrites checkpoint `d` as an older build wrote it: state.json without run identity or digests, and (unless
+    `stamps`) safetensors files without the run stamp in their metadata."""
+    s = state(d)
+    old = {k: s[k] for k in ("step", "tokens", "phase_start", "skipped_steps", "extra")}
+    old["format"] = "drope-checkpoint-1"
+    (d / "state.json").write_text(json.dumps(old))
+    for f in d.glob("*.safetensors"):
+        if not stamps:
+            meta = {k: v for k, v in metadata(f).items() if not k.startswith("drope.")}
+            save_file(load_file(f), f, metadata=meta)
+
+
 def test_a_checkpoint_of_an_older_build_loads_with_one_warning(run_a, tmp):
     cfg, ck = run_a
     for d in ck.iterdir():
-        s = state(d)
-        old = {k: s[k] for k in ("step", "tokens", "phase_start", "skipped_steps", "extra")}
-        old["format"] = "drope-checkpoint-1"
-        (d / "state.json").write_text(json.dumps(old))
+        as_older_build(d)
     tj = tmp / "t.json"
     tj.write_text("[[1, 2, 3]]")
     r = run_cli("drope-eval", "logits", "--model", ck / "step-00000004", "--tokens", tj, "--out", tmp / "l.safetensors")
@@ -334,3 +344,21 @@ def test_a_checkpoints_directory_that_cannot_be_read_stops_resume(run_a, tmp):
     (ck / "step-00000009").symlink_to("step-00000009")
     refused(resume(cfg), str(ck / "step-00000009"), "Too many levels of symbolic links")
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == logs
+
+
+def test_a_state_file_rewritten_in_the_older_format_is_refused(run_a, tmp):
+    """Dropping the digests from state.json (the older format) turned every check off: a flipped exponent in a
+    weight then loaded with one warning, and resume trained on from it. The files' run stamps show that a build
+    that records digests wrote them."""
+    cfg, ck = run_a
+    flip_bit(ck / "step-00000004" / "model.safetensors", TENSOR, 7, 30)
+    for d in ck.iterdir():
+        as_older_build(d, stamps=True)
+    tj = tmp / "t.json"
+    tj.write_text("[[1, 2, 3]]")
+    refused(run_cli("drope-eval", "logits", "--model", ck / "step-00000004", "--tokens", tj, "--out",
+                    tmp / "l.safetensors", check=False),
+            "state.json: has no digests, but", "was written by a build that records them")
+    assert not (tmp / "l.safetensors").exists()
+    refused(resume(cfg), "state.json: has no digests, but", "was written by a build that records them")
+    assert not (ck / "step-00000006").exists()

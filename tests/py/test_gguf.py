@@ -476,3 +476,17 @@ def test_convert_writes_only_tokenizers_that_load(tmp):
     r = run_cli("drope-model", "convert", "--from", "gguf", tmp / "empty.gguf", "--out", tmp / "e", check=False)
     expect_error(r, "empty.gguf", "token_embd.weight")
     assert r.stderr.count("error:") == 1 and "tensors (none)" in r.stdout and not (tmp / "e").exists()
+
+
+@pytest.mark.parametrize("meta,shown", [
+    ({"llama.rope.scaling.factor": ("float32", 4.0)}, "pi (x4)"),  # llama.cpp's default type
+    ({"llama.rope.scale_linear": ("float32", 4.0)}, "pi (x4)"),  # the older key
+    ({"llama.rope.scaling.type": ("string", "none"), "llama.rope.scaling.factor": ("float32", 4.0)}, "none (x1)"),
+    ({"llama.rope.scaling.factor": ("float32", 0.0)}, "none (x1)"),  # 0: no scaling, as llama.cpp reads it
+])
+def test_rope_scaling_keys_are_read_as_llama_cpp_reads_them(tmp, meta, shown):
+    """A factor without rope.scaling.type is linear scaling in llama.cpp; it was read as no scaling at all."""
+    path = tmp / "m.gguf"
+    to_gguf(tiny_model("llama", True), path, "llama", tokenizer_meta=meta)
+    r = run_cli("drope-model", "info", "--model", path)
+    assert f"scaling {shown}" in r.stdout, r.stdout

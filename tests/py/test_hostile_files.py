@@ -256,3 +256,96 @@ def test_crafted_sentencepiece_models_are_refused(tmp):
         p = tmp / name
         p.write_bytes(data)
         clean_error(run_cli("drope-data", "encode", "--tokenizer", p, "--text", text, check=False), name, needle)
+
+
+def micro_model(tmp, name="m"):
+    out = tmp / name
+    run_cli("drope-model", "init", "--preset", "micro", "--out", out, "--quiet")
+    return out
+
+
+def test_rope_parameters_and_rope_scaling_that_disagree_are_refused(tmp):
+    """transformers reads rope_scaling before rope_parameters: a config.json whose two objects name different
+    scalings loaded as plain RoPE here and as linear x4 there (logits 4.6e-3 apart)."""
+    m = micro_model(tmp)
+    cfg = json.loads((m / "config.json").read_text())
+    cfg["rope_scaling"] = {"rope_type": "linear", "factor": 4.0}
+    (m / "config.json").write_text(json.dumps(cfg))
+    os.remove(m / "drope.yaml")  # the HF files alone, as a user downloads them
+    expect_error(run_cli("drope-model", "info", "--model", m, check=False),
+                 "config.json: rope_parameters (default x1) and rope_scaling (linear x4) name different RoPE "
+                 "scalings")
+    cfg["rope_parameters"].update(rope_type="linear", factor=4.0)  # both the same: one model, read as such
+    (m / "config.json").write_text(json.dumps(cfg))
+    r = run_cli("drope-model", "info", "--model", m)
+    assert "scaling pi (x4)" in r.stdout, r.stdout  # position interpolation, HF's "linear"
+
+
+def test_float16_output_that_overflows_is_refused(tmp):
+    """A weight beyond float16's range was written as infinity, a model that no reader (ours included) accepts."""
+    m = micro_model(tmp)
+    w = load_file(m / "model.safetensors")
+    w["model.layers.0.mlp.up_proj.weight"][0, 0] = 1e5
+    save_file(w, m / "model.safetensors", metadata={"format": "pt"})
+    r = run_cli("drope-model", "convert", "--model", m, "--out", tmp / "m16", "--dtype", "float16", check=False)
+    expect_error(r, "model.layers.0.mlp.up_proj.weight: 1 value beyond what float16 holds (largest magnitude 100000)")
+    assert not (tmp / "m16").exists()
+    run_cli("drope-model", "convert", "--model", m, "--out", tmp / "mbf", "--dtype", "bfloat16")
+
+
+def test_a_damaged_log_line_is_refused_on_resume_not_dropped(tmp):
+    """Resume keeps the log lines up to its step and drops a torn last line; a damaged line before the last was
+    dropped silently too, losing a logged step."""
+    cfg = tmp / "t.yaml"
+    cfg.write_text(TRAIN_CFG.format(out=tmp / "run"))
+    run_cli("drope-train", cfg, "--quiet")
+    log = tmp / "run" / "log.jsonl"
+    lines = log.read_text().splitlines(True)
+    i = next(k for k, line in enumerate(lines) if '"step":2,' in line)
+    lines[i] = lines[i].replace('"loss":', '"loss";', 1)
+    log.write_text("".join(lines))
+    before = log.read_bytes()
+    r = run_cli("drope-train", cfg, "--resume", "--set", "train.steps=6", check=False)
+    expect_error(r, f"{log}: line {i + 1} is not a JSON object")
+    assert log.read_bytes() == before
+    # A torn last line (a killed run) is still dropped.
+    log.write_text("".join(lines[:i]) + "".join(lines[i + 1:]) + '{"step":5,"lo')
+    run_cli("drope-train", cfg, "--resume", "--set", "train.steps=6", "--quiet")
+    steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]  # every line JSON: the torn one gone
+    assert steps[-1] == 6 and 2 not in steps, log.read_text()
+
+
+def test_a_fitted_temperature_is_used_only_for_the_model_it_was_fitted_for(tmp):
+    """temperature:auto applied a c fitted at training length 32 to a run at 64, and to yarn:4, without a word."""
+    m = micro_model(tmp)
+    (m / "temperature.json").write_text(json.dumps({
+        "kind": "temperature", "c": 0.5, "train_length": 32,
+        "method": {"variant": "train_length:32", "positional": "rope", "rope_scaling": "none", "factor": 1.0}}))
+
+    def logits(*extra):
+        return run_cli("drope-eval", "offset-key", "--model", m, "--temperature", "auto", "--lengths", 64,
+                       "--queries", 4, "--batch-size", 2, "--threads", 1, "--out", tmp / "ok" / "r", "--quiet",
+                       *extra, check=False)
+
+    r = logits("--train-length", "32")
+    assert r.returncode == 0, r.stderr
+    expect_error(logits("--train-length", "64"), "was fitted for training length 32, and this model has 64")
+    expect_error(logits("--train-length", "32", "--rope-scaling", "yarn", "--factor", "4"),
+                 'was fitted for RoPE scaling "none", and this model has "yarn"')
+
+
+def test_resume_refuses_a_corpus_replaced_under_its_path(tmp):
+    """run.yaml recorded only the corpus's path: a corpus replaced in place resumed silently, and the validation
+    loss then compared two different validation sets (5.66 "improving" to 4.07)."""
+    corpus = tmp / "corpus.txt"
+    shutil.copy("/usr/share/common-licenses/GPL-3", corpus)
+    cfg = tmp / "t.yaml"
+    cfg.write_text(TRAIN_CFG.format(out=tmp / "run").replace("/usr/share/common-licenses/GPL-3", str(corpus)))
+    run_cli("drope-train", cfg, "--quiet")
+    shutil.copy("/usr/share/common-licenses/Apache-2.0", corpus)
+    r = run_cli("drope-train", cfg, "--resume", "--set", "train.steps=6", check=False)
+    expect_error(r, f"data.text {corpus}: holds other content than the run of", "resuming would go on with other data")
+    assert not (tmp / "run" / "checkpoints" / "step-00000006").exists()
+    shutil.copy("/usr/share/common-licenses/GPL-3", corpus)  # restored: the run goes on
+    run_cli("drope-train", cfg, "--resume", "--set", "train.steps=6", "--quiet")
+    assert (tmp / "run" / "checkpoints" / "step-00000006").is_dir()

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,23 @@ class MappedFile {
   static constexpr uint8_t kEmpty = 0;
   const uint8_t* map_ = nullptr;
   uint64_t size_ = 0;
+};
+
+// The regular files of a directory as they are now (device, inode, size, modification and change times), so that
+// a reader can check after reading and verifying them that none was replaced or written to meanwhile: a digest
+// checked by path after the bytes were read from a file swapped in between would vouch for other bytes.
+class StableFiles {
+ public:
+  explicit StableFiles(const std::string& dir);
+  ~StableFiles();
+  StableFiles(const StableFiles&) = delete;
+  StableFiles& operator=(const StableFiles&) = delete;
+  // Fails naming the first file that was removed, replaced or written to since construction.
+  void check() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Reads a whole regular file of at most `max_bytes`; throws drope::Error naming the path when it cannot

@@ -44,8 +44,10 @@ void validate_variant(const Variant& v, std::string_view where);
 
 // The fitted temperature file beside a model directory: <model>/temperature.json.
 std::string temperature_file(const std::string& model_dir);
-// Reads C from it (written by drope-eval fit-temperature); a missing or malformed file fails clearly.
-double read_fitted_temperature(const std::string& model_dir);
+// Reads C from it (written by drope-eval fit-temperature); a missing or malformed file fails clearly, and so does a
+// fit made for another model than `applied` (the config it will scale): another training length (β's C), RoPE
+// scaling, factor or positional encoding, as far as the file records them.
+double read_fitted_temperature(const std::string& model_dir, const ModelConfig& applied);
 
 // The config with the variant applied. model_dir resolves temperature:auto. A RoPE scaling variant on a model
 // without RoPE layers is an error.
