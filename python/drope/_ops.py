@@ -180,9 +180,9 @@ _register_autocast("attention_bwd", cast=False)
 
 
 def _readable(t):
-    """Whether t's values can be read here: a real tensor outside torch.compile's tracing (fake and meta tensors
-    have none; there the slopes are not checked)."""
-    return (isinstance(t, torch.Tensor) and not torch.compiler.is_compiling() and t.device.type != "meta"
+    """Whether t's values can be read here without cost: a real CPU tensor outside torch.compile's tracing (fake
+    and meta tensors have no values, and reading a GPU tensor's would stall the stream on every call)."""
+    return (isinstance(t, torch.Tensor) and not torch.compiler.is_compiling() and t.device.type == "cpu"
             and not torch._subclasses.fake_tensor.is_fake(t))
 
 
