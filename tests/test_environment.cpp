@@ -124,7 +124,7 @@ TEST(Environment, StartCheckRefusesBadValues) {
       {"OMP_NUM_THREADS", "4,2", true},
       {"OMP_NUM_THREADS", "abc", false},
       {"OMP_NUM_THREADS", "0", false},
-      {"OMP_NUM_THREADS", " 4", false},
+      {"OMP_NUM_THREADS", " 4, 2 ", true},
       {"OMP_NUM_THREADS", "4,", false},
       {"OMP_NUM_THREADS", "4,,2", false},
       {"OMP_NUM_THREADS", "-1", false},

@@ -272,6 +272,7 @@ TEST(CheckpointState, SkippedStepsAreReadStrictly) {
 // A mapped file truncated in place by another process (cp or rsync --inplace over it) turns a read past its new
 // end into SIGBUS: the tool says which file and exits 1, instead of dying of the signal without a word.
 TEST(FileSafety, AMappedFileTruncatedWhileReadIsNamed) {
+  const std::string style = GTEST_FLAG_GET(death_test_style);
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const fs::path dir = tmp_dir("mapped-truncated");
   const std::string path = (dir / "weights.bin").string();
@@ -292,20 +293,25 @@ TEST(FileSafety, AMappedFileTruncatedWhileReadIsNamed) {
         std::raise(SIGBUS);
       },
       ::testing::KilledBySignal(SIGBUS), "");
+  GTEST_FLAG_SET(death_test_style, style);
 }
 
 TEST(FileSafety, StableFilesNamesAFileReplacedMeanwhile) {
   const fs::path dir = tmp_dir("stable-files");
   std::ofstream(dir / "a.safetensors") << "one";
   std::ofstream(dir / "b.json") << "two";
-  const drope::StableFiles before(dir.string());
+  std::ofstream(dir / "temperature.json") << "{}";
+  const auto read = [](const std::string& name) { return name != "temperature.json"; };
+  const drope::StableFiles before(dir.string(), read);
   before.check();  // nothing changed
   std::ofstream(dir / "c.tmp") << "new";  // an added file was not read: not a change
+  std::ofstream(dir / "temperature.json") << "{\"c\": 1}";  // nor one the reader does not read
+  ::chmod((dir / "b.json").c_str(), 0600);  // nor a change of its metadata alone (hard-link snapshots do that too)
   before.check();
   std::ofstream(dir / "b.json.new") << "TWO";
   fs::rename(dir / "b.json.new", dir / "b.json");
   expect_error([&] { before.check(); }, {"b.json: was replaced or written to while it was being read"});
-  const drope::StableFiles again(dir.string());
+  const drope::StableFiles again(dir.string(), read);
   fs::remove(dir / "a.safetensors");
   expect_error([&] { again.check(); }, {"a.safetensors: was removed while it was being read"});
 }

@@ -350,10 +350,11 @@ namespace {
 struct MapSlot {
   std::atomic<uintptr_t> begin{0};
   std::atomic<uint64_t> size{0};
-  char path[480] = {};
+  char path[256] = {};
 };
-MapSlot g_maps[256];
+MapSlot g_maps[4096];  // zero pages until used
 std::mutex g_maps_mutex;
+struct sigaction g_previous_bus_action{};
 
 void write_stderr(const char* s, size_t n) {
   while (n > 0) {
@@ -363,32 +364,51 @@ void write_stderr(const char* s, size_t n) {
   }
 }
 
-void on_bus_error(int sig, siginfo_t* info, void*) {
+void on_bus_error(int sig, siginfo_t* info, void* context) {
   const auto at = reinterpret_cast<uintptr_t>(info->si_addr);
   for (const MapSlot& m : g_maps) {
     const uintptr_t b = m.begin.load(std::memory_order_acquire);
-    if (b == 0 || at < b || at - b >= m.size.load(std::memory_order_relaxed)) continue;
+    const uint64_t size = m.size.load(std::memory_order_relaxed);
+    if (b == 0 || at < b || at - b >= size) continue;
+    struct stat st{};  // stat is async-signal-safe: say "shrank" only when it did
+    const bool shrank = ::stat(m.path, &st) == 0 && uint64_t(st.st_size) < size;
     static const char head[] = "error: ";
-    static const char tail[] =
+    static const char shrank_tail[] =
         ": the file shrank while it was being read (truncated or rewritten in place by another process); run "
         "again once nothing writes to it\n";
+    static const char io_tail[] =
+        ": a read of the file's memory map failed (an I/O error of its disk or network filesystem, or the file "
+        "changed underneath)\n";
     write_stderr(head, sizeof head - 1);
     write_stderr(m.path, ::strnlen(m.path, sizeof m.path));
-    write_stderr(tail, sizeof tail - 1);
+    if (shrank) write_stderr(shrank_tail, sizeof shrank_tail - 1);
+    else write_stderr(io_tail, sizeof io_tail - 1);
     ::_exit(1);
   }
-  ::signal(sig, SIG_DFL);  // not one of ours: the default action, as if no handler were installed
+  // Not one of ours: the handler that was there before (a sanitizer's, Python's faulthandler), else the default.
+  const struct sigaction& prev = g_previous_bus_action;
+  if ((prev.sa_flags & SA_SIGINFO) && prev.sa_sigaction) {
+    prev.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (!(prev.sa_flags & SA_SIGINFO) && prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN && prev.sa_handler) {
+    prev.sa_handler(sig);
+    return;
+  }
+  ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
 
-void register_mapping(const uint8_t* map, uint64_t size, const std::string& path) {
+}  // namespace
+
+void watch_mapping(const void* map, uint64_t size, const std::string& path) {
   static std::once_flag installed;
   std::call_once(installed, [] {
     struct sigaction sa{};
     sa.sa_sigaction = on_bus_error;
     sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGBUS, &sa, nullptr);
+    ::sigaction(SIGBUS, &sa, &g_previous_bus_action);
   });
   const std::lock_guard<std::mutex> lock(g_maps_mutex);
   for (MapSlot& m : g_maps) {
@@ -399,10 +419,10 @@ void register_mapping(const uint8_t* map, uint64_t size, const std::string& path
     m.size.store(size, std::memory_order_relaxed);
     m.begin.store(reinterpret_cast<uintptr_t>(map), std::memory_order_release);
     return;
-  }  // more live mappings than slots: that file's SIGBUS takes the default action
+  }  // more live mappings than slots: that file's SIGBUS takes the previous action
 }
 
-void unregister_mapping(const uint8_t* map) {
+void unwatch_mapping(const void* map) {
   const std::lock_guard<std::mutex> lock(g_maps_mutex);
   for (MapSlot& m : g_maps)
     if (m.begin.load(std::memory_order_relaxed) == reinterpret_cast<uintptr_t>(map)) {
@@ -411,7 +431,7 @@ void unregister_mapping(const uint8_t* map) {
     }
 }
 
-}  // namespace
+namespace {}  // namespace
 
 MappedFile::MappedFile(const std::string& path) {
   const InputFile f(path);
@@ -420,30 +440,31 @@ MappedFile::MappedFile(const std::string& path) {
   void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, f.fd(), 0);
   if (m == MAP_FAILED) fail("{}: mmap failed ({})", path, std::strerror(errno));
   map_ = static_cast<const uint8_t*>(m);
-  register_mapping(map_, size_, path);
+  watch_mapping(map_, size_, path);
 }
 
 MappedFile::~MappedFile() {
   if (!map_) return;
-  unregister_mapping(map_);
+  unwatch_mapping(map_);
   ::munmap(const_cast<uint8_t*>(map_), size_);
 }
 
 namespace {
+// What changes when a file is replaced (device, inode) or written (size, modification time); not the change time,
+// which a chmod or a hard-link snapshot (cp -al, rsync --link-dest) moves too.
 struct FileIdentity {
   dev_t dev;
   ino_t ino;
   off_t size;
-  int64_t mtime_ns, ctime_ns;
+  int64_t mtime_ns;
   bool operator==(const FileIdentity& o) const {
-    return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
+    return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns;
   }
 };
 std::optional<FileIdentity> identity_of(const fs::path& p) {
   struct stat st{};
   if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  return FileIdentity{st.st_dev, st.st_ino, st.st_size, int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
-                      int64_t(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec};
+  return FileIdentity{st.st_dev, st.st_ino, st.st_size, int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
 }
 }  // namespace
 
@@ -451,10 +472,12 @@ struct StableFiles::Impl {
   std::vector<std::pair<fs::path, FileIdentity>> files;
 };
 
-StableFiles::StableFiles(const std::string& dir) : impl_(std::make_unique<Impl>()) {
+StableFiles::StableFiles(const std::string& dir, const std::function<bool(const std::string& name)>& read)
+    : impl_(std::make_unique<Impl>()) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
-    if (auto id = identity_of(e.path())) impl_->files.emplace_back(e.path(), *id);
+    if (read(e.path().filename().string()))
+      if (auto id = identity_of(e.path())) impl_->files.emplace_back(e.path(), *id);
 }
 
 StableFiles::~StableFiles() = default;

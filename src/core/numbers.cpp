@@ -79,11 +79,17 @@ bool digits_at_least(std::string_view text, long lo) {
   return std::strtol(std::string(text).c_str(), nullptr, 10) >= lo;
 }
 
-// Every `sep`-separated field of `text` is digits_at_least(lo).
-bool digit_list(std::string_view text, char sep, long lo) {
+// Every `sep`-separated field of `text` is digits_at_least(lo); with `spaces`, blanks around a field are allowed (as
+// libgomp reads OMP_NUM_THREADS).
+bool digit_list(std::string_view text, char sep, long lo, bool spaces = false) {
   for (size_t start = 0;;) {
     const size_t end = text.find(sep, start);
-    if (!digits_at_least(text.substr(start, end == std::string_view::npos ? end : end - start), lo)) return false;
+    std::string_view field = text.substr(start, end == std::string_view::npos ? end : end - start);
+    if (spaces) {
+      while (!field.empty() && (field.front() == ' ' || field.front() == '\t')) field.remove_prefix(1);
+      while (!field.empty() && (field.back() == ' ' || field.back() == '\t')) field.remove_suffix(1);
+    }
+    if (!digits_at_least(field, lo)) return false;
     if (end == std::string_view::npos) return true;
     start = end + 1;
   }
@@ -100,7 +106,7 @@ bool value_fits(env::Check check, std::string_view v) {
   switch (check) {
     case env::Check::kNone:
     case env::Check::kSwitch: return true;  // parse_switch has its own message
-    case env::Check::kThreadList: return digit_list(v, ',', 1);
+    case env::Check::kThreadList: return digit_list(v, ',', 1, true);
     case env::Check::kWaitPolicy: return same_ignoring_case(v, "PASSIVE") || same_ignoring_case(v, "ACTIVE");
     case env::Check::kSteps: return digit_list(v, ',', 1);
     case env::Check::kRankStep: {

@@ -88,12 +88,12 @@ bool is_model_file(const std::string& name) {
           (ends_with(name, ".safetensors") || ends_with(name, ".safetensors.index.json")));
 }
 
-namespace {
-// Whether a loader reads `name` from a checkpoint: the model files, run.yaml, the optimizer state (whole or pieces).
 bool is_checkpoint_file(const std::string& name) {
   return is_model_file(name) || name == "run.yaml" || name == "optimizer-manifest.json" ||
          (name.rfind("optimizer", 0) == 0 && ends_with(name, ".safetensors"));
 }
+
+namespace {
 
 // The identity a safetensors file's metadata names, checked against the checkpoint's (absent: not checked;
 // a file rewritten by another tool keeps its tensors, which the digests still check).

@@ -144,8 +144,9 @@ void import_rope(const json& j, bool smol, ModelConfig& c, const std::string& pa
   else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rp = j["rope_scaling"];
   // Both present (drope writes both, for transformers 4.x and 5 readers): transformers reads rope_scaling first, so a
   // file whose two objects name different scalings would be another model there than here.
+  // (An empty rope_scaling is no scaling to transformers either: `rope_scaling or rope_parameters`.)
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object() && j.contains("rope_scaling") &&
-      j["rope_scaling"].is_object()) {
+      j["rope_scaling"].is_object() && !j["rope_scaling"].empty()) {
     const json& legacy = j["rope_scaling"];
     const auto type_of = [&](const json& o) {
       return jget<std::string>(o, "rope_type", jget<std::string>(o, "type", "default", path), path);
@@ -154,6 +155,10 @@ void import_rope(const json& j, bool smol, ModelConfig& c, const std::string& pa
     if (type_of(rp) != type_of(legacy) || factor_of(rp) != factor_of(legacy))
       fail("{}: rope_parameters ({} x{:g}) and rope_scaling ({} x{:g}) name different RoPE scalings; keep one", path,
            type_of(rp), factor_of(rp), type_of(legacy), factor_of(legacy));
+    for (const auto& [key, value] : legacy.items())  // rope_theta, YaRN's betas, ...: read here from rope_parameters
+      if (key != "type" && key != "rope_type" && rp.contains(key) && rp[key] != value)
+        fail("{}: rope_parameters.{} ({}) and rope_scaling.{} ({}) differ; keep one", path, key, rp[key].dump(), key,
+             value.dump());
   }
   c.positional.type = PositionalType::kRope;
   c.positional.rope_theta =

@@ -73,14 +73,12 @@ std::string gguf_hf_config_json(const gguf::File& f) {
     j[k] = id;
   }
   // As llama.cpp reads them: the type defaults to linear, the factor is rope.scaling.factor or the older
-  // rope.scale_linear, and a factor of 0 (or none) means no scaling.
+  // rope.scale_linear, and a factor of 0 (or none) means no scaling, whatever the type.
   const std::string factor_key =
       f.has(p + "rope.scaling.factor") || !f.has(p + "rope.scale_linear") ? "rope.scaling.factor" : "rope.scale_linear";
   const double factor = f.get_float(p + factor_key, 0.0);
   std::string scaling = f.get_string(p + "rope.scaling.type", "linear");
-  if (scaling == "linear" && (factor == 0.0 || factor == 1.0)) scaling = "none";
-  if (scaling == "yarn" && factor == 0.0)
-    fail("{}: {}rope.scaling.type \"yarn\" needs {}rope.scaling.factor", f.path(), p, p);
+  if ((scaling == "linear" || scaling == "yarn") && (factor == 0.0 || factor == 1.0)) scaling = "none";
   if (scaling == "linear" || scaling == "yarn") {
     json rs = {{"rope_type", scaling}, {"factor", factor}};
     if (f.has(p + "rope.scaling.original_context_length"))

@@ -405,7 +405,8 @@ DecoderLM load_model(const std::string& dir, const ImportOptions& opt) {
   // A checkpoint's files, as they are before anything is read: verified by path below, they must still be the files
   // the weights came from.
   std::optional<StableFiles> stable;
-  if (opt.verify_checkpoint && fs::exists(fs::path(dir) / "state.json")) stable.emplace(dir);
+  if (opt.verify_checkpoint && fs::exists(fs::path(dir) / "state.json"))
+    stable.emplace(dir, [](const std::string& name) { return name == "state.json" || train::is_model_file(name); });
   const ModelSource src = read_model_source(dir, opt);
   const WeightSet ws = open_weights(dir);  // headers only: checked against the config before allocating
   check_config_against_weights(src.config, ws, dir);
@@ -428,7 +429,9 @@ bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptio
   for (const auto& kv : model->named_parameters()) {
     at::Tensor t = kv.value().detach().to(opt.dtype);
     // float16 holds magnitudes up to 65504: a larger weight would be written as infinity, a model no reader can use.
-    if (const int64_t bad = t.is_floating_point() ? (~t.isfinite()).sum().item<int64_t>() : 0; bad > 0)
+    const int64_t bad =
+        t.is_floating_point() ? (~t.isfinite() & kv.value().detach().isfinite()).sum().item<int64_t>() : 0;
+    if (bad > 0)
       fail("{}: {} value{} beyond what {} holds (largest magnitude {:g}); save it as float32 or bfloat16", kv.key(),
            bad, bad == 1 ? "" : "s", opt.dtype == at::kHalf ? "float16" : c10::toString(opt.dtype),
            kv.value().detach().abs().max().item<double>());

@@ -250,10 +250,13 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
     fail("{}: mmap failed ({})", path, std::strerror(errno));
   }
   data_ = static_cast<const unsigned char*>(map_) + kShardHeaderBytes;
+  watch_mapping(map_, map_bytes_, path);
 }
 
 TokenShard::~TokenShard() {
-  if (map_) ::munmap(map_, map_bytes_);
+  if (!map_) return;
+  unwatch_mapping(map_);
+  ::munmap(map_, map_bytes_);
 }
 
 uint32_t TokenShard::operator[](int64_t i) const {

@@ -502,7 +502,9 @@ bool any_file(const std::string&) { return true; }
 
 LoadedCheckpoint load_checkpoint(const std::string& dir, bool allow_foreign) {
   LoadedCheckpoint c;
-  const StableFiles stable(dir);  // checked last: the files verified by path are those every piece was read from
+  // Checked last: the files verified by path are those every piece was read from.
+  const StableFiles stable(dir,
+                           [](const std::string& name) { return name == "state.json" || is_checkpoint_file(name); });
   const auto state_path = (fs::path(dir) / "state.json").string();
   c.state = parse_checkpoint_state(read_file(state_path), state_path);
   const std::string name = fs::path(dir).lexically_normal().filename().string();

@@ -326,11 +326,10 @@ void Distributed::agree(const Consensus& mine) {
     verdict = string_of(store.get(verdict_key));
     store.set(fmt::format("consensus/seen/{}", env_.rank), bytes_of("1"));
   } catch (const c10::Error&) {  // a signal's stop is ours (drope::Error) and goes through
-    fail(
-        "rank {} of {}: rank 0 did not compare the ranks' settings within train.dist_timeout_s = {} s (rank 0 died "
-        "or never started, or the ranks were started with different WORLD_SIZE values or restart counts (TORCHELASTIC_RESTART_COUNT or "
-        "SLURM_RESTART_COUNT): this rank's is {})",
-        env_.rank, env_.world, impl_->timeout_s, env_.restart_count);
+    fail("rank {} of {}: rank 0 did not compare the ranks' settings within train.dist_timeout_s = {} s (rank 0 died "
+         "or never started, or the ranks were started with different WORLD_SIZE values or restart counts "
+         "(TORCHELASTIC_RESTART_COUNT or SLURM_RESTART_COUNT): this rank's is {})",
+         env_.rank, env_.world, impl_->timeout_s, env_.restart_count);
   }
   if (verdict == "ok") return;
   if (verdict.rfind("missing:", 0) == 0) fail("rank {} of {}: {}", env_.rank, env_.world, verdict.substr(8));

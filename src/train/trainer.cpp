@@ -156,9 +156,12 @@ std::string fingerprint(const std::string& bytes) {
   return fmt::format("{:08x} ({} bytes)", crc32c(bytes), bytes.size());
 }
 
-// The identity of a token dataset's shards, sampled: each one's size, its first and last 16 KiB and 4 KiB at 8
-// offsets between (every rank reading all of a large dataset at start would take minutes; a stale, re-tokenized or
-// half-copied shard differs in its size or throughout). "(unreadable)" leaves the error to the data loader.
+// data.dataset's index.json: the directory's, or the file named (as the data loader reads it).
+fs::path dataset_index(const std::string& dataset) {
+  std::error_code ec;
+  return fs::is_directory(dataset, ec) ? fs::path(dataset) / "index.json" : fs::path(dataset);
+}
+
 // Folds file `p` (of `size` bytes) into `crc`, sampled: its size, its first `head` bytes, its last 16 KiB and 4 KiB
 // at 8 offsets between. False when it cannot be opened.
 bool sampled_file(const fs::path& p, int64_t size, int64_t head, uint32_t& crc) {
@@ -179,10 +182,14 @@ bool sampled_file(const fs::path& p, int64_t size, int64_t head, uint32_t& crc) 
   return true;
 }
 
-std::string sampled_shards(const fs::path& dataset) {
+// The identity of a token dataset's shards, sampled: each one's size, its first and last 16 KiB and 4 KiB at 8
+// offsets between (every rank reading all of a large dataset at start would take minutes; a stale, re-tokenized or
+// half-copied shard differs in its size or throughout). "(unreadable)" leaves the error to the data loader.
+std::string sampled_shards(const fs::path& index_path) {
   constexpr int64_t kEdge = 16 << 10;
+  const fs::path dataset = index_path.parent_path();
   try {
-    const auto index = nlohmann::json::parse(read_file((dataset / "index.json").string()));
+    const auto index = nlohmann::json::parse(read_file(index_path.string()));
     uint32_t crc = 0;
     int64_t files = 0, bytes = 0;
     for (const char* split : {"train", "val"})
@@ -215,11 +222,31 @@ std::string loaded_libtorch() {
   return fmt::format("{} (commit {}, CUDA {})", get("TORCH_VERSION"), get("COMMIT_SHA"), get("CUDA_VERSION"));
 }
 
-// The bytes a data.text corpus trains on (a file, or a directory's files in order), fingerprinted; the corpus is read
-// whole for training anyway. "(unreadable)" leaves the error to the data loader.
+// The bytes a data.text corpus trains on (a file, or a directory's files in the order the loader reads them),
+// fingerprinted through a fixed buffer. "(unreadable)" leaves the error to the data loader.
 std::string corpus(const std::string& path) {
   try {
-    return fingerprint(read_byte_corpus(path));
+    std::vector<fs::path> files;
+    if (fs::is_directory(path)) {
+      for (const auto& e : fs::recursive_directory_iterator(path))
+        if (e.is_regular_file()) files.push_back(e.path());
+      std::sort(files.begin(), files.end(),
+                [](const fs::path& a, const fs::path& b) { return a.string() < b.string(); });
+    } else {
+      files.push_back(path);
+    }
+    uint32_t crc = 0;
+    uint64_t bytes = 0;
+    std::string buf(1 << 20, '\0');
+    for (const auto& f : files) {
+      std::ifstream in(f, std::ios::binary);
+      if (!in) return "(unreadable)";
+      while (in.read(buf.data(), std::streamsize(buf.size())) || in.gcount() > 0) {
+        crc = crc32c(std::string_view(buf.data(), size_t(in.gcount())), crc);
+        bytes += uint64_t(in.gcount());
+      }
+    }
+    return fmt::format("{:08x} ({} bytes)", crc, bytes);
   } catch (const std::exception&) {
     return "(unreadable)";
   }
@@ -250,8 +277,8 @@ nlohmann::json data_identity(const RunConfig& cfg) {
   if (!cfg.data.dataset.empty())
     return {{"key", "data.dataset"},
             {"path", cfg.data.dataset},
-            {"identity", file_fingerprint(fs::path(cfg.data.dataset) / "index.json") + ", shards " +
-                             sampled_shards(cfg.data.dataset)}};
+            {"identity", file_fingerprint(dataset_index(cfg.data.dataset)) + ", shards " +
+                             sampled_shards(dataset_index(cfg.data.dataset))}};
   if (!cfg.data.text.empty())
     return {{"key", "data.text"}, {"path", cfg.data.text}, {"identity", corpus(cfg.data.text)}};
   return nullptr;
@@ -264,11 +291,15 @@ void check_same_data(const nlohmann::json& recorded, const nlohmann::json& now, 
   const std::string was = recorded.value("path", ""), is = now["path"].get<std::string>();
   std::error_code ec;
   if (was != is && !(fs::equivalent(was, is, ec) && !ec)) return;
-  if (recorded.value("identity", "") == now["identity"].get<std::string>()) return;
+  const std::string then = recorded.value("identity", ""), current = now["identity"].get<std::string>();
+  // Unreadable or missing on one side: nothing to compare (the loader names a missing file).
+  if (then == current || then.find("(unreadable)") != std::string::npos ||
+      then.find("(missing)") != std::string::npos || current.find("(unreadable)") != std::string::npos ||
+      current.find("(missing)") != std::string::npos)
+    return;
   fail("{} {}: holds other content than the run of {} trained on ({} then, {} now); resuming would go on with other "
        "data: restore it, or start a new run from {} (run.init)",
-       now["key"].get<std::string>(), is, ckpt, recorded.value("identity", "?"), now["identity"].get<std::string>(),
-       ckpt);
+       now["key"].get<std::string>(), is, ckpt, then, current, ckpt);
 }
 
 // What every rank must agree on before the first step: the resolved run config (nothing in it is per rank),
@@ -281,8 +312,8 @@ Consensus consensus_of(const RunConfig& cfg, const TrainOptions& opt, int world,
   c.emplace_back("--resume", opt.resume ? "given" : "not given");
   const auto file = file_fingerprint;
   if (!cfg.data.dataset.empty()) {
-    c.emplace_back("data.dataset index.json", file(fs::path(cfg.data.dataset) / "index.json"));
-    c.emplace_back("data.dataset shards", sampled_shards(cfg.data.dataset));
+    c.emplace_back("data.dataset index.json", file(dataset_index(cfg.data.dataset)));
+    c.emplace_back("data.dataset shards", sampled_shards(dataset_index(cfg.data.dataset)));
   }
   if (!cfg.data.text.empty()) c.emplace_back("data.text content", corpus(cfg.data.text));
   if (!cfg.init.empty()) {
@@ -421,7 +452,7 @@ bool Trainer::build() {
   build_data();
   resumed_ = resume();
   const nlohmann::json data = data_identity(cfg_);
-  if (resumed_.checkpoint && state_.extra.is_object() && state_.extra.contains("data"))
+  if (resumed_.checkpoint && !resumed_.complete && state_.extra.is_object() && state_.extra.contains("data"))
     check_same_data(state_.extra["data"], data, *resumed_.checkpoint);
   if (!data.is_null()) {
     if (!state_.extra.is_object()) state_.extra = nlohmann::json::object();

@@ -347,9 +347,9 @@ def test_a_checkpoints_directory_that_cannot_be_read_stops_resume(run_a, tmp):
 
 
 def test_a_state_file_rewritten_in_the_older_format_is_refused(run_a, tmp):
-    """Dropping the digests from state.json (the older format) turned every check off: a flipped exponent in a
-    weight then loaded with one warning, and resume trained on from it. The files' run stamps show that a build
-    that records digests wrote them."""
+    """A state.json without digests (the older format) beside safetensors files that carry a run stamp is refused:
+    accepted, it would turn every check off (a flipped exponent in a weight would load with one warning, and resume
+    would train on from it)."""
     cfg, ck = run_a
     flip_bit(ck / "step-00000004" / "model.safetensors", TENSOR, 7, 30)
     for d in ck.iterdir():

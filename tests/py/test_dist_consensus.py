@@ -343,8 +343,8 @@ def refused_on_every_rank(res, needle):
 
 
 def test_a_text_directory_that_differs_under_the_same_path_is_refused(tmp):
-    """data.text as a directory (every file under it, in order): node-local copies with other bytes trained
-    silently on both ranks, the directory reading as '(missing)' on each."""
+    """data.text as a directory (every file under it, in order): node-local copies with other bytes are refused, as
+    other bytes in one file are."""
     cfg = cfg_file(tmp, "a", text="corpus")
     gpl = pathlib.Path("/usr/share/common-licenses/GPL-3").read_bytes()
     for node, data in ((tmp / "node0", gpl), (tmp / "node1", gpl[::-1])):
@@ -384,8 +384,8 @@ def write_tiny_gguf(path, rope_base):
 
 
 def test_a_gguf_init_that_differs_under_the_same_path_is_refused(tmp):
-    """run.init as a GGUF file: its metadata is the model's config. Files that differ only in the RoPE base trained
-    silently (rank 1 computing its gradients with another base than the weights broadcast from rank 0)."""
+    """run.init as a GGUF file: its metadata is the model's config. Files that differ only in the RoPE base are
+    refused (rank 1 would compute its gradients with another base than the weights broadcast from rank 0)."""
     for node, base in ((tmp / "node0", 10000.0), (tmp / "node1", 500000.0)):
         node.mkdir()
         write_tiny_gguf(node / "m.gguf", base)

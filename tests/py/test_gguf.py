@@ -483,9 +483,10 @@ def test_convert_writes_only_tokenizers_that_load(tmp):
     ({"llama.rope.scale_linear": ("float32", 4.0)}, "pi (x4)"),  # the older key
     ({"llama.rope.scaling.type": ("string", "none"), "llama.rope.scaling.factor": ("float32", 4.0)}, "none (x1)"),
     ({"llama.rope.scaling.factor": ("float32", 0.0)}, "none (x1)"),  # 0: no scaling, as llama.cpp reads it
+    ({"llama.rope.scaling.type": ("string", "yarn")}, "none (x1)"),  # no factor: scale 1 in llama.cpp
 ])
 def test_rope_scaling_keys_are_read_as_llama_cpp_reads_them(tmp, meta, shown):
-    """A factor without rope.scaling.type is linear scaling in llama.cpp; it was read as no scaling at all."""
+    """A factor without rope.scaling.type is linear scaling, as llama.cpp reads it; no factor is no scaling."""
     path = tmp / "m.gguf"
     to_gguf(tiny_model("llama", True), path, "llama", tokenizer_meta=meta)
     r = run_cli("drope-model", "info", "--model", path)

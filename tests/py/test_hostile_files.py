@@ -266,7 +266,7 @@ def micro_model(tmp, name="m"):
 
 def test_rope_parameters_and_rope_scaling_that_disagree_are_refused(tmp):
     """transformers reads rope_scaling before rope_parameters: a config.json whose two objects name different
-    scalings loaded as plain RoPE here and as linear x4 there (logits 4.6e-3 apart)."""
+    scalings is refused (it would be plain RoPE one way and linear x4 the other)."""
     m = micro_model(tmp)
     cfg = json.loads((m / "config.json").read_text())
     cfg["rope_scaling"] = {"rope_type": "linear", "factor": 4.0}
@@ -275,6 +275,14 @@ def test_rope_parameters_and_rope_scaling_that_disagree_are_refused(tmp):
     expect_error(run_cli("drope-model", "info", "--model", m, check=False),
                  "config.json: rope_parameters (default x1) and rope_scaling (linear x4) name different RoPE "
                  "scalings")
+    cfg["rope_scaling"] = {"rope_type": "default", "rope_theta": 500000.0}  # the same type, another base
+    (m / "config.json").write_text(json.dumps(cfg))
+    expect_error(run_cli("drope-model", "info", "--model", m, check=False),
+                 "config.json: rope_parameters.rope_theta (10000.0) and rope_scaling.rope_theta (500000.0) differ")
+    cfg["rope_scaling"] = {}  # empty: no scaling to transformers either
+    (m / "config.json").write_text(json.dumps(cfg))
+    assert "scaling none (x1)" in run_cli("drope-model", "info", "--model", m).stdout
+    cfg["rope_scaling"] = {"rope_type": "linear", "factor": 4.0}
     cfg["rope_parameters"].update(rope_type="linear", factor=4.0)  # both the same: one model, read as such
     (m / "config.json").write_text(json.dumps(cfg))
     r = run_cli("drope-model", "info", "--model", m)
@@ -282,7 +290,8 @@ def test_rope_parameters_and_rope_scaling_that_disagree_are_refused(tmp):
 
 
 def test_float16_output_that_overflows_is_refused(tmp):
-    """A weight beyond float16's range was written as infinity, a model that no reader (ours included) accepts."""
+    """A weight beyond float16's range is refused by name: written, it would be infinity, a model no reader
+    (ours included) accepts."""
     m = micro_model(tmp)
     w = load_file(m / "model.safetensors")
     w["model.layers.0.mlp.up_proj.weight"][0, 0] = 1e5
@@ -294,8 +303,8 @@ def test_float16_output_that_overflows_is_refused(tmp):
 
 
 def test_a_damaged_log_line_is_refused_on_resume_not_dropped(tmp):
-    """Resume keeps the log lines up to its step and drops a torn last line; a damaged line before the last was
-    dropped silently too, losing a logged step."""
+    """Resume keeps the log lines up to its step and drops a torn last line; a damaged line before the last stops
+    the resume by its number (dropping it would lose a logged step)."""
     cfg = tmp / "t.yaml"
     cfg.write_text(TRAIN_CFG.format(out=tmp / "run"))
     run_cli("drope-train", cfg, "--quiet")
@@ -316,7 +325,7 @@ def test_a_damaged_log_line_is_refused_on_resume_not_dropped(tmp):
 
 
 def test_a_fitted_temperature_is_used_only_for_the_model_it_was_fitted_for(tmp):
-    """temperature:auto applied a c fitted at training length 32 to a run at 64, and to yarn:4, without a word."""
+    """temperature:auto refuses a c fitted at training length 32 for a run at 64, and for yarn:4."""
     m = micro_model(tmp)
     (m / "temperature.json").write_text(json.dumps({
         "kind": "temperature", "c": 0.5, "train_length": 32,
@@ -335,8 +344,8 @@ def test_a_fitted_temperature_is_used_only_for_the_model_it_was_fitted_for(tmp):
 
 
 def test_resume_refuses_a_corpus_replaced_under_its_path(tmp):
-    """run.yaml recorded only the corpus's path: a corpus replaced in place resumed silently, and the validation
-    loss then compared two different validation sets (5.66 "improving" to 4.07)."""
+    """A corpus replaced under its path is refused on resume (the run would go on with other data, and its
+    validation loss would compare two different validation sets)."""
     corpus = tmp / "corpus.txt"
     shutil.copy("/usr/share/common-licenses/GPL-3", corpus)
     cfg = tmp / "t.yaml"

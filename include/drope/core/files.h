@@ -50,12 +50,13 @@ class MappedFile {
   uint64_t size_ = 0;
 };
 
-// The regular files of a directory as they are now (device, inode, size, modification and change times), so that
+// The regular files of a directory as they are now (device, inode, size, modification time), so that
 // a reader can check after reading and verifying them that none was replaced or written to meanwhile: a digest
 // checked by path after the bytes were read from a file swapped in between would vouch for other bytes.
 class StableFiles {
  public:
-  explicit StableFiles(const std::string& dir);
+  // The files of `dir` whose names `read` selects (those the reader reads; others may change meanwhile).
+  StableFiles(const std::string& dir, const std::function<bool(const std::string& name)>& read);
   ~StableFiles();
   StableFiles(const StableFiles&) = delete;
   StableFiles& operator=(const StableFiles&) = delete;
@@ -66,6 +67,12 @@ class StableFiles {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Names a mapping of `size` bytes at `map` of file `path` for the SIGBUS handler these install (once): a read of a
+// mapped file that shrank meanwhile (or whose disk failed) then ends the tool with one line naming the file and exit
+// status 1, instead of the signal. MappedFile does it; code that maps a file itself calls both.
+void watch_mapping(const void* map, uint64_t size, const std::string& path);
+void unwatch_mapping(const void* map);
 
 // Reads a whole regular file of at most `max_bytes`; throws drope::Error naming the path when it cannot
 // (missing, a directory, a FIFO or device, too large, unreadable).

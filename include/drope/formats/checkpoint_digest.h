@@ -30,6 +30,8 @@ std::map<std::string, FileDigest> digest_directory(const std::string& dir);
 // Whether `name` is one of the files a model loader reads (drope.yaml, config.json, model*.safetensors and
 // its index), as opposed to the training state beside them (optimizer files, run.yaml).
 bool is_model_file(const std::string& name);
+// Whether a loader reads `name` from a checkpoint: the model files, run.yaml, the optimizer state (whole or pieces).
+bool is_checkpoint_file(const std::string& name);
 
 // What loading checkpoint `dir` (its state `st`) finds wrong with its integrity, one line each naming the file
 // and the tensor: state.json's own digest, the run identity in the safetensors files' metadata, the recorded
