@@ -431,8 +431,6 @@ void unwatch_mapping(const void* map) {
     }
 }
 
-namespace {}  // namespace
-
 MappedFile::MappedFile(const std::string& path) {
   const InputFile f(path);
   size_ = f.size();

@@ -44,6 +44,16 @@ std::optional<double> parse_decimal(std::string_view text) {
   return v;
 }
 
+std::optional<int64_t> parse_count(std::string_view text) {
+  if (text.empty() || text.size() > 18) return std::nullopt;
+  int64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
 double check_number(double v, const std::string& what, const Interval& range) {
   if (!range.contains(v)) fail("{} must be {}, got {:g}", what, range.describe(), v);
   return v;
@@ -73,15 +83,15 @@ std::optional<bool> env_switch(const char* name, const char* unset_means) {
 
 namespace {
 
-// An integer written with digits only (no sign, space or hex), at least `lo`.
-bool digits_at_least(std::string_view text, long lo) {
-  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string_view::npos) return false;
-  return std::strtol(std::string(text).c_str(), nullptr, 10) >= lo;
+// An integer of at most 9 digits written with digits only (parse_count), at least `lo`.
+bool digits_at_least(std::string_view text, int64_t lo) {
+  const auto v = text.size() <= 9 ? parse_count(text) : std::nullopt;
+  return v && *v >= lo;
 }
 
 // Every `sep`-separated field of `text` is digits_at_least(lo); with `spaces`, blanks around a field are allowed (as
 // libgomp reads OMP_NUM_THREADS).
-bool digit_list(std::string_view text, char sep, long lo, bool spaces = false) {
+bool digit_list(std::string_view text, char sep, int64_t lo, bool spaces = false) {
   for (size_t start = 0;;) {
     const size_t end = text.find(sep, start);
     std::string_view field = text.substr(start, end == std::string_view::npos ? end : end - start);

@@ -427,14 +427,14 @@ bool write_model_files(DecoderLM& model, const std::string& dir, const SaveOptio
                                                          : std::string();
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& kv : model->named_parameters()) {
-    at::Tensor t = kv.value().detach().to(opt.dtype);
+    const at::Tensor src = kv.value().detach();
+    at::Tensor t = src.to(opt.dtype);
     // float16 holds magnitudes up to 65504: a larger weight would be written as infinity, a model no reader can use.
-    const int64_t bad =
-        t.is_floating_point() ? (~t.isfinite() & kv.value().detach().isfinite()).sum().item<int64_t>() : 0;
+    const int64_t bad = t.is_floating_point() ? (~t.isfinite() & src.isfinite()).sum().item<int64_t>() : 0;
     if (bad > 0)
       fail("{}: {} value{} beyond what {} holds (largest magnitude {:g}); save it as float32 or bfloat16", kv.key(),
            bad, bad == 1 ? "" : "s", opt.dtype == at::kHalf ? "float16" : c10::toString(opt.dtype),
-           kv.value().detach().abs().max().item<double>());
+           src.abs().max().item<double>());
     tensors.emplace_back(kv.key(), std::move(t));
   }
   if (reference)  // the authors' q-only / k-only attention creates (and saves) the other norm too, weight 1

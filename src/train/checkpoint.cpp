@@ -12,6 +12,7 @@
 #include "drope/core/error.h"
 #include "drope/core/files.h"
 #include "drope/core/json.h"
+#include "drope/core/numbers.h"
 #include "drope/formats/checkpoint_digest.h"
 #include "drope/io/model_io.h"
 #include "drope/io/safetensors.h"
@@ -35,17 +36,6 @@ int64_t step_of_name(const std::string& name) {
     v = v * 10 + (name[i] - '0');
   }
   return checkpoint_name(v) == name ? v : -1;
-}
-
-// A non-negative decimal integer and nothing else ("4abc", "+4", " 4", "" and overflow are refused).
-std::optional<int64_t> parse_count(const std::string& s) {
-  if (s.empty() || s.size() > 18) return std::nullopt;
-  int64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
 }
 
 // The checkpoints of a run directory by step. A checkpoints/ that is there but cannot be read (a symlink to a

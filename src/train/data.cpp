@@ -32,17 +32,20 @@ torch::Tensor ByteBlockSource::block(int64_t b) const {
   return t;
 }
 
-std::string read_byte_corpus(const std::string& path, const std::string& what) {
+std::vector<std::string> corpus_files(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return {path};
   std::vector<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(path))
+    if (e.is_regular_file()) files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string read_byte_corpus(const std::string& path, const std::string& what) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("{} {}: text corpus not found", what, path);
-  if (fs::is_directory(path, ec)) {
-    for (const auto& e : fs::recursive_directory_iterator(path))
-      if (e.is_regular_file()) files.push_back(e.path().string());
-    std::sort(files.begin(), files.end());
-  } else {
-    files.push_back(path);
-  }
+  const std::vector<std::string> files = corpus_files(path);
   // Sizes first: the corpus is held whole, so it must fit before the first byte is read.
   double total = 0;
   for (const auto& f : files) total += double(InputFile(f).size());

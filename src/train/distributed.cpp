@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <map>
 #include <set>
-#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -24,6 +23,7 @@
 #endif
 
 #include "drope/core/error.h"
+#include "drope/core/numbers.h"
 
 namespace drope::train {
 
@@ -32,11 +32,7 @@ namespace {
 int env_int(const char* name, int def, int lo, int hi) {
   const char* v = env::get(name);
   if (!v) return def;
-  // Digits only, as launchers write them: strtol alone would take ' 0' and '+1'.
-  const std::string_view text(v);
-  long x = -1;
-  if (text.size() <= 9 && text.find_first_not_of("0123456789") == std::string_view::npos)
-    x = std::strtol(v, nullptr, 10);
+  const int64_t x = parse_count(v).value_or(-1);  // digits only, as launchers write them
   if (x < lo || x > hi) fail("environment variable {}='{}': expected an integer in [{}, {}]", name, v, lo, hi);
   return static_cast<int>(x);
 }

@@ -76,13 +76,9 @@ std::vector<int64_t> fault_steps(const char* var) {
   std::stringstream ss(v);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      out.push_back(std::stoll(item, &used));
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::exception&) {
-      fail("environment variable {}='{}': expected comma-separated step numbers", var, v);
-    }
+    const auto step = parse_count(item);  // the tool checked the list when it started (check_environment)
+    if (!step) fail("environment variable {}='{}': expected comma-separated step numbers", var, v);
+    out.push_back(*step);
   }
   return out;
 }
@@ -226,19 +222,10 @@ std::string loaded_libtorch() {
 // fingerprinted through a fixed buffer. "(unreadable)" leaves the error to the data loader.
 std::string corpus(const std::string& path) {
   try {
-    std::vector<fs::path> files;
-    if (fs::is_directory(path)) {
-      for (const auto& e : fs::recursive_directory_iterator(path))
-        if (e.is_regular_file()) files.push_back(e.path());
-      std::sort(files.begin(), files.end(),
-                [](const fs::path& a, const fs::path& b) { return a.string() < b.string(); });
-    } else {
-      files.push_back(path);
-    }
     uint32_t crc = 0;
     uint64_t bytes = 0;
     std::string buf(1 << 20, '\0');
-    for (const auto& f : files) {
+    for (const auto& f : corpus_files(path)) {
       std::ifstream in(f, std::ios::binary);
       if (!in) return "(unreadable)";
       while (in.read(buf.data(), std::streamsize(buf.size())) || in.gcount() > 0) {
@@ -271,16 +258,25 @@ std::string file_fingerprint(const fs::path& p) {
   return fs::is_regular_file(p, ec) ? fingerprint(read_file(p.string())) : std::string("(missing)");
 }
 
-// What the run trains on, identified as the ranks compare it (the key, its path and the content's fingerprint),
-// or null without data. Every checkpoint records it, so that a resume notices a corpus replaced under its path.
-nlohmann::json data_identity(const RunConfig& cfg) {
+// What the run trains on, fingerprinted as the ranks compare it: the dataset's index.json and sampled shards, or the
+// text corpus's content. Read once at start.
+Consensus data_parts(const RunConfig& cfg) {
+  if (!cfg.data.dataset.empty()) {
+    const fs::path index = dataset_index(cfg.data.dataset);
+    return {{"data.dataset index.json", file_fingerprint(index)}, {"data.dataset shards", sampled_shards(index)}};
+  }
+  if (!cfg.data.text.empty()) return {{"data.text content", corpus(cfg.data.text)}};
+  return {};
+}
+
+// What every checkpoint records of the data (the key, its path and `parts`' fingerprints), or null without data, so
+// that a resume notices a corpus replaced under its path.
+nlohmann::json data_record(const RunConfig& cfg, const Consensus& parts) {
   if (!cfg.data.dataset.empty())
     return {{"key", "data.dataset"},
             {"path", cfg.data.dataset},
-            {"identity", file_fingerprint(dataset_index(cfg.data.dataset)) + ", shards " +
-                             sampled_shards(dataset_index(cfg.data.dataset))}};
-  if (!cfg.data.text.empty())
-    return {{"key", "data.text"}, {"path", cfg.data.text}, {"identity", corpus(cfg.data.text)}};
+            {"identity", parts.at(0).second + ", shards " + parts.at(1).second}};
+  if (!cfg.data.text.empty()) return {{"key", "data.text"}, {"path", cfg.data.text}, {"identity", parts.at(0).second}};
   return nullptr;
 }
 
@@ -306,16 +302,13 @@ void check_same_data(const nlohmann::json& recorded, const nlohmann::json& now, 
 // the world size, the start (fresh or --resume), the checkpoint in run.out_dir, the data's identity, the initial
 // model's config, the switches that decide which collectives a rank starts, the device and compute dtype, the
 // LibTorch loaded and the binary.
-Consensus consensus_of(const RunConfig& cfg, const TrainOptions& opt, int world, const torch::Device& device) {
+Consensus consensus_of(const RunConfig& cfg, const TrainOptions& opt, int world, const torch::Device& device,
+                       const Consensus& data) {
   Consensus c = config_leaves(cfg);
   c.emplace_back("world size", std::to_string(world));
   c.emplace_back("--resume", opt.resume ? "given" : "not given");
   const auto file = file_fingerprint;
-  if (!cfg.data.dataset.empty()) {
-    c.emplace_back("data.dataset index.json", file(dataset_index(cfg.data.dataset)));
-    c.emplace_back("data.dataset shards", sampled_shards(dataset_index(cfg.data.dataset)));
-  }
-  if (!cfg.data.text.empty()) c.emplace_back("data.text content", corpus(cfg.data.text));
+  c.insert(c.end(), data.begin(), data.end());
   if (!cfg.init.empty()) {
     std::error_code ec;
     if (fs::is_regular_file(cfg.init, ec))  // a GGUF file: its metadata holds the model's config
@@ -451,7 +444,7 @@ bool Trainer::build() {
   build_device();
   build_data();
   resumed_ = resume();
-  const nlohmann::json data = data_identity(cfg_);
+  const nlohmann::json data = data_record(cfg_, data_parts_);
   if (resumed_.checkpoint && !resumed_.complete && state_.extra.is_object() && state_.extra.contains("data"))
     check_same_data(state_.extra["data"], data, *resumed_.checkpoint);
   if (!data.is_null()) {
@@ -480,8 +473,10 @@ void Trainer::build_device() {
   }
   if (cfg_.train.cuda_graphs && !device_.is_cuda())
     fail("{}: train.cuda_graphs: true needs a CUDA device; this run trains on the CPU", cfg_.source);
-  dist_ = std::make_unique<Distributed>(env, device_, cfg_.train.dist_timeout_s,
-                                        env.world > 1 ? consensus_of(cfg_, opt_, env.world, device_) : Consensus{});
+  data_parts_ = data_parts(cfg_);
+  dist_ = std::make_unique<Distributed>(
+      env, device_, cfg_.train.dist_timeout_s,
+      env.world > 1 ? consensus_of(cfg_, opt_, env.world, device_, data_parts_) : Consensus{});
   if (cfg_.train.cuda_graphs) {
 #ifdef DROPE_WITH_CUDA
     if (dist_->world() > 1)

@@ -2,6 +2,7 @@
 // range the field allows. ±inf and NaN pass every `x > 0` test, so each such test goes through here.
 #pragma once
 
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
@@ -32,6 +33,10 @@ struct Interval {
 // The whole of `text` as a plain decimal number ("0.5", "-2", "1e-3", ".5"), or nullopt: no spaces, no hex, no
 // inf or nan, nothing after the number, finite.
 std::optional<double> parse_decimal(std::string_view text);
+
+// A non-negative decimal integer of at most 18 digits and nothing else ("4abc", "+4", " 4", "0x10", "" and overflow
+// are refused), as launchers, metadata and our own switches write them; strtol alone would take ' 0' and '+1'.
+std::optional<int64_t> parse_count(std::string_view text);
 
 // Returns v when it is finite and inside `range`; otherwise fails with
 // "<what> must be <range.describe()>, got <v>" (v printed as inf, -inf or nan when it is one).

@@ -49,6 +49,9 @@ class ByteBlockSource final : public BlockSource {
   std::string name_;
 };
 
+// The files a byte corpus reads, in order: every regular file under directory `path` (sorted), or `path` itself.
+std::vector<std::string> corpus_files(const std::string& path);
+
 // All regular files under `path` (sorted; or the file itself) concatenated. The total size is known before
 // anything is read: a corpus larger than the memory available (check_memory_estimate) is refused, naming
 // `what` (how the user named the path).

@@ -136,6 +136,7 @@ class Trainer {
   ResumePoint resumed_;
   DecoderLM model_{nullptr};
   TrainState state_;
+  Consensus data_parts_;  // the data's fingerprints, read once: compared across ranks, recorded in checkpoints
   MomentReader moment_;
   int64_t opt_steps_ = 0;
   std::unique_ptr<Optimizer> optimizer_;
