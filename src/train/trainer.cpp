@@ -444,6 +444,7 @@ bool Trainer::build() {
   build_device();
   build_data();
   resumed_ = resume();
+  if (dist_->world() == 1) data_parts_ = data_parts(cfg_);
   const nlohmann::json data = data_record(cfg_, data_parts_);
   if (resumed_.checkpoint && !resumed_.complete && state_.extra.is_object() && state_.extra.contains("data"))
     check_same_data(state_.extra["data"], data, *resumed_.checkpoint);
@@ -473,7 +474,7 @@ void Trainer::build_device() {
   }
   if (cfg_.train.cuda_graphs && !device_.is_cuda())
     fail("{}: train.cuda_graphs: true needs a CUDA device; this run trains on the CPU", cfg_.source);
-  data_parts_ = data_parts(cfg_);
+  if (env.world > 1) data_parts_ = data_parts(cfg_);  // one rank: after build_data's size checks (build)
   dist_ = std::make_unique<Distributed>(
       env, device_, cfg_.train.dist_timeout_s,
       env.world > 1 ? consensus_of(cfg_, opt_, env.world, device_, data_parts_) : Consensus{});
